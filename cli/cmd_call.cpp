@@ -1,0 +1,308 @@
+#include "cmd_call.hpp"
+
+#include <iostream>
+#include <iterator>
+#include <memory>
+
+#include <fmt/format.h>
+#include <simdjson.h>
+
+#include "output.hpp"
+#include "rpcroute/json.hpp"
+#include "rpcroute/router.hpp"
+
+namespace rpcroute::cli {
+
+void setup_call(CLI::App& app, int& exit_code) {
+  auto opts = std::make_shared<CallOptions>();
+  auto* sub = app.add_subcommand("call", "Send one JSON-RPC call through the router; the result is printed as JSON");
+  sub->add_option("method", opts->method, "JSON-RPC method, e.g. eth_blockNumber");
+  sub->add_option("params", opts->params,
+                  "Parameters: each is taken as JSON if it parses, else as a string (latest, 0xabc...)");
+  sub->add_option("--profile,-p", opts->profile, "Profile name or path (default: $RPCROUTE_PROFILE or 'public')");
+  sub->add_option("--chain,-c", opts->chain, "Chain name or decimal chain id (default: the profile's first chain)");
+  sub->add_option("--strategy,-s", opts->strategy,
+                  "load_balanced, round_robin, random, weighted, priority, fastest or latency_weighted");
+  sub->add_option("--provider", opts->provider, "Use exactly this provider id (no fallback)");
+  sub->add_option("--timeout,-t", opts->timeout, "Overall deadline: 30s, 2500ms or milliseconds (default: the profile's)");
+  sub->add_option("--max-attempts", opts->max_attempts, "Try at most N providers")->check(CLI::PositiveNumber);
+  sub->add_option("--state", opts->state, "State file (default: $RPCROUTE_STATE or $XDG_STATE_HOME/rpcroute/state.json)");
+  sub->add_flag("--no-state", opts->no_state, "Neither read nor write the state file");
+  sub->add_flag("--json", opts->json, "Print an envelope with result or error plus routing metadata");
+  sub->add_flag("-v,--verbose", opts->verbose, "Print routing metadata on stderr");
+  sub->add_flag("--raw", opts->raw, "Read a whole JSON-RPC request or batch from stdin and print the whole response");
+  sub->callback([opts, &exit_code] { exit_code = run_call(*opts); });
+}
+
+namespace {
+
+/// A command-line parameter: JSON when it parses, else a string.
+std::string param_json(const std::string& text) {
+  simdjson::dom::parser parser;
+  simdjson::dom::element e;
+  if (!text.empty() && parser.parse(text).get(e) == simdjson::SUCCESS) return text;
+  return json::quote(text);
+}
+
+void write_meta(json::Writer& w, const CallOutcome& o, const Chain& chain) {
+  w.begin_object();
+  w.key("provider");
+  if (o.provider.empty()) w.null(); else w.value(o.provider);
+  w.key("chain");
+  w.value(chain.name);
+  w.key("chain_id");
+  w.value(static_cast<std::uint64_t>(chain.chain_id));
+  w.key("strategy");
+  w.value(strategy_name(o.strategy));
+  w.key("upstream_latency_ms");
+  w.value(o.upstream_latency_ms);
+  w.key("local");
+  w.value(o.status == CallOutcome::Status::local);
+  w.key("attempts");
+  w.begin_array();
+  for (const auto& a : o.attempts) {
+    w.begin_object();
+    w.key("provider");
+    w.value(a.provider);
+    w.key("outcome");
+    w.value(outcome_name(a.result.outcome));
+    w.key("class");
+    w.value(class_name(a.result.cls));
+    w.key("http_status");
+    w.value(static_cast<std::int64_t>(a.http_status));
+    w.key("latency_ms");
+    w.value(a.latency_ms);
+    w.key("message");
+    w.value(a.result.message);
+    w.end_object();
+  }
+  w.end_array();
+  w.key("excluded");
+  w.begin_array();
+  for (const auto& e : o.excluded) {
+    w.begin_object();
+    w.key("provider");
+    w.value(e.provider);
+    w.key("reason");
+    w.value(e.reason);
+    if (e.retry_in_ms > 0) {
+      w.key("retry_in_ms");
+      w.value(e.retry_in_ms);
+    }
+    w.end_object();
+  }
+  w.end_array();
+  if (o.retry_after_ms >= 0) {
+    w.key("retry_after_ms");
+    w.value(o.retry_after_ms);
+  }
+  w.end_object();
+}
+
+std::string attempt_line(const AttemptRecord& a) {
+  std::string line = fmt::format("  {}: {} ({})", a.provider, outcome_name(a.result.outcome), class_name(a.result.cls));
+  if (a.http_status != 0 && a.http_status != 200) line += fmt::format(" HTTP {}", a.http_status);
+  line += fmt::format(" after {}", format_ms(a.latency_ms));
+  if (!a.result.message.empty()) line += ": " + a.result.message;
+  return line;
+}
+
+void print_verbose(const CallOutcome& o, const Chain& chain) {
+  if (o.status == CallOutcome::Status::local) {
+    fmt::print(stderr, "rpcroute: answered locally (chain {} has id {})\n", chain.name, chain.chain_id);
+    return;
+  }
+  fmt::print(stderr, "rpcroute: chain={} strategy={} provider={} attempts={} upstream={}\n", chain.name,
+             strategy_name(o.strategy), o.provider.empty() ? "-" : o.provider, o.attempts.size(),
+             format_ms(o.upstream_latency_ms));
+  for (const auto& a : o.attempts) fmt::print(stderr, "{}\n", attempt_line(a));
+  for (const auto& e : o.excluded) fmt::print(stderr, "  excluded {}: {}\n", e.provider, e.reason);
+}
+
+void print_unavailable(const CallOutcome& o, std::string_view method, const Chain& chain) {
+  fmt::print(stderr, "rpcroute: no provider could serve {} on {}", method, chain.name);
+  if (o.attempts.empty()) fmt::print(stderr, " (no eligible provider)");
+  fmt::print(stderr, "\n");
+  for (const auto& a : o.attempts) fmt::print(stderr, "{}\n", attempt_line(a));
+  for (const auto& e : o.excluded) fmt::print(stderr, "  excluded {}: {}\n", e.provider, e.reason);
+  if (o.retry_after_ms >= 0) fmt::print(stderr, "  retry after {}\n", format_ms(static_cast<double>(o.retry_after_ms)));
+}
+
+int exit_for(const std::vector<CallOutcome>& outs) {
+  int code = 0;
+  for (const auto& o : outs) {
+    if (o.status == CallOutcome::Status::unavailable) return 3;
+    if (o.status == CallOutcome::Status::rpc_error || o.status == CallOutcome::Status::invalid) code = 1;
+  }
+  return code;
+}
+
+}  // namespace
+
+int run_call(const CallOptions& options) {
+  if (!options.raw && options.method.empty()) {
+    print_error("call needs a METHOD (or --raw with a request on stdin)");
+    return 2;
+  }
+  auto profile = load_selected_profile(options.profile);
+  if (!profile) {
+    print_error(profile.error().message);
+    return 2;
+  }
+  const Chain* chain = options.chain.empty() ? &profile->chains.front() : profile->find_chain(options.chain);
+  if (chain == nullptr) {
+    std::string names;
+    for (const auto& c : profile->chains) names += fmt::format("{}{} ({})", names.empty() ? "" : ", ", c.name, c.chain_id);
+    print_error(fmt::format("unknown chain '{}' in profile '{}' (chains: {})", options.chain, profile->name, names));
+    return 2;
+  }
+  RouteOptions route;
+  if (!options.strategy.empty()) {
+    route.strategy = parse_strategy(options.strategy);
+    if (!route.strategy) {
+      print_error(fmt::format("unknown strategy '{}' (expected one of: load_balanced, round_robin, random, weighted, "
+                              "priority, fastest, latency_weighted)",
+                              options.strategy));
+      return 2;
+    }
+  }
+  if (!options.provider.empty()) {
+    if (chain->find_provider(options.provider) == nullptr) {
+      std::string ids;
+      for (const auto& p : chain->providers) ids += fmt::format("{}{}", ids.empty() ? "" : ", ", p.id);
+      print_error(fmt::format("unknown provider '{}' on chain {} (providers: {})", options.provider, chain->name, ids));
+      return 2;
+    }
+    route.provider = options.provider;
+  }
+  if (!options.timeout.empty()) {
+    route.timeout_ms = parse_duration_ms(options.timeout);
+    if (!route.timeout_ms || *route.timeout_ms <= 0) {
+      print_error(fmt::format("bad --timeout '{}' (use e.g. 2500ms or 5s)", options.timeout));
+      return 2;
+    }
+  }
+  if (options.max_attempts > 0) route.max_attempts = options.max_attempts;
+
+  jsonrpc::Body body;
+  if (options.raw) {
+    std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+    auto parsed = jsonrpc::parse_body(input);
+    if (!parsed) {
+      write_stdout(jsonrpc::make_error("null", parsed.error().code, parsed.error().message) + "\n");
+      print_error(fmt::format("stdin is not a JSON-RPC request: {}", parsed.error().message));
+      return 2;
+    }
+    body = std::move(*parsed);
+  } else {
+    std::string params = "[";
+    for (std::size_t i = 0; i < options.params.size(); ++i) {
+      if (i > 0) params += ',';
+      params += param_json(options.params[i]);
+    }
+    params += ']';
+    body.calls.push_back(jsonrpc::Call{"1", options.method, std::move(params), {}});
+  }
+
+  SystemClock clock;
+  Random rng;
+  StateStore store(resolve_state_path(options.state, options.no_state), clock,
+                   [](const std::string& m) { print_warning(m); });
+  store.load();
+
+  std::vector<CallOutcome> outs;
+  std::exception_ptr failure;
+  {
+    asio::io_context io;
+    Engine engine(io);
+    Router router(*profile, engine, store, clock, rng);
+    asio::co_spawn(io, router.route(*chain, body.calls, route),
+                   [&](std::exception_ptr e, std::vector<CallOutcome> r) {
+                     failure = e;
+                     outs = std::move(r);
+                   });
+    io.run();
+  }
+  if (failure) {
+    try {
+      std::rethrow_exception(failure);
+    } catch (const std::exception& e) {
+      print_error(fmt::format("internal error: {}", e.what()));
+    }
+    return 4;
+  }
+  if (auto saved = store.save(); !saved) print_warning(fmt::format("state not saved: {}", saved.error().message));
+
+  const int code = exit_for(outs);
+  if (options.raw) {
+    std::string text;
+    if (body.batch) {
+      text = "[";
+      bool first = true;
+      for (const auto& o : outs) {
+        if (o.response.empty()) continue;
+        if (!first) text += ',';
+        text += o.response;
+        first = false;
+      }
+      text += "]";
+    } else {
+      text = outs.front().response;
+    }
+    if (options.json) {
+      json::Writer w;
+      w.begin_object();
+      w.key("response");
+      w.raw(text.empty() ? "null" : text);
+      w.key("meta");
+      w.begin_array();
+      for (const auto& o : outs) write_meta(w, o, *chain);
+      w.end_array();
+      w.end_object();
+      text = w.take();
+    }
+    if (!text.empty()) write_stdout(text + "\n");
+    if (options.verbose) {
+      for (const auto& o : outs) print_verbose(o, *chain);
+    }
+    for (std::size_t i = 0; i < outs.size(); ++i) {
+      if (outs[i].status == CallOutcome::Status::unavailable) print_unavailable(outs[i], body.calls[i].method, *chain);
+    }
+    return code;
+  }
+
+  const auto& o = outs.front();
+  if (options.json) {
+    json::Writer w;
+    w.begin_object();
+    if (o.status == CallOutcome::Status::result || o.status == CallOutcome::Status::local) {
+      w.key("result");
+      w.raw(o.result);
+    } else {
+      w.key("error");
+      w.raw(o.error);
+    }
+    w.key("meta");
+    write_meta(w, o, *chain);
+    w.end_object();
+    write_stdout(w.take() + "\n");
+  }
+  if (options.verbose) print_verbose(o, *chain);
+  switch (o.status) {
+    case CallOutcome::Status::result:
+    case CallOutcome::Status::local:
+      if (!options.json) write_stdout(o.result + "\n");
+      break;
+    case CallOutcome::Status::rpc_error:
+    case CallOutcome::Status::invalid:
+      if (!options.json) write_stdout(o.error + "\n");
+      fmt::print(stderr, "rpcroute: {} answered with an error: {}\n", o.provider.empty() ? "the router" : o.provider, o.error);
+      break;
+    case CallOutcome::Status::unavailable:
+      print_unavailable(o, options.method, *chain);
+      break;
+  }
+  return code;
+}
+
+}  // namespace rpcroute::cli

@@ -1,0 +1,28 @@
+#pragma once
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace rpcroute::cli {
+
+struct CallOptions {
+  std::string method;
+  std::vector<std::string> params;
+  std::string profile;
+  std::string chain;
+  std::string strategy;
+  std::string provider;
+  std::string timeout;
+  int max_attempts = 0;
+  std::string state;
+  bool no_state = false;
+  bool json = false;
+  bool verbose = false;
+  bool raw = false;
+};
+
+void setup_call(CLI::App& app, int& exit_code);
+[[nodiscard]] int run_call(const CallOptions& options);
+
+}  // namespace rpcroute::cli

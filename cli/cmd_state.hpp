@@ -1,0 +1,17 @@
+#pragma once
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace rpcroute::cli {
+
+struct StateOptions {
+  std::string action;  // path | show | reset
+  std::string state;
+  bool json = false;
+};
+
+void setup_state(CLI::App& app, int& exit_code);
+[[nodiscard]] int run_state(const StateOptions& options);
+
+}  // namespace rpcroute::cli

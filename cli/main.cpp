@@ -1,0 +1,42 @@
+// rpcroute: routes Ethereum JSON-RPC requests across providers. main only wires subcommands.
+#include <csignal>
+#include <cstdio>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "cmd_call.hpp"
+#include "cmd_profiles.hpp"
+#include "cmd_state.hpp"
+#include "output.hpp"
+
+int main(int argc, char** argv) {
+  std::signal(SIGPIPE, SIG_IGN);
+  CLI::App app{"rpcroute — route Ethereum JSON-RPC requests across providers, with failover"};
+  app.set_version_flag("--version", std::string("rpcroute ") + RPCROUTE_VERSION);
+  app.require_subcommand(1);
+  app.footer(
+      "Exit codes: 0 success, 1 the node answered with a JSON-RPC error, 2 usage or configuration error,\n"
+      "3 no provider could serve the request, 4 internal error. See rpcroute(1).");
+  int exit_code = 0;
+  rpcroute::cli::setup_call(app, exit_code);
+  rpcroute::cli::setup_state(app, exit_code);
+  rpcroute::cli::setup_profiles(app, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // One line, like every other usage error.
+    rpcroute::cli::print_error(fmt::format("{} (see 'rpcroute --help')", e.what()));
+    return 2;
+  } catch (const std::exception& e) {
+    rpcroute::cli::print_error(fmt::format("internal error: {}", e.what()));
+    return 4;
+  }
+  return exit_code;
+}

@@ -1,0 +1,52 @@
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rpcroute/config.hpp"
+#include "rpcroute/error.hpp"
+
+namespace rpcroute::cli {
+
+/// "rpcroute: error: ..." on stderr, one line.
+void print_error(std::string_view message);
+/// "rpcroute: warning: ..." on stderr.
+void print_warning(std::string_view message);
+
+/// Colours only on a terminal and never with NO_COLOR.
+[[nodiscard]] bool use_color(std::FILE* stream);
+[[nodiscard]] std::string paint(std::FILE* stream, std::string_view text, std::string_view sgr);
+
+/// Aligned text table.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) : rows_{std::move(header)} {}
+  void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  [[nodiscard]] std::string render() const;
+  [[nodiscard]] bool empty() const { return rows_.size() <= 1; }
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+};
+
+[[nodiscard]] std::string format_ms(double ms);
+/// "in 12.0s", "3m ago", "-" for 0.
+[[nodiscard]] std::string relative_time(std::int64_t t_ms, std::int64_t now_ms);
+
+/// --profile value, else $RPCROUTE_PROFILE, else the embedded default.
+[[nodiscard]] Result<Profile> load_selected_profile(const std::string& flag);
+
+/// --state / --no-state / $RPCROUTE_STATE / XDG rules.
+[[nodiscard]] std::optional<std::filesystem::path> resolve_state_path(const std::string& flag, bool no_state);
+
+/// Duration "250", "250ms", "2s", "1.5s" → milliseconds.
+[[nodiscard]] std::optional<std::int64_t> parse_duration_ms(std::string_view text);
+
+/// Writes all of `text` to stdout, ignoring a closed pipe.
+void write_stdout(std::string_view text);
+
+}  // namespace rpcroute::cli

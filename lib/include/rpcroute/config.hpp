@@ -1,0 +1,193 @@
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rpcroute/error.hpp"
+
+namespace rpcroute {
+
+/// The seven routing strategies of DESIGN.md section 5.
+enum class Strategy {
+  load_balanced,
+  round_robin,
+  random,
+  weighted,
+  priority,
+  fastest,
+  latency_weighted,
+};
+
+inline constexpr Strategy kAllStrategies[] = {
+    Strategy::load_balanced, Strategy::round_robin, Strategy::random,          Strategy::weighted,
+    Strategy::priority,      Strategy::fastest,     Strategy::latency_weighted};
+
+[[nodiscard]] std::string_view strategy_name(Strategy s);
+/// Accepts snake_case and the URL's kebab-case ("load-balanced").
+[[nodiscard]] std::optional<Strategy> parse_strategy(std::string_view name);
+
+struct Quota {
+  double rps = 0;
+  double burst = 0;
+};
+
+struct ProviderLimits {
+  std::optional<std::uint64_t> max_block_range;
+  std::optional<std::size_t> max_batch;
+};
+
+/// allow/deny lists of method globs ("debug_*"). Deny wins; an empty allow list allows all.
+struct MethodFilter {
+  std::vector<std::string> allow;
+  std::vector<std::string> deny;
+  [[nodiscard]] bool permits(std::string_view method) const;
+};
+
+struct Header {
+  std::string name;
+  std::string value;
+};
+
+struct Provider {
+  std::string id;
+  std::string url;  // after ${VAR} substitution: may hold a secret, never print it (redact_url)
+  std::string ws_url;
+  std::vector<Header> headers;
+  int priority = 0;  // defaults to the position in the profile, 1-based
+  double weight = 1.0;
+  std::optional<bool> archival;  // unset: unknown
+  std::optional<Quota> rate_limit;
+  MethodFilter methods;
+  ProviderLimits limits;
+  std::int64_t timeout_ms = 10'000;
+  std::string fingerprint;  // short hash of the URL; keys state without storing the URL
+};
+
+struct Chain {
+  std::string name;
+  std::uint64_t chain_id = 0;
+  std::int64_t block_time_ms = 12'000;
+  std::uint64_t max_lag_blocks = 2;
+  std::uint64_t archival_threshold = 128;
+  std::int64_t lag_trip_ms = 30'000;
+  std::vector<Provider> providers;
+
+  [[nodiscard]] const Provider* find_provider(std::string_view id) const;
+};
+
+struct MethodPolicy {
+  std::optional<Strategy> strategy;
+  std::vector<std::string> providers;  // restrict to these ids, in this order of preference
+  std::optional<std::int64_t> timeout_ms;
+  bool broadcast = false;
+};
+
+struct MethodOverride {
+  std::string pattern;  // method name or glob
+  MethodPolicy policy;
+};
+
+struct Routing {
+  Strategy default_strategy = Strategy::load_balanced;
+  std::vector<MethodOverride> method_overrides;
+  std::int64_t timeout_ms = 30'000;  // overall deadline of one request
+  std::optional<int> max_attempts;
+};
+
+struct BreakerConfig {
+  int failure_threshold = 5;
+  std::int64_t recovery_timeout_ms = 30'000;
+  std::int64_t max_recovery_timeout_ms = 600'000;
+  int success_threshold = 2;
+  int half_open_max_inflight = 1;
+  double jitter = 0.05;  // fraction of the recovery timeout added at random
+};
+
+struct HealthConfig {
+  BreakerConfig circuit_breaker;
+  std::int64_t rate_limit_default_ms = 30'000;  // when a 429 says nothing about when to retry
+};
+
+struct FastestParams {
+  std::int64_t window_ms = 300'000;
+  int min_calls = 3;
+  double min_success_rate = 0.9;
+};
+
+struct LatencyWeightedParams {
+  std::int64_t window_ms = 300'000;
+  double beta = 3.0;
+  double ms_floor = 30.0;
+  double explore_floor = 0.05;
+  int min_calls = 3;
+  double min_success_rate = 0.85;
+};
+
+struct StrategyParams {
+  FastestParams fastest;
+  LatencyWeightedParams latency_weighted;
+};
+
+/// A loaded, validated, immutable profile.
+struct Profile {
+  std::string name;   // what it is looked up by: the file's stem or the embedded name; keys the state
+  std::string title;  // the YAML's `name:`, for display
+  std::string description;
+  std::string source;  // file path, or "embedded"
+  std::vector<Chain> chains;
+  Routing routing;
+  HealthConfig health;
+  StrategyParams strategies;
+  std::vector<std::string> secrets;  // substituted values; scrubbed from any text we print
+
+  /// By name or decimal chain id.
+  [[nodiscard]] const Chain* find_chain(std::string_view name_or_id) const;
+  /// The first override whose pattern matches, merged over defaults.
+  [[nodiscard]] MethodPolicy policy_for(std::string_view method) const;
+  /// Replaces every secret in `text` with "***".
+  [[nodiscard]] std::string scrub(std::string text) const;
+};
+
+using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+[[nodiscard]] EnvLookup process_env();
+
+/// Parses and validates a profile. Errors read "source:line:column: message".
+[[nodiscard]] Result<Profile> load_profile_text(std::string_view yaml, const std::string& source,
+                                                const EnvLookup& env = process_env());
+[[nodiscard]] Result<Profile> load_profile_file(const std::filesystem::path& path,
+                                                const EnvLookup& env = process_env());
+
+/// Where a named profile is found.
+struct ProfileLocation {
+  std::string name;
+  std::string source;  // path or "embedded"
+};
+
+/// The search path of DESIGN.md section 10, in order.
+[[nodiscard]] std::vector<std::filesystem::path> profile_search_path(const EnvLookup& env =
+                                                                         process_env());
+/// Every profile found on the search path (first occurrence of a name wins) plus the embedded ones.
+[[nodiscard]] std::vector<ProfileLocation> list_profiles(const EnvLookup& env = process_env());
+/// A name is looked up on the search path; anything with a '/' or a .yaml/.yml suffix is a path.
+[[nodiscard]] Result<Profile> find_profile(std::string_view name_or_path,
+                                           const EnvLookup& env = process_env());
+
+/// The YAML text of an embedded profile, or empty.
+[[nodiscard]] std::string_view embedded_profile(std::string_view name);
+inline constexpr std::string_view kDefaultProfile = "public";
+
+/// Glob match with '*' and '?'.
+[[nodiscard]] bool glob_match(std::string_view pattern, std::string_view text);
+
+/// "https://eth-mainnet.g.alchemy.com/v2/KEY" -> "https://eth-mainnet.g.alchemy.com/***".
+/// User info is dropped; a bare origin is shown as is.
+[[nodiscard]] std::string redact_url(std::string_view url);
+
+/// Short, stable, non-reversible fingerprint of a URL (hex).
+[[nodiscard]] std::string url_fingerprint(std::string_view url);
+
+}  // namespace rpcroute

@@ -1,0 +1,177 @@
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "rpcroute/clock.hpp"
+#include "rpcroute/config.hpp"
+#include "rpcroute/error.hpp"
+#include "rpcroute/outcome.hpp"
+
+namespace rpcroute {
+
+inline constexpr int kStateVersion = 1;
+inline constexpr std::size_t kMaxSamplesPerMethod = 128;
+inline constexpr std::int64_t kSampleRetentionMs = 24LL * 3600 * 1000;
+inline constexpr std::int64_t kProviderRetentionMs = 30LL * 24 * 3600 * 1000;
+inline constexpr std::int64_t kFilterRetentionMs = 15LL * 60 * 1000;
+
+/// One latency sample of one method on one provider.
+struct Sample {
+  std::int64_t t_ms = 0;
+  std::int64_t latency_us = 0;
+  Outcome outcome = Outcome::success;
+};
+
+enum class BreakerState { closed, open, half_open };
+[[nodiscard]] std::string_view breaker_state_name(BreakerState s);
+
+/// Circuit breaker of DESIGN.md section 6, stored as data so that other processes can continue it.
+struct Breaker {
+  BreakerState state = BreakerState::closed;  // as last written; see effective_state()
+  int failures = 0;    // consecutive provider-health failures while closed
+  int successes = 0;   // consecutive successes while half-open
+  int reopens = 0;     // how often it reopened from half-open (doubles the recovery timeout)
+  std::int64_t opened_ms = 0;
+  std::int64_t recovery_ms = 0;  // with jitter, fixed when it opened
+  std::string reason;            // last failure that counted
+
+  /// Open turns half-open once the recovery timeout has passed.
+  [[nodiscard]] BreakerState effective_state(std::int64_t now_ms) const;
+  /// Milliseconds until an open breaker half-opens (0 when not open).
+  [[nodiscard]] std::int64_t retry_in_ms(std::int64_t now_ms) const;
+};
+
+struct Height {
+  std::uint64_t block = 0;
+  std::int64_t t_ms = 0;
+};
+
+struct ProviderState {
+  std::string profile;
+  std::string chain;
+  std::string provider;
+  std::string fingerprint;
+  Breaker breaker;
+  std::int64_t rate_limited_until_ms = 0;
+  Height height;
+  std::int64_t last_used_ms = 0;
+  std::map<std::string, std::deque<Sample>, std::less<>> methods;  // newest last
+
+  [[nodiscard]] bool rate_limited(std::int64_t now_ms) const { return rate_limited_until_ms > now_ms; }
+};
+
+struct ChainState {
+  Height high_water;
+  std::uint64_t rr_cursor = 0;
+};
+
+struct FilterPin {
+  std::string provider;
+  std::int64_t t_ms = 0;
+};
+
+struct State {
+  std::map<std::string, ProviderState, std::less<>> providers;  // provider_key()
+  std::map<std::string, ChainState, std::less<>> chains;        // chain_key()
+  std::map<std::string, FilterPin, std::less<>> filters;        // filter_key()
+};
+
+[[nodiscard]] std::string provider_key(std::string_view profile, std::string_view chain, const Provider& p);
+[[nodiscard]] std::string chain_key(std::string_view profile, std::string_view chain);
+[[nodiscard]] std::string filter_key(std::string_view profile, std::string_view chain, std::string_view filter_id);
+
+// Changes are recorded as events. They are applied to the live state at once and, when the state
+// is saved, replayed onto whatever the file holds by then: that is how concurrent writers merge.
+
+/// One exchange with a provider: drives the breaker and the rate-limit mark.
+struct AttemptEvent {
+  std::string key;
+  std::int64_t t_ms = 0;
+  OutcomeClass cls = OutcomeClass::success;
+  std::string reason;
+  std::int64_t retry_after_ms = -1;  // for rate limits; -1 means the default
+  double jitter = 0;                 // in [0, 1): drawn once so that replay opens the same way
+};
+struct SampleEvent {
+  std::string key;
+  std::string method;
+  Sample sample;
+};
+struct HeightEvent {
+  std::string key;
+  Height height;
+};
+struct HighWaterEvent {
+  std::string chain_key;
+  Height height;
+};
+struct CursorEvent {
+  std::string chain_key;
+  std::uint64_t advance = 1;
+};
+struct FilterEvent {
+  std::string key;
+  FilterPin pin;
+};
+using Event = std::variant<AttemptEvent, SampleEvent, HeightEvent, HighWaterEvent, CursorEvent, FilterEvent>;
+
+/// Applies one event; entries are created from their keys when missing. `health` decides breaker
+/// thresholds.
+void apply_event(State& state, const Event& event, const HealthConfig& health);
+
+/// The breaker transition for one exchange (pure; unit-tested without a state file).
+void breaker_on_outcome(Breaker& b, OutcomeClass cls, std::int64_t t_ms, std::string_view reason,
+                        const BreakerConfig& cfg, double jitter);
+
+/// Drops old samples, filters and providers not seen for long.
+void prune(State& state, std::int64_t now_ms);
+
+[[nodiscard]] std::string serialize_state(const State& state, std::int64_t now_ms);
+[[nodiscard]] Result<State> parse_state(std::string_view json);
+
+/// The state file path by DESIGN.md section 9: --state, $RPCROUTE_STATE, $XDG_STATE_HOME, ~/.local/state.
+[[nodiscard]] std::filesystem::path default_state_path(const EnvLookup& env = process_env());
+
+/// The live state of one process plus its pending changes, loaded from and saved to a file with
+/// lock + re-read + replay + fsync + rename. Without a path it is memory-only (--no-state).
+class StateStore {
+ public:
+  using Warn = std::function<void(const std::string&)>;
+
+  StateStore(std::optional<std::filesystem::path> path, const Clock& clock, Warn warn);
+
+  /// Reads the file if there is one. A corrupt or unreadable file is moved aside with a warning.
+  void load();
+  /// Merges this process's events into the file. Never loses another writer's data.
+  [[nodiscard]] Result<void> save();
+  /// Drops everything, in memory and on disk.
+  [[nodiscard]] Result<void> reset();
+
+  void record(Event event, const HealthConfig& health);
+
+  [[nodiscard]] State& state() { return state_; }
+  [[nodiscard]] const std::optional<std::filesystem::path>& path() const { return path_; }
+  [[nodiscard]] bool dirty() const { return !pending_.empty(); }
+
+ private:
+  struct Pending {
+    Event event;
+    HealthConfig health;
+  };
+  State read_or_move_aside();
+
+  std::optional<std::filesystem::path> path_;
+  const Clock& clock_;
+  Warn warn_;
+  State state_;
+  std::vector<Pending> pending_;
+};
+
+}  // namespace rpcroute

@@ -1,0 +1,56 @@
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rpcroute/asio_compat.hpp"
+#include "rpcroute/config.hpp"
+#include "rpcroute/outcome.hpp"
+
+namespace rpcroute {
+
+struct HttpRequest {
+  std::string url;
+  std::string body;
+  const std::vector<Header>* headers = nullptr;  // extra headers; must outlive perform()
+  std::int64_t timeout_ms = 10'000;
+};
+
+struct HttpResponse {
+  TransportError error = TransportError::none;
+  std::string error_message;
+  long status = 0;
+  std::string body;         // the provider's bytes, untouched
+  std::string retry_after;  // Retry-After header, if any
+  std::int64_t latency_us = 0;  // from the start of the request to the last byte
+  std::int64_t connect_us = 0;  // time spent connecting (0 on a reused connection)
+};
+
+/// The HTTP client: one curl multi handle driven by the io_context (DESIGN.md section 2).
+/// Connections are reused across requests; everything runs on the context's thread.
+///
+///   Engine engine(io);
+///   HttpResponse r = co_await engine.perform({.url = "http://127.0.0.1:8545", .body = "..."});
+class Engine {
+ public:
+  explicit Engine(asio::io_context& io);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  [[nodiscard]] asio::awaitable<HttpResponse> perform(HttpRequest request);
+
+  /// Number of transfers in flight.
+  [[nodiscard]] std::size_t in_flight() const;
+
+  struct Core;
+
+ private:
+  std::shared_ptr<Core> core_;
+};
+
+/// curl_global_init once per process (thread-safe through a static).
+void init_curl();
+
+}  // namespace rpcroute

@@ -1,0 +1,602 @@
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <curl/curl.h>
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include "rpcroute/config.hpp"
+
+namespace rpcroute {
+
+std::string_view strategy_name(Strategy s) {
+  switch (s) {
+    case Strategy::load_balanced: return "load_balanced";
+    case Strategy::round_robin: return "round_robin";
+    case Strategy::random: return "random";
+    case Strategy::weighted: return "weighted";
+    case Strategy::priority: return "priority";
+    case Strategy::fastest: return "fastest";
+    case Strategy::latency_weighted: return "latency_weighted";
+  }
+  return "?";
+}
+
+std::optional<Strategy> parse_strategy(std::string_view name) {
+  std::string norm(name);
+  std::replace(norm.begin(), norm.end(), '-', '_');
+  for (Strategy s : kAllStrategies) {
+    if (strategy_name(s) == norm) return s;
+  }
+  return std::nullopt;
+}
+
+bool glob_match(std::string_view p, std::string_view t) {
+  std::size_t pi = 0, ti = 0, star = std::string_view::npos, mark = 0;
+  while (ti < t.size()) {
+    if (pi < p.size() && (p[pi] == '?' || p[pi] == t[ti])) {
+      ++pi;
+      ++ti;
+    } else if (pi < p.size() && p[pi] == '*') {
+      star = pi++;
+      mark = ti;
+    } else if (star != std::string_view::npos) {
+      pi = star + 1;
+      ti = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (pi < p.size() && p[pi] == '*') ++pi;
+  return pi == p.size();
+}
+
+bool MethodFilter::permits(std::string_view method) const {
+  for (const auto& d : deny) {
+    if (glob_match(d, method)) return false;
+  }
+  if (allow.empty()) return true;
+  return std::any_of(allow.begin(), allow.end(),
+                     [&](const std::string& a) { return glob_match(a, method); });
+}
+
+const Provider* Chain::find_provider(std::string_view id) const {
+  for (const auto& p : providers) {
+    if (p.id == id) return &p;
+  }
+  return nullptr;
+}
+
+const Chain* Profile::find_chain(std::string_view name_or_id) const {
+  for (const auto& c : chains) {
+    if (c.name == name_or_id) return &c;
+  }
+  if (!name_or_id.empty() &&
+      std::all_of(name_or_id.begin(), name_or_id.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+    for (const auto& c : chains) {
+      if (std::to_string(c.chain_id) == name_or_id) return &c;
+    }
+  }
+  return nullptr;
+}
+
+MethodPolicy Profile::policy_for(std::string_view method) const {
+  for (const auto& o : routing.method_overrides) {
+    if (glob_match(o.pattern, method)) return o.policy;
+  }
+  return {};
+}
+
+std::string Profile::scrub(std::string text) const {
+  for (const auto& s : secrets) {
+    if (s.size() < 4) continue;  // too short to be a key, and replacing it would mangle text
+    std::size_t pos = 0;
+    while ((pos = text.find(s, pos)) != std::string::npos) {
+      text.replace(pos, s.size(), "***");
+      pos += 3;
+    }
+  }
+  return text;
+}
+
+EnvLookup process_env() {
+  return [](const std::string& name) -> std::optional<std::string> {
+    const char* v = std::getenv(name.c_str());
+    if (v == nullptr) return std::nullopt;
+    return std::string(v);
+  };
+}
+
+std::string redact_url(std::string_view url) {
+  auto scheme_end = url.find("://");
+  if (scheme_end == std::string_view::npos) return "***";
+  auto rest = url.substr(scheme_end + 3);
+  auto path_pos = rest.find_first_of("/?#");
+  auto authority = rest.substr(0, path_pos);
+  if (auto at = authority.rfind('@'); at != std::string_view::npos) authority = authority.substr(at + 1);
+  std::string out = fmt::format("{}://{}", url.substr(0, scheme_end), authority);
+  if (path_pos != std::string_view::npos) {
+    auto tail = rest.substr(path_pos);
+    if (tail != "/") out += "/***";
+  }
+  return out;
+}
+
+std::string url_fingerprint(std::string_view url) {
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a 64
+  for (unsigned char c : url) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return fmt::format("{:012x}", h >> 16);
+}
+
+namespace {
+
+struct ProfileError {
+  std::string message;
+};
+
+class Loader {
+ public:
+  Loader(std::string source, const EnvLookup& env) : source_(std::move(source)), env_(env) {}
+
+  Profile load(std::string_view text) {
+    YAML::Node root;
+    try {
+      root = YAML::Load(std::string(text));
+    } catch (const YAML::ParserException& e) {
+      throw ProfileError{fmt::format("{}:{}:{}: {}", source_, e.mark.line + 1, e.mark.column + 1, e.msg)};
+    }
+    if (!root.IsMap()) throw error(root, "a profile must be a mapping with a 'chains' key");
+    check_keys(root, {"name", "description", "chains", "routing", "health", "strategies"}, "profile");
+
+    Profile p;
+    p.source = source_;
+    p.title = opt_string(root, "name").value_or("");
+    p.description = opt_string(root, "description").value_or("");
+
+    // Strategy parameters and routing first: chains reference nothing from them, but method
+    // overrides reference provider ids, checked after the chains are read.
+    if (auto s = root["strategies"]) {
+      require_map(s, "strategies");
+      check_keys(s, {"fastest", "latency_weighted"}, "strategies");
+      if (auto f = s["fastest"]) {
+        require_map(f, "strategies.fastest");
+        check_keys(f, {"window_ms", "min_calls", "min_success_rate"}, "strategies.fastest");
+        auto& fp = p.strategies.fastest;
+        fp.window_ms = opt_int(f, "window_ms", 1).value_or(fp.window_ms);
+        fp.min_calls = static_cast<int>(opt_int(f, "min_calls", 0).value_or(fp.min_calls));
+        fp.min_success_rate = opt_double(f, "min_success_rate", 0, 1).value_or(fp.min_success_rate);
+      }
+      if (auto l = s["latency_weighted"]) {
+        require_map(l, "strategies.latency_weighted");
+        check_keys(l, {"window_ms", "beta", "ms_floor", "explore_floor", "min_calls", "min_success_rate"},
+                   "strategies.latency_weighted");
+        auto& lp = p.strategies.latency_weighted;
+        lp.window_ms = opt_int(l, "window_ms", 1).value_or(lp.window_ms);
+        lp.beta = opt_double(l, "beta", 0, 100).value_or(lp.beta);
+        lp.ms_floor = opt_double(l, "ms_floor", 0, 1e9).value_or(lp.ms_floor);
+        lp.explore_floor = opt_double(l, "explore_floor", 0, 1).value_or(lp.explore_floor);
+        lp.min_calls = static_cast<int>(opt_int(l, "min_calls", 0).value_or(lp.min_calls));
+        lp.min_success_rate = opt_double(l, "min_success_rate", 0, 1).value_or(lp.min_success_rate);
+      }
+    }
+
+    if (auto h = root["health"]) {
+      require_map(h, "health");
+      check_keys(h, {"circuit_breaker", "rate_limit_default_ms"}, "health");
+      p.health.rate_limit_default_ms =
+          opt_int(h, "rate_limit_default_ms", 0).value_or(p.health.rate_limit_default_ms);
+      if (auto cb = h["circuit_breaker"]) {
+        require_map(cb, "health.circuit_breaker");
+        check_keys(cb, {"failure_threshold", "recovery_timeout_ms", "max_recovery_timeout_ms",
+                        "success_threshold", "half_open_max_inflight", "jitter"},
+                   "health.circuit_breaker");
+        auto& b = p.health.circuit_breaker;
+        b.failure_threshold = static_cast<int>(opt_int(cb, "failure_threshold", 1).value_or(b.failure_threshold));
+        b.recovery_timeout_ms = opt_int(cb, "recovery_timeout_ms", 0).value_or(b.recovery_timeout_ms);
+        b.max_recovery_timeout_ms =
+            opt_int(cb, "max_recovery_timeout_ms", 0).value_or(std::max(b.max_recovery_timeout_ms, b.recovery_timeout_ms));
+        b.success_threshold = static_cast<int>(opt_int(cb, "success_threshold", 1).value_or(b.success_threshold));
+        b.half_open_max_inflight =
+            static_cast<int>(opt_int(cb, "half_open_max_inflight", 1).value_or(b.half_open_max_inflight));
+        b.jitter = opt_double(cb, "jitter", 0, 1).value_or(b.jitter);
+        if (b.max_recovery_timeout_ms < b.recovery_timeout_ms) {
+          throw error(cb, "max_recovery_timeout_ms must not be below recovery_timeout_ms");
+        }
+      }
+    }
+
+    auto chains = root["chains"];
+    if (!chains) throw error(root, "missing required key 'chains'");
+    require_map(chains, "chains");
+    if (chains.size() == 0) throw error(chains, "'chains' must list at least one chain");
+    std::set<std::uint64_t> ids;
+    for (auto it = chains.begin(); it != chains.end(); ++it) {
+      Chain c = load_chain(it->first, it->second);
+      if (!ids.insert(c.chain_id).second) {
+        throw error(it->first, fmt::format("chain id {} is used by two chains", c.chain_id));
+      }
+      p.chains.push_back(std::move(c));
+    }
+
+    if (auto r = root["routing"]) {
+      require_map(r, "routing");
+      check_keys(r, {"default_strategy", "method_overrides", "timeout_ms", "max_attempts"}, "routing");
+      if (auto ds = r["default_strategy"]) p.routing.default_strategy = strategy(ds);
+      p.routing.timeout_ms = opt_int(r, "timeout_ms", 1).value_or(p.routing.timeout_ms);
+      if (auto ma = opt_int(r, "max_attempts", 1)) p.routing.max_attempts = static_cast<int>(*ma);
+      if (auto mo = r["method_overrides"]) {
+        require_map(mo, "routing.method_overrides");
+        for (auto it = mo.begin(); it != mo.end(); ++it) {
+          MethodOverride o;
+          o.pattern = scalar(it->first, "method name");
+          const auto& v = it->second;
+          require_map(v, "method override");
+          check_keys(v, {"strategy", "providers", "timeout_ms", "broadcast"}, "method override");
+          if (auto s = v["strategy"]) o.policy.strategy = strategy(s);
+          if (auto t = opt_int(v, "timeout_ms", 1)) o.policy.timeout_ms = *t;
+          if (auto b = v["broadcast"]) o.policy.broadcast = boolean(b);
+          if (auto ps = v["providers"]) {
+            o.policy.providers = string_list(ps, "providers");
+            for (std::size_t i = 0; i < o.policy.providers.size(); ++i) {
+              const auto& id = o.policy.providers[i];
+              bool known = std::any_of(p.chains.begin(), p.chains.end(),
+                                       [&](const Chain& c) { return c.find_provider(id) != nullptr; });
+              if (!known) throw error(ps[i], fmt::format("unknown provider id '{}'", id));
+            }
+          }
+          p.routing.method_overrides.push_back(std::move(o));
+        }
+      }
+    }
+    p.secrets = std::move(secrets_);
+    return p;
+  }
+
+ private:
+  ProfileError error(const YAML::Node& n, std::string_view msg) const {
+    auto m = n.Mark();
+    if (m.is_null()) return ProfileError{fmt::format("{}: {}", source_, msg)};
+    return ProfileError{fmt::format("{}:{}:{}: {}", source_, m.line + 1, m.column + 1, msg)};
+  }
+
+  void require_map(const YAML::Node& n, std::string_view what) const {
+    if (!n.IsMap()) throw error(n, fmt::format("'{}' must be a mapping", what));
+  }
+
+  void check_keys(const YAML::Node& map, std::initializer_list<std::string_view> allowed,
+                  std::string_view where) const {
+    std::set<std::string> seen;
+    for (auto it = map.begin(); it != map.end(); ++it) {
+      if (!it->first.IsScalar()) throw error(it->first, fmt::format("keys of {} must be names", where));
+      auto k = it->first.Scalar();
+      if (std::find(allowed.begin(), allowed.end(), k) == allowed.end()) {
+        std::string list;
+        for (auto a : allowed) list += fmt::format("{}{}", list.empty() ? "" : ", ", a);
+        throw error(it->first, fmt::format("unknown key '{}' in {} (expected one of: {})", k, where, list));
+      }
+      if (!seen.insert(k).second) throw error(it->first, fmt::format("duplicate key '{}' in {}", k, where));
+    }
+  }
+
+  std::string scalar(const YAML::Node& n, std::string_view what) const {
+    if (!n.IsScalar()) throw error(n, fmt::format("{} must be a string", what));
+    return n.Scalar();
+  }
+
+  std::optional<std::string> opt_string(const YAML::Node& map, const char* key) const {
+    auto n = map[key];
+    if (!n) return std::nullopt;
+    if (!n.IsScalar()) throw error(n, fmt::format("'{}' must be a string", key));
+    return n.Scalar();
+  }
+
+  std::optional<std::int64_t> opt_int(const YAML::Node& map, const char* key, std::int64_t min) const {
+    auto n = map[key];
+    if (!n) return std::nullopt;
+    std::int64_t v = 0;
+    if (!n.IsScalar() || !YAML::convert<std::int64_t>::decode(n, v)) {
+      throw error(n, fmt::format("'{}' must be an integer", key));
+    }
+    if (v < min) throw error(n, fmt::format("'{}' must be at least {}", key, min));
+    return v;
+  }
+
+  std::optional<double> opt_double(const YAML::Node& map, const char* key, double lo, double hi) const {
+    auto n = map[key];
+    if (!n) return std::nullopt;
+    double v = 0;
+    if (!n.IsScalar() || !YAML::convert<double>::decode(n, v) || !std::isfinite(v)) {
+      throw error(n, fmt::format("'{}' must be a number", key));
+    }
+    if (v < lo || v > hi) throw error(n, fmt::format("'{}' must be between {} and {}", key, lo, hi));
+    return v;
+  }
+
+  bool boolean(const YAML::Node& n) const {
+    bool v = false;
+    if (!n.IsScalar() || !YAML::convert<bool>::decode(n, v)) throw error(n, "expected true or false");
+    return v;
+  }
+
+  Strategy strategy(const YAML::Node& n) const {
+    auto name = scalar(n, "strategy");
+    if (auto s = parse_strategy(name)) return *s;
+    throw error(n, fmt::format("unknown strategy '{}' (expected one of: load_balanced, round_robin, random, "
+                               "weighted, priority, fastest, latency_weighted)",
+                               name));
+  }
+
+  std::vector<std::string> string_list(const YAML::Node& n, std::string_view what) const {
+    if (!n.IsSequence()) throw error(n, fmt::format("'{}' must be a list", what));
+    std::vector<std::string> out;
+    for (const auto& item : n) out.push_back(scalar(item, what));
+    return out;
+  }
+
+  /// ${VAR} substitution; an unset variable is an error naming it (never a value).
+  std::string substitute(const YAML::Node& n, const std::string& text, bool secret_by_default) {
+    std::string out;
+    std::size_t i = 0;
+    bool substituted = false;
+    while (i < text.size()) {
+      auto start = text.find("${", i);
+      if (start == std::string::npos) {
+        out.append(text, i);
+        break;
+      }
+      out.append(text, i, start - i);
+      auto end = text.find('}', start + 2);
+      if (end == std::string::npos) throw error(n, "unterminated '${' in value");
+      std::string var = text.substr(start + 2, end - start - 2);
+      bool valid = !var.empty() && std::all_of(var.begin(), var.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+      });
+      if (!valid) throw error(n, fmt::format("invalid variable name '${{{}}}'", var));
+      auto value = env_(var);
+      if (!value) throw error(n, fmt::format("environment variable {} is not set", var));
+      if (!value->empty()) secrets_.push_back(*value);
+      out += *value;
+      substituted = true;
+      i = end + 1;
+    }
+    if (secret_by_default && !substituted && !out.empty()) secrets_.push_back(out);
+    return out;
+  }
+
+  void check_url(const YAML::Node& n, const std::string& url, std::initializer_list<std::string_view> schemes) {
+    CURLU* u = curl_url();
+    auto rc = curl_url_set(u, CURLUPART_URL, url.c_str(), CURLU_NON_SUPPORT_SCHEME);
+    char* scheme = nullptr;
+    char* host = nullptr;
+    bool ok = rc == CURLUE_OK && curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
+              curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK && host != nullptr && host[0] != '\0';
+    std::string s = scheme != nullptr ? scheme : "";
+    curl_free(scheme);
+    curl_free(host);
+    curl_url_cleanup(u);
+    if (!ok) throw error(n, fmt::format("bad URL '{}'", redact_url(url)));
+    if (std::find(schemes.begin(), schemes.end(), s) == schemes.end()) {
+      throw error(n, fmt::format("bad URL '{}': scheme must be {}", redact_url(url),
+                                 *schemes.begin() == "http" ? "http or https" : "ws or wss"));
+    }
+  }
+
+  Chain load_chain(const YAML::Node& key, const YAML::Node& n) {
+    Chain c;
+    c.name = scalar(key, "chain name");
+    bool name_ok = !c.name.empty() && std::all_of(c.name.begin(), c.name.end(), [](char ch) {
+      return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' || ch == '.';
+    });
+    if (!name_ok) throw error(key, fmt::format("chain name '{}' may only hold letters, digits, '_', '-', '.'", c.name));
+    require_map(n, fmt::format("chains.{}", c.name));
+    check_keys(n, {"chain_id", "block_time_ms", "max_lag_blocks", "archival_threshold", "lag_trip_ms", "providers"},
+               fmt::format("chain '{}'", c.name));
+    auto cid = opt_int(n, "chain_id", 1);
+    if (!cid) throw error(n, fmt::format("chain '{}' needs a 'chain_id'", c.name));
+    c.chain_id = static_cast<std::uint64_t>(*cid);
+    c.block_time_ms = opt_int(n, "block_time_ms", 1).value_or(c.block_time_ms);
+    c.max_lag_blocks = static_cast<std::uint64_t>(opt_int(n, "max_lag_blocks", 0).value_or(2));
+    c.archival_threshold = static_cast<std::uint64_t>(opt_int(n, "archival_threshold", 0).value_or(128));
+    c.lag_trip_ms = opt_int(n, "lag_trip_ms", 0).value_or(c.lag_trip_ms);
+    auto ps = n["providers"];
+    if (!ps) throw error(n, fmt::format("chain '{}' needs a 'providers' list", c.name));
+    if (!ps.IsSequence() || ps.size() == 0) throw error(ps, "'providers' must be a non-empty list");
+    std::set<std::string> ids;
+    int position = 0;
+    for (const auto& pn : ps) {
+      Provider p = load_provider(pn, ++position);
+      if (!ids.insert(p.id).second) throw error(pn["id"], fmt::format("duplicate provider id '{}'", p.id));
+      c.providers.push_back(std::move(p));
+    }
+    return c;
+  }
+
+  Provider load_provider(const YAML::Node& n, int position) {
+    require_map(n, "provider");
+    check_keys(n,
+               {"id", "url", "ws_url", "headers", "api_key", "priority", "weight", "archival", "rate_limit",
+                "methods", "limits", "timeout_ms"},
+               "provider");
+    Provider p;
+    auto id = opt_string(n, "id");
+    if (!id || id->empty()) throw error(n, "provider needs an 'id'");
+    bool id_ok = std::all_of(id->begin(), id->end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+    });
+    if (!id_ok) throw error(n["id"], fmt::format("provider id '{}' may only hold letters, digits, '_', '-', '.'", *id));
+    p.id = *id;
+    std::string api_key;
+    if (auto k = n["api_key"]) api_key = substitute(k, scalar(k, "api_key"), true);
+    auto url = n["url"];
+    if (!url) throw error(n, fmt::format("provider '{}' needs a 'url'", p.id));
+    p.url = substitute(url, scalar(url, "url"), false);
+    if (!api_key.empty()) {
+      // "{api_key}" in the URL is where the key goes; without it the key is sent as a header.
+      auto pos = p.url.find("{api_key}");
+      if (pos != std::string::npos) {
+        p.url.replace(pos, 9, api_key);
+      } else {
+        p.headers.push_back({"Authorization", "Bearer " + api_key});
+      }
+    }
+    check_url(url, p.url, {"http", "https"});
+    if (auto w = n["ws_url"]) {
+      p.ws_url = substitute(w, scalar(w, "ws_url"), false);
+      check_url(w, p.ws_url, {"ws", "wss"});
+    }
+    if (auto h = n["headers"]) {
+      require_map(h, "headers");
+      for (auto it = h.begin(); it != h.end(); ++it) {
+        auto name = scalar(it->first, "header name");
+        bool name_ok = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+          return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+        });
+        if (!name_ok) throw error(it->first, fmt::format("bad header name '{}'", name));
+        auto value = substitute(it->second, scalar(it->second, "header value"), true);
+        if (value.find_first_of("\r\n") != std::string::npos) throw error(it->second, "header value holds a line break");
+        p.headers.push_back({name, value});
+      }
+    }
+    p.priority = static_cast<int>(opt_int(n, "priority", 0).value_or(position));
+    p.weight = opt_double(n, "weight", 0, 1e9).value_or(1.0);
+    if (auto a = n["archival"]) p.archival = boolean(a);
+    if (auto rl = n["rate_limit"]) {
+      require_map(rl, "rate_limit");
+      check_keys(rl, {"rps", "burst"}, "rate_limit");
+      Quota q;
+      q.rps = opt_double(rl, "rps", 0.001, 1e9).value_or(0);
+      if (q.rps == 0) throw error(rl, "rate_limit needs 'rps'");
+      q.burst = opt_double(rl, "burst", 1, 1e9).value_or(std::max(1.0, q.rps));
+      p.rate_limit = q;
+    }
+    if (auto m = n["methods"]) {
+      require_map(m, "methods");
+      check_keys(m, {"allow", "deny"}, "methods");
+      if (auto a = m["allow"]) p.methods.allow = string_list(a, "allow");
+      if (auto d = m["deny"]) p.methods.deny = string_list(d, "deny");
+    }
+    if (auto l = n["limits"]) {
+      require_map(l, "limits");
+      check_keys(l, {"max_block_range", "max_batch"}, "limits");
+      if (auto r = opt_int(l, "max_block_range", 1)) p.limits.max_block_range = static_cast<std::uint64_t>(*r);
+      if (auto b = opt_int(l, "max_batch", 1)) p.limits.max_batch = static_cast<std::size_t>(*b);
+    }
+    p.timeout_ms = opt_int(n, "timeout_ms", 1).value_or(p.timeout_ms);
+    p.fingerprint = url_fingerprint(p.url);
+    return p;
+  }
+
+  std::string source_;
+  const EnvLookup& env_;
+  std::vector<std::string> secrets_;
+};
+
+bool looks_like_path(std::string_view s) {
+  auto ends = [&](std::string_view suf) { return s.size() >= suf.size() && s.substr(s.size() - suf.size()) == suf; };
+  return s.find('/') != std::string_view::npos || ends(".yaml") || ends(".yml");
+}
+
+std::optional<std::string> home_relative(const EnvLookup& env, const char* xdg, const char* fallback) {
+  if (auto x = env(xdg); x && !x->empty()) return *x;
+  if (auto h = env("HOME"); h && !h->empty()) return *h + "/" + fallback;
+  return std::nullopt;
+}
+
+}  // namespace
+
+Result<Profile> load_profile_text(std::string_view yaml, const std::string& source, const EnvLookup& env) {
+  try {
+    Loader loader(source, env);
+    return loader.load(yaml);
+  } catch (const ProfileError& e) {
+    return fail(e.message);
+  } catch (const YAML::Exception& e) {
+    return fail(fmt::format("{}:{}:{}: {}", source, e.mark.line + 1, e.mark.column + 1, e.msg));
+  }
+}
+
+Result<Profile> load_profile_file(const std::filesystem::path& path, const EnvLookup& env) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return fail(fmt::format("cannot read profile {}", path.string()));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto p = load_profile_text(ss.str(), path.string(), env);
+  if (p) p->name = path.stem().string();
+  return p;
+}
+
+std::vector<std::filesystem::path> profile_search_path(const EnvLookup& env) {
+  std::vector<std::filesystem::path> dirs;
+  if (auto v = env("RPCROUTE_PROFILES"); v && !v->empty()) {
+    std::string_view rest = *v;
+    while (!rest.empty()) {
+      auto colon = rest.find(':');
+      auto part = rest.substr(0, colon);
+      if (!part.empty()) dirs.emplace_back(part);
+      if (colon == std::string_view::npos) break;
+      rest.remove_prefix(colon + 1);
+    }
+  }
+  if (auto cfg = home_relative(env, "XDG_CONFIG_HOME", ".config")) dirs.emplace_back(*cfg + "/rpcroute/profiles");
+  std::error_code ec;
+  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) dirs.push_back(exe.parent_path().parent_path() / "share/rpcroute/profiles");
+  return dirs;
+}
+
+std::vector<ProfileLocation> list_profiles(const EnvLookup& env) {
+  std::vector<ProfileLocation> out;
+  std::set<std::string> seen;
+  for (const auto& dir : profile_search_path(env)) {
+    std::error_code ec;
+    std::vector<std::filesystem::path> files;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+      auto ext = entry.path().extension();
+      if (ext == ".yaml" || ext == ".yml") files.push_back(entry.path());
+    }
+    std::sort(files.begin(), files.end());
+    for (const auto& f : files) {
+      if (seen.insert(f.stem().string()).second) out.push_back({f.stem().string(), f.string()});
+    }
+  }
+  if (seen.insert(std::string(kDefaultProfile)).second) out.push_back({std::string(kDefaultProfile), "embedded"});
+  return out;
+}
+
+Result<Profile> find_profile(std::string_view name_or_path, const EnvLookup& env) {
+  if (looks_like_path(name_or_path)) {
+    std::filesystem::path path(name_or_path);
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) return fail(fmt::format("profile file {} does not exist", path.string()));
+    return load_profile_file(path, env);
+  }
+  for (const auto& dir : profile_search_path(env)) {
+    for (const char* ext : {".yaml", ".yml"}) {
+      auto path = dir / (std::string(name_or_path) + ext);
+      std::error_code ec;
+      if (std::filesystem::is_regular_file(path, ec)) {
+        auto p = load_profile_file(path, env);
+        if (p) p->name = std::string(name_or_path);
+        return p;
+      }
+    }
+  }
+  if (auto text = embedded_profile(name_or_path); !text.empty()) {
+    auto p = load_profile_text(text, fmt::format("<embedded {}>", name_or_path), env);
+    if (p) {
+      p->name = std::string(name_or_path);
+      p->source = "embedded";
+    }
+    return p;
+  }
+  return fail(fmt::format("unknown profile '{}' (see 'rpcroute profiles list')", name_or_path));
+}
+
+}  // namespace rpcroute

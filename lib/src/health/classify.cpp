@@ -1,0 +1,241 @@
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <ctime>
+
+#include <fmt/format.h>
+
+#include "rpcroute/jsonrpc.hpp"
+#include "rpcroute/outcome.hpp"
+
+namespace rpcroute {
+
+std::string_view outcome_name(Outcome o) {
+  switch (o) {
+    case Outcome::success: return "success";
+    case Outcome::rpc_error: return "rpc_error";
+    case Outcome::rate_limited: return "rate_limited";
+    case Outcome::connect_failed: return "connect_failed";
+    case Outcome::dns_failed: return "dns_failed";
+    case Outcome::tls_failed: return "tls_failed";
+    case Outcome::timeout: return "timeout";
+    case Outcome::transport_error: return "transport_error";
+    case Outcome::http_error: return "http_error";
+    case Outcome::bad_response: return "bad_response";
+    case Outcome::wrong_id: return "wrong_id";
+  }
+  return "?";
+}
+
+std::optional<Outcome> parse_outcome(std::string_view name) {
+  for (int i = 0; i <= static_cast<int>(Outcome::wrong_id); ++i) {
+    if (outcome_name(static_cast<Outcome>(i)) == name) return static_cast<Outcome>(i);
+  }
+  return std::nullopt;
+}
+
+std::string_view class_name(OutcomeClass c) {
+  switch (c) {
+    case OutcomeClass::success: return "success";
+    case OutcomeClass::deterministic: return "deterministic";
+    case OutcomeClass::capability: return "capability";
+    case OutcomeClass::rate_limited: return "rate_limited";
+    case OutcomeClass::provider_failure: return "provider_failure";
+    case OutcomeClass::unknown: return "unknown";
+  }
+  return "?";
+}
+
+namespace {
+
+using C = OutcomeClass;
+
+// Order matters: the first matching row wins. Rate limits come first ("request rate limited"
+// beats anything else in the message), then capability, then deterministic.
+constexpr MessageRule kMessageRules[] = {
+    {"rate limit", "", C::rate_limited},
+    {"too many requests", "", C::rate_limited},
+    {"compute units", "", C::rate_limited},
+    {"exceeded", "capacity", C::rate_limited},
+    {"request rate exceeded", "", C::rate_limited},
+    {"rate exceeded", "", C::rate_limited},
+    {"requests per second", "", C::rate_limited},
+    {"request count exceeded", "", C::rate_limited},
+    {"quota exceeded", "", C::rate_limited},
+    {"throughput", "exceeded", C::rate_limited},
+    {"missing trie node", "", C::capability},
+    {"header not found", "", C::capability},
+    {"state not available", "", C::capability},
+    {"historical state", "", C::capability},
+    {"state is not available", "", C::capability},
+    {"blockoutofrange", "", C::capability},
+    {"block out of range", "", C::capability},
+    {"unknown block", "", C::capability},
+    {"block not found", "", C::capability},
+    {"does not exist/is not available", "", C::capability},
+    {"method not found", "", C::capability},
+    {"method not supported", "", C::capability},
+    {"not supported", "", C::capability},
+    {"unsupported method", "", C::capability},
+    {"is not available", "", C::capability},
+    {"block range", "", C::capability},
+    {"is limited to", "", C::capability},
+    {"range too large", "", C::capability},
+    {"range is too large", "", C::capability},
+    {"query returned more than", "", C::capability},
+    {"too many blocks", "", C::capability},
+    {"log response size exceeded", "", C::capability},
+    {"archive", "", C::capability},
+    {"pruned", "", C::capability},
+    {"execution reverted", "", C::deterministic},
+    {"reverted", "", C::deterministic},
+    {"nonce too low", "", C::deterministic},
+    {"nonce too high", "", C::deterministic},
+    {"insufficient funds", "", C::deterministic},
+    {"already known", "", C::deterministic},
+    {"known transaction", "", C::deterministic},
+    {"transaction underpriced", "", C::deterministic},
+    {"replacement transaction", "", C::deterministic},
+    {"max fee per gas less than", "", C::deterministic},
+    {"max priority fee per gas higher", "", C::deterministic},
+    {"intrinsic gas too low", "", C::deterministic},
+    {"gas required exceeds", "", C::deterministic},
+    {"exceeds block gas limit", "", C::deterministic},
+    {"invalid sender", "", C::deterministic},
+    {"invalid signature", "", C::deterministic},
+    {"out of gas", "", C::deterministic},
+    {"invalid opcode", "", C::deterministic},
+    {"invalid argument", "", C::deterministic},
+    {"tx fee", "exceeds", C::deterministic},
+};
+
+constexpr CodeRule kCodeRules[] = {
+    {3, C::deterministic},                       // execution reverted with data
+    {jsonrpc::kInvalidParams, C::deterministic},
+    {jsonrpc::kInvalidRequest, C::deterministic},
+    {jsonrpc::kParseError, C::deterministic},
+    {jsonrpc::kMethodNotFound, C::capability},
+    {-32001, C::capability},  // resource not found
+    {-32004, C::capability},  // method not supported (EIP-1474)
+    {-32003, C::deterministic},  // transaction rejected
+    {-32010, C::deterministic},  // transaction cost exceeds limit
+    {-32015, C::deterministic},  // VM execution error (Nethermind)
+    {-32005, C::rate_limited},   // limit exceeded (EIP-1474)
+    {429, C::rate_limited},
+    {-32002, C::provider_failure},  // resource unavailable
+    {jsonrpc::kInternalError, C::provider_failure},
+    {-32000, C::unknown},
+};
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
+  return out;
+}
+
+std::optional<std::int64_t> first_number_after(std::string_view text, std::string_view key) {
+  auto pos = text.find(key);
+  if (pos == std::string_view::npos) return std::nullopt;
+  pos += key.size();
+  while (pos < text.size() && (text[pos] == '"' || text[pos] == ':' || text[pos] == ' ')) ++pos;
+  double v = 0;
+  auto [p, ec] = std::from_chars(text.data() + pos, text.data() + text.size(), v);
+  if (ec != std::errc() || v < 0 || v > 86400 * 7) return std::nullopt;
+  return static_cast<std::int64_t>(v * 1000);
+}
+
+std::optional<std::int64_t> parse_http_date(std::string_view s, std::int64_t now_ms) {
+  std::tm tm{};
+  std::string str(s);
+  if (strptime(str.c_str(), "%a, %d %b %Y %H:%M:%S", &tm) == nullptr) return std::nullopt;
+  auto t = timegm(&tm);
+  if (t < 0) return std::nullopt;
+  return std::max<std::int64_t>(0, static_cast<std::int64_t>(t) * 1000 - now_ms);
+}
+
+}  // namespace
+
+std::span<const MessageRule> message_rules() { return kMessageRules; }
+std::span<const CodeRule> code_rules() { return kCodeRules; }
+
+OutcomeClass classify_rpc_error(std::int64_t code, std::string_view message) {
+  auto msg = lower(message);
+  for (const auto& r : kMessageRules) {
+    if (msg.find(r.needle) != std::string::npos && (r.needle2.empty() || msg.find(r.needle2) != std::string::npos)) {
+      return r.cls;
+    }
+  }
+  for (const auto& r : kCodeRules) {
+    if (r.code == code) return r.cls;
+  }
+  return C::unknown;
+}
+
+std::int64_t retry_after_ms(std::string_view header, std::string_view message, std::string_view data,
+                            std::int64_t now_ms) {
+  if (!header.empty()) {
+    std::int64_t secs = 0;
+    auto [p, ec] = std::from_chars(header.data(), header.data() + header.size(), secs);
+    if (ec == std::errc() && p == header.data() + header.size() && secs >= 0) return secs * 1000;
+    if (auto d = parse_http_date(header, now_ms)) return *d;
+  }
+  if (!data.empty()) {
+    if (auto v = first_number_after(data, "\"retry_after\"")) return *v;
+    if (auto v = first_number_after(data, "\"backoff_seconds\"")) return *v;
+  }
+  auto msg = lower(message);
+  for (std::string_view key : {"try again in ", "retry in ", "retry after "}) {
+    if (auto v = first_number_after(msg, key)) {
+      auto pos = msg.find(key) + key.size();
+      auto unit = msg.substr(pos);
+      auto digits_end = unit.find_first_not_of("0123456789. ");
+      bool millis = digits_end != std::string::npos && unit.substr(digits_end).rfind("ms", 0) == 0;
+      return millis ? *v / 1000 : *v;
+    }
+  }
+  return -1;
+}
+
+Classification classify_transport(TransportError e, std::string message) {
+  Classification c;
+  c.cls = C::provider_failure;
+  c.message = std::move(message);
+  switch (e) {
+    case TransportError::none: c.cls = C::success; c.outcome = Outcome::success; break;
+    case TransportError::connect: c.outcome = Outcome::connect_failed; break;
+    case TransportError::dns: c.outcome = Outcome::dns_failed; break;
+    case TransportError::timeout: c.outcome = Outcome::timeout; break;
+    case TransportError::tls: c.outcome = Outcome::tls_failed; break;
+    case TransportError::truncated: c.outcome = Outcome::bad_response; break;
+    case TransportError::reset:
+    case TransportError::other: c.outcome = Outcome::transport_error; break;
+  }
+  return c;
+}
+
+Classification classify_http_status(long status, std::string_view body, std::string_view retry_after_header,
+                                    std::int64_t now_ms) {
+  Classification c;
+  std::string rpc_message;
+  std::string rpc_data;
+  bool rpc_rate_limited = false;
+  if (auto parsed = jsonrpc::parse_response(body); parsed && !parsed->replies.empty() && parsed->replies[0].error) {
+    const auto& err = *parsed->replies[0].error;
+    rpc_message = err.message;
+    rpc_data = err.data;
+    rpc_rate_limited = classify_rpc_error(err.code, err.message) == C::rate_limited;
+  }
+  if (status == 429 || rpc_rate_limited) {
+    c.outcome = Outcome::rate_limited;
+    c.cls = C::rate_limited;
+    c.retry_after_ms = retry_after_ms(retry_after_header, rpc_message, rpc_data, now_ms);
+    c.message = rpc_message.empty() ? fmt::format("HTTP {}", status) : fmt::format("HTTP {}: {}", status, rpc_message);
+    return c;
+  }
+  c.outcome = Outcome::http_error;
+  c.cls = C::provider_failure;
+  c.message = rpc_message.empty() ? fmt::format("HTTP {}", status) : fmt::format("HTTP {}: {}", status, rpc_message);
+  return c;
+}
+
+}  // namespace rpcroute

@@ -1,0 +1,394 @@
+#include "rpcroute/jsonrpc.hpp"
+
+#include <charconv>
+
+#include <fmt/format.h>
+#include <simdjson.h>
+
+#include "rpcroute/json.hpp"
+
+namespace rpcroute::jsonrpc {
+
+namespace od = simdjson::ondemand;
+
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\n' || s.back() == '\r' || s.back() == '\t')) {
+    s.remove_suffix(1);
+  }
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\n' || s.front() == '\r' || s.front() == '\t')) {
+    s.remove_prefix(1);
+  }
+  return s;
+}
+
+/// The raw JSON text of any value (objects and arrays are skipped over, scalars are one token).
+simdjson::error_code raw_of(od::value v, std::string_view& out) {
+  od::json_type t;
+  if (auto e = v.type().get(t)) return e;
+  switch (t) {
+    case od::json_type::object: {
+      od::object o;
+      if (auto e = v.get_object().get(o)) return e;
+      return o.raw_json().get(out);
+    }
+    case od::json_type::array: {
+      od::array a;
+      if (auto e = v.get_array().get(a)) return e;
+      return a.raw_json().get(out);
+    }
+    default: {
+      out = trim(v.raw_json_token());
+      // Validate the scalar: raw_json_token does not.
+      switch (t) {
+        case od::json_type::string: {
+          std::string_view s;
+          return v.get_string().get(s);
+        }
+        case od::json_type::number: {
+          double d;
+          return v.get_double().get(d);
+        }
+        case od::json_type::boolean: {
+          bool b;
+          return v.get_bool().get(b);
+        }
+        case od::json_type::null: {
+          bool n = false;
+          if (auto e = v.is_null().get(n)) return e;
+          return n ? simdjson::SUCCESS : simdjson::INCORRECT_TYPE;
+        }
+        default: return simdjson::INCORRECT_TYPE;
+      }
+    }
+  }
+}
+
+/// True when nothing but whitespace follows the document's value.
+bool at_end(od::document& doc) {
+  const char* loc = nullptr;
+  return doc.current_location().get(loc) == simdjson::OUT_OF_BOUNDS;
+}
+
+od::parser& thread_parser() {
+  thread_local od::parser parser;
+  return parser;
+}
+
+/// simdjson needs SIMDJSON_PADDING readable bytes past the end; copy only when we must.
+class PaddedInput {
+ public:
+  explicit PaddedInput(std::string_view s) : view_(s) {}
+  simdjson::padded_string_view view() {
+    copy_ = simdjson::padded_string(view_);
+    return simdjson::padded_string_view(copy_.data(), copy_.size(), copy_.size() + simdjson::SIMDJSON_PADDING);
+  }
+
+ private:
+  std::string_view view_;
+  simdjson::padded_string copy_;
+};
+
+// Parses one request object; structural JSON errors propagate, request-shape errors become
+// invalid_reason.
+simdjson::error_code parse_call(od::object obj, Call& call) {
+  bool has_method = false;
+  for (auto field : obj) {
+    std::string_view key;
+    if (auto e = field.unescaped_key().get(key)) return e;
+    od::value v;
+    if (auto e = field.value().get(v)) return e;
+    if (key == "id") {
+      od::json_type t;
+      if (auto e = v.type().get(t)) return e;
+      std::string_view raw;
+      if (t == od::json_type::object || t == od::json_type::array || t == od::json_type::boolean) {
+        if (auto e = raw_of(v, raw)) return e;
+        if (call.invalid_reason.empty()) call.invalid_reason = "id must be a string, a number or null";
+        continue;
+      }
+      if (auto e = raw_of(v, raw)) return e;
+      call.id.assign(raw);
+    } else if (key == "method") {
+      od::json_type t;
+      if (auto e = v.type().get(t)) return e;
+      if (t != od::json_type::string) {
+        std::string_view raw;
+        if (auto e = raw_of(v, raw)) return e;
+        if (call.invalid_reason.empty()) call.invalid_reason = "method must be a string";
+        continue;
+      }
+      std::string_view m;
+      if (auto e = v.get_string().get(m)) return e;
+      call.method.assign(m);
+      has_method = true;
+    } else if (key == "params") {
+      od::json_type t;
+      if (auto e = v.type().get(t)) return e;
+      std::string_view raw;
+      if (auto e = raw_of(v, raw)) return e;
+      if (t != od::json_type::array && t != od::json_type::object) {
+        if (call.invalid_reason.empty()) call.invalid_reason = "params must be an array or an object";
+        continue;
+      }
+      call.params.assign(raw);
+    } else if (key == "jsonrpc") {
+      od::json_type t;
+      if (auto e = v.type().get(t)) return e;
+      std::string_view raw;
+      if (t != od::json_type::string) {
+        if (auto e = raw_of(v, raw)) return e;
+        if (call.invalid_reason.empty()) call.invalid_reason = "jsonrpc must be \"2.0\"";
+        continue;
+      }
+      std::string_view version;
+      if (auto e = v.get_string().get(version)) return e;
+      if (version != "2.0" && call.invalid_reason.empty()) call.invalid_reason = "jsonrpc must be \"2.0\"";
+    } else {
+      std::string_view raw;
+      if (auto e = raw_of(v, raw)) return e;  // skip, but validate
+    }
+  }
+  if (!has_method && call.invalid_reason.empty()) call.invalid_reason = "missing method";
+  if (has_method && call.method.empty() && call.invalid_reason.empty()) call.invalid_reason = "empty method";
+  if (call.params.empty()) call.params = "[]";
+  return simdjson::SUCCESS;
+}
+
+}  // namespace
+
+tl::expected<Body, BodyError> parse_body(std::string_view text) {
+  auto bad_json = [](std::string_view why) { return tl::unexpected(BodyError{kParseError, fmt::format("parse error: {}", why)}); };
+  if (trim(text).empty()) return bad_json("empty body");
+  PaddedInput input(text);
+  od::document doc;
+  if (auto e = thread_parser().iterate(input.view()).get(doc)) return bad_json(simdjson::error_message(e));
+  od::json_type t;
+  if (auto e = doc.type().get(t)) return bad_json(simdjson::error_message(e));
+  Body body;
+  if (t == od::json_type::array) {
+    body.batch = true;
+    od::array arr;
+    if (auto e = doc.get_array().get(arr)) return bad_json(simdjson::error_message(e));
+    for (auto item : arr) {
+      od::value v;
+      if (auto e = item.get(v)) return bad_json(simdjson::error_message(e));
+      od::json_type it;
+      if (auto e = v.type().get(it)) return bad_json(simdjson::error_message(e));
+      Call call;
+      if (it == od::json_type::object) {
+        od::object obj;
+        if (auto e = v.get_object().get(obj)) return bad_json(simdjson::error_message(e));
+        if (auto e = parse_call(obj, call)) return bad_json(simdjson::error_message(e));
+      } else {
+        std::string_view raw;
+        if (auto e = raw_of(v, raw)) return bad_json(simdjson::error_message(e));
+        call.invalid_reason = "a batch item must be a request object";
+      }
+      body.calls.push_back(std::move(call));
+    }
+    if (body.calls.empty()) return tl::unexpected(BodyError{kInvalidRequest, "invalid request: empty batch"});
+  } else if (t == od::json_type::object) {
+    od::object obj;
+    if (auto e = doc.get_object().get(obj)) return bad_json(simdjson::error_message(e));
+    Call call;
+    if (auto e = parse_call(obj, call)) return bad_json(simdjson::error_message(e));
+    body.calls.push_back(std::move(call));
+  } else {
+    // Validate the scalar before calling it a shape error: "01x" is a parse error.
+    std::string_view tok;
+    if (auto e = doc.raw_json_token().get(tok)) return bad_json(simdjson::error_message(e));
+    return tl::unexpected(BodyError{kInvalidRequest, "invalid request: expected an object or an array"});
+  }
+  if (!at_end(doc)) return bad_json("trailing content after the JSON value");
+  return body;
+}
+
+namespace {
+
+simdjson::error_code parse_reply(od::object obj, Reply& reply, std::string& why) {
+  for (auto field : obj) {
+    std::string_view key;
+    if (auto e = field.unescaped_key().get(key)) return e;
+    od::value v;
+    if (auto e = field.value().get(v)) return e;
+    std::string_view raw;
+    if (key == "id") {
+      if (auto e = raw_of(v, raw)) return e;
+      reply.id.assign(raw);
+    } else if (key == "result") {
+      if (auto e = raw_of(v, raw)) return e;
+      reply.result.emplace(raw);
+    } else if (key == "error") {
+      od::json_type t;
+      if (auto e = v.type().get(t)) return e;
+      if (t == od::json_type::null) {
+        if (auto e = raw_of(v, raw)) return e;
+        continue;  // some servers send "error": null next to a result
+      }
+      if (t != od::json_type::object) {
+        if (auto e = raw_of(v, raw)) return e;
+        why = "error member is not an object";
+        continue;
+      }
+      od::object eo;
+      if (auto e = v.get_object().get(eo)) return e;
+      RpcError err;
+      for (auto ef : eo) {
+        std::string_view ek;
+        if (auto e = ef.unescaped_key().get(ek)) return e;
+        od::value ev;
+        if (auto e = ef.value().get(ev)) return e;
+        if (ek == "code") {
+          od::json_type ct;
+          if (auto e = ev.type().get(ct)) return e;
+          if (ct == od::json_type::number) {
+            double d;
+            if (auto e = ev.get_double().get(d)) return e;
+            err.code = static_cast<std::int64_t>(d);
+          } else {
+            if (auto e = raw_of(ev, raw)) return e;
+          }
+        } else if (ek == "message") {
+          od::json_type mt;
+          if (auto e = ev.type().get(mt)) return e;
+          if (mt == od::json_type::string) {
+            std::string_view m;
+            if (auto e = ev.get_string().get(m)) return e;
+            err.message.assign(m);
+          } else {
+            if (auto e = raw_of(ev, raw)) return e;
+          }
+        } else if (ek == "data") {
+          if (auto e = raw_of(ev, raw)) return e;
+          err.data.assign(raw);
+        } else {
+          if (auto e = raw_of(ev, raw)) return e;
+        }
+      }
+      reply.error = std::move(err);
+    } else {
+      if (auto e = raw_of(v, raw)) return e;
+    }
+  }
+  if (why.empty()) {
+    if (reply.result && reply.error) why = "both result and error";
+    else if (!reply.result && !reply.error) why = "neither result nor error";
+  }
+  return simdjson::SUCCESS;
+}
+
+}  // namespace
+
+tl::expected<Response, std::string> parse_response(std::string_view text) {
+  if (trim(text).empty()) return tl::unexpected(std::string("empty body"));
+  PaddedInput input(text);
+  od::document doc;
+  auto invalid = [](simdjson::error_code e) { return tl::unexpected(fmt::format("invalid JSON: {}", simdjson::error_message(e))); };
+  if (auto e = thread_parser().iterate(input.view()).get(doc)) return invalid(e);
+  od::json_type t;
+  if (auto e = doc.type().get(t)) return invalid(e);
+  Response resp;
+  std::string why;
+  if (t == od::json_type::object) {
+    od::object obj;
+    if (auto e = doc.get_object().get(obj)) return invalid(e);
+    Reply r;
+    if (auto e = parse_reply(obj, r, why)) return invalid(e);
+    resp.replies.push_back(std::move(r));
+  } else if (t == od::json_type::array) {
+    resp.batch = true;
+    od::array arr;
+    if (auto e = doc.get_array().get(arr)) return invalid(e);
+    for (auto item : arr) {
+      od::object obj;
+      if (auto e = item.get_object().get(obj)) {
+        if (e == simdjson::INCORRECT_TYPE) return tl::unexpected(std::string("batch answer holds a non-object"));
+        return invalid(e);
+      }
+      Reply r;
+      if (auto e = parse_reply(obj, r, why)) return invalid(e);
+      resp.replies.push_back(std::move(r));
+    }
+  } else {
+    return tl::unexpected(std::string("not a JSON-RPC response"));
+  }
+  if (!at_end(doc)) return tl::unexpected(std::string("invalid JSON: trailing content"));
+  if (!why.empty()) return tl::unexpected(fmt::format("not a JSON-RPC response: {}", why));
+  return resp;
+}
+
+void append_call(std::string& out, std::string_view id, std::string_view method, std::string_view params) {
+  out += R"({"jsonrpc":"2.0","id":)";
+  out += id.empty() ? std::string_view("null") : id;
+  out += R"(,"method":)";
+  json::append_string(out, method);
+  out += R"(,"params":)";
+  out += params.empty() ? std::string_view("[]") : params;
+  out += '}';
+}
+
+std::string make_call(std::string_view id, std::string_view method, std::string_view params) {
+  std::string out;
+  out.reserve(48 + id.size() + method.size() + params.size());
+  append_call(out, id, method, params);
+  return out;
+}
+
+std::string make_result(std::string_view id, std::string_view result) {
+  std::string out;
+  out.reserve(32 + id.size() + result.size());
+  out += R"({"jsonrpc":"2.0","id":)";
+  out += id.empty() ? std::string_view("null") : id;
+  out += R"(,"result":)";
+  out += result;
+  out += '}';
+  return out;
+}
+
+std::string error_object(std::int64_t code, std::string_view message, std::string_view data) {
+  std::string out = fmt::format(R"({{"code":{},"message":)", code);
+  json::append_string(out, message);
+  if (!data.empty()) {
+    out += R"(,"data":)";
+    out += data;
+  }
+  out += '}';
+  return out;
+}
+
+std::string make_error(std::string_view id, std::int64_t code, std::string_view message, std::string_view data) {
+  std::string out = R"({"jsonrpc":"2.0","id":)";
+  out += id.empty() ? std::string_view("null") : id;
+  out += R"(,"error":)";
+  out += error_object(code, message, data);
+  out += '}';
+  return out;
+}
+
+std::optional<std::uint64_t> parse_quantity(std::string_view raw) {
+  raw = trim(raw);
+  if (raw.size() < 5 || raw.front() != '"' || raw.back() != '"') return std::nullopt;
+  auto s = raw.substr(1, raw.size() - 2);
+  if (s.size() < 3 || s[0] != '0' || (s[1] != 'x' && s[1] != 'X') || s.size() > 18) return std::nullopt;
+  std::uint64_t v = 0;
+  auto [p, ec] = std::from_chars(s.data() + 2, s.data() + s.size(), v, 16);
+  if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+std::string to_quantity(std::uint64_t v) { return fmt::format("\"0x{:x}\"", v); }
+
+bool same_id(std::string_view a, std::string_view b) {
+  a = trim(a);
+  b = trim(b);
+  if (a == b) return true;
+  if (a.empty() || b.empty() || a.front() == '"' || b.front() == '"') return false;
+  double x = 0, y = 0;
+  auto [pa, ea] = std::from_chars(a.data(), a.data() + a.size(), x);
+  auto [pb, eb] = std::from_chars(b.data(), b.data() + b.size(), y);
+  return ea == std::errc() && eb == std::errc() && pa == a.data() + a.size() && pb == b.data() + b.size() && x == y;
+}
+
+}  // namespace rpcroute::jsonrpc

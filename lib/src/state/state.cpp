@@ -1,0 +1,409 @@
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+#include <simdjson.h>
+
+#include "rpcroute/json.hpp"
+#include "rpcroute/state.hpp"
+
+namespace rpcroute {
+
+std::string_view breaker_state_name(BreakerState s) {
+  switch (s) {
+    case BreakerState::closed: return "closed";
+    case BreakerState::open: return "open";
+    case BreakerState::half_open: return "half_open";
+  }
+  return "?";
+}
+
+BreakerState Breaker::effective_state(std::int64_t now_ms) const {
+  if (state == BreakerState::open && now_ms >= opened_ms + recovery_ms) return BreakerState::half_open;
+  return state;
+}
+
+std::int64_t Breaker::retry_in_ms(std::int64_t now_ms) const {
+  if (state != BreakerState::open) return 0;
+  return std::max<std::int64_t>(0, opened_ms + recovery_ms - now_ms);
+}
+
+std::string provider_key(std::string_view profile, std::string_view chain, const Provider& p) {
+  return fmt::format("{}/{}/{}#{}", profile, chain, p.id, p.fingerprint);
+}
+std::string chain_key(std::string_view profile, std::string_view chain) { return fmt::format("{}/{}", profile, chain); }
+std::string filter_key(std::string_view profile, std::string_view chain, std::string_view filter_id) {
+  std::string id(filter_id);
+  std::transform(id.begin(), id.end(), id.begin(), [](unsigned char c) { return std::tolower(c); });
+  return fmt::format("{}/{}/{}", profile, chain, id);
+}
+
+namespace {
+
+/// "profile/chain/provider#fingerprint" → an entry with its identity filled in.
+ProviderState& provider_entry(State& state, const std::string& key) {
+  auto it = state.providers.find(key);
+  if (it != state.providers.end()) return it->second;
+  ProviderState ps;
+  auto first = key.find('/');
+  auto second = key.find('/', first == std::string::npos ? 0 : first + 1);
+  auto hash = key.rfind('#');
+  if (first != std::string::npos && second != std::string::npos) {
+    ps.profile = key.substr(0, first);
+    ps.chain = key.substr(first + 1, second - first - 1);
+    auto end = hash != std::string::npos && hash > second ? hash : key.size();
+    ps.provider = key.substr(second + 1, end - second - 1);
+    if (end < key.size()) ps.fingerprint = key.substr(end + 1);
+  }
+  return state.providers.emplace(key, std::move(ps)).first->second;
+}
+
+std::int64_t recovery_for(const BreakerConfig& cfg, int reopens, double jitter) {
+  double base = static_cast<double>(cfg.recovery_timeout_ms) * std::pow(2.0, std::min(reopens, 30));
+  base = std::min(base, static_cast<double>(cfg.max_recovery_timeout_ms));
+  return static_cast<std::int64_t>(base * (1.0 + cfg.jitter * jitter));
+}
+
+}  // namespace
+
+void breaker_on_outcome(Breaker& b, OutcomeClass cls, std::int64_t t_ms, std::string_view reason,
+                        const BreakerConfig& cfg, double jitter) {
+  BreakerState now = b.effective_state(t_ms);
+  if (now == BreakerState::half_open && b.state == BreakerState::open) {
+    b.state = BreakerState::half_open;
+    b.successes = 0;
+  }
+  if (cls == OutcomeClass::provider_failure) {
+    b.reason.assign(reason);
+    if (b.state == BreakerState::half_open) {
+      b.state = BreakerState::open;
+      ++b.reopens;
+      b.opened_ms = t_ms;
+      b.recovery_ms = recovery_for(cfg, b.reopens, jitter);
+      b.successes = 0;
+    } else if (b.state == BreakerState::closed) {
+      if (++b.failures >= cfg.failure_threshold) {
+        b.state = BreakerState::open;
+        b.reopens = 0;
+        b.opened_ms = t_ms;
+        b.recovery_ms = recovery_for(cfg, 0, jitter);
+      }
+    }
+    return;
+  }
+  if (cls != OutcomeClass::success) return;  // rate limits and user errors never touch the breaker
+  if (b.state == BreakerState::half_open) {
+    if (++b.successes >= cfg.success_threshold) {
+      b = Breaker{};
+    }
+  } else if (b.state == BreakerState::closed) {
+    b.failures = 0;
+  }
+}
+
+void apply_event(State& state, const Event& event, const HealthConfig& health) {
+  std::visit(
+      [&](const auto& e) {
+        using T = std::decay_t<decltype(e)>;
+        if constexpr (std::is_same_v<T, AttemptEvent>) {
+          auto& ps = provider_entry(state, e.key);
+          ps.last_used_ms = std::max(ps.last_used_ms, e.t_ms);
+          breaker_on_outcome(ps.breaker, e.cls, e.t_ms, e.reason, health.circuit_breaker, e.jitter);
+          if (e.cls == OutcomeClass::rate_limited) {
+            auto wait = e.retry_after_ms >= 0 ? e.retry_after_ms : health.rate_limit_default_ms;
+            ps.rate_limited_until_ms = std::max(ps.rate_limited_until_ms, e.t_ms + wait);
+          }
+        } else if constexpr (std::is_same_v<T, SampleEvent>) {
+          auto& ps = provider_entry(state, e.key);
+          ps.last_used_ms = std::max(ps.last_used_ms, e.sample.t_ms);
+          auto& samples = ps.methods[e.method];
+          // Keep time order even when another process's samples were merged in first.
+          auto pos = std::upper_bound(samples.begin(), samples.end(), e.sample.t_ms,
+                                      [](std::int64_t t, const Sample& s) { return t < s.t_ms; });
+          samples.insert(pos, e.sample);
+          while (samples.size() > kMaxSamplesPerMethod) samples.pop_front();
+        } else if constexpr (std::is_same_v<T, HeightEvent>) {
+          auto& ps = provider_entry(state, e.key);
+          if (e.height.block > ps.height.block ||
+              (e.height.block == ps.height.block && e.height.t_ms > ps.height.t_ms)) {
+            ps.height = e.height;
+          }
+        } else if constexpr (std::is_same_v<T, HighWaterEvent>) {
+          auto& hw = state.chains[e.chain_key].high_water;
+          if (e.height.block > hw.block) hw = e.height;
+        } else if constexpr (std::is_same_v<T, CursorEvent>) {
+          state.chains[e.chain_key].rr_cursor += e.advance;
+        } else if constexpr (std::is_same_v<T, FilterEvent>) {
+          state.filters[e.key] = e.pin;
+        }
+      },
+      event);
+}
+
+void prune(State& state, std::int64_t now_ms) {
+  for (auto it = state.providers.begin(); it != state.providers.end();) {
+    auto& ps = it->second;
+    for (auto m = ps.methods.begin(); m != ps.methods.end();) {
+      auto& samples = m->second;
+      while (!samples.empty() && samples.front().t_ms < now_ms - kSampleRetentionMs) samples.pop_front();
+      while (samples.size() > kMaxSamplesPerMethod) samples.pop_front();
+      m = samples.empty() ? ps.methods.erase(m) : std::next(m);
+    }
+    bool stale = ps.last_used_ms < now_ms - kProviderRetentionMs && ps.breaker.state == BreakerState::closed &&
+                 ps.rate_limited_until_ms < now_ms;
+    it = stale ? state.providers.erase(it) : std::next(it);
+  }
+  for (auto it = state.filters.begin(); it != state.filters.end();) {
+    it = it->second.t_ms < now_ms - kFilterRetentionMs ? state.filters.erase(it) : std::next(it);
+  }
+}
+
+std::string serialize_state(const State& state, std::int64_t now_ms) {
+  json::Writer w;
+  w.begin_object();
+  w.key("version");
+  w.value(kStateVersion);
+  w.key("updated_ms");
+  w.value(now_ms);
+  w.key("providers");
+  w.begin_object();
+  for (const auto& [key, ps] : state.providers) {
+    w.key(key);
+    w.begin_object();
+    w.key("profile");
+    w.value(ps.profile);
+    w.key("chain");
+    w.value(ps.chain);
+    w.key("provider");
+    w.value(ps.provider);
+    w.key("fingerprint");
+    w.value(ps.fingerprint);
+    w.key("breaker");
+    w.begin_object();
+    w.key("state");
+    w.value(breaker_state_name(ps.breaker.state));
+    w.key("failures");
+    w.value(ps.breaker.failures);
+    w.key("successes");
+    w.value(ps.breaker.successes);
+    w.key("reopens");
+    w.value(ps.breaker.reopens);
+    w.key("opened_ms");
+    w.value(ps.breaker.opened_ms);
+    w.key("recovery_ms");
+    w.value(ps.breaker.recovery_ms);
+    w.key("reason");
+    w.value(ps.breaker.reason);
+    w.end_object();
+    w.key("rate_limited_until_ms");
+    w.value(ps.rate_limited_until_ms);
+    w.key("height");
+    w.begin_object();
+    w.key("block");
+    w.value(static_cast<std::uint64_t>(ps.height.block));
+    w.key("t_ms");
+    w.value(ps.height.t_ms);
+    w.end_object();
+    w.key("last_used_ms");
+    w.value(ps.last_used_ms);
+    w.key("methods");
+    w.begin_object();
+    for (const auto& [method, samples] : ps.methods) {
+      w.key(method);
+      w.begin_object();
+      w.key("samples");
+      w.begin_array();
+      for (const auto& s : samples) {
+        w.raw(fmt::format("[{},{},\"{}\"]", s.t_ms, s.latency_us, outcome_name(s.outcome)));
+      }
+      w.end_array();
+      w.end_object();
+    }
+    w.end_object();
+    w.end_object();
+  }
+  w.end_object();
+  w.key("chains");
+  w.begin_object();
+  for (const auto& [key, cs] : state.chains) {
+    w.key(key);
+    w.begin_object();
+    w.key("high_water");
+    w.begin_object();
+    w.key("block");
+    w.value(static_cast<std::uint64_t>(cs.high_water.block));
+    w.key("t_ms");
+    w.value(cs.high_water.t_ms);
+    w.end_object();
+    w.key("rr_cursor");
+    w.value(static_cast<std::uint64_t>(cs.rr_cursor));
+    w.end_object();
+  }
+  w.end_object();
+  w.key("filters");
+  w.begin_object();
+  for (const auto& [key, pin] : state.filters) {
+    w.key(key);
+    w.begin_object();
+    w.key("provider");
+    w.value(pin.provider);
+    w.key("t_ms");
+    w.value(pin.t_ms);
+    w.end_object();
+  }
+  w.end_object();
+  w.end_object();
+  std::string out = w.take();
+  out.push_back('\n');
+  return out;
+}
+
+namespace {
+
+namespace dom = simdjson::dom;
+
+struct Bad {
+  std::string why;
+};
+
+std::int64_t get_int(dom::object o, std::string_view key, std::int64_t fallback = 0) {
+  dom::element e;
+  if (o.at_key(key).get(e)) return fallback;
+  std::int64_t v = 0;
+  if (e.get_int64().get(v) == simdjson::SUCCESS) return v;
+  std::uint64_t u = 0;
+  if (e.get_uint64().get(u) == simdjson::SUCCESS) return static_cast<std::int64_t>(u);
+  throw Bad{fmt::format("'{}' is not an integer", key)};
+}
+
+std::uint64_t get_uint(dom::object o, std::string_view key) {
+  dom::element e;
+  if (o.at_key(key).get(e)) return 0;
+  std::uint64_t v = 0;
+  if (e.get_uint64().get(v)) throw Bad{fmt::format("'{}' is not a non-negative integer", key)};
+  return v;
+}
+
+std::string get_str(dom::object o, std::string_view key) {
+  dom::element e;
+  if (o.at_key(key).get(e)) return {};
+  std::string_view s;
+  if (e.get_string().get(s)) throw Bad{fmt::format("'{}' is not a string", key)};
+  return std::string(s);
+}
+
+dom::object get_obj(dom::object o, std::string_view key) {
+  dom::element e;
+  if (o.at_key(key).get(e)) return {};
+  dom::object out;
+  if (e.get_object().get(out)) throw Bad{fmt::format("'{}' is not an object", key)};
+  return out;
+}
+
+bool has(dom::object o, std::string_view key) {
+  dom::element e;
+  return o.at_key(key).get(e) == simdjson::SUCCESS;
+}
+
+}  // namespace
+
+Result<State> parse_state(std::string_view text) {
+  dom::parser parser;
+  dom::element root;
+  if (auto e = parser.parse(text.data(), text.size(), true).get(root)) {
+    return fail(fmt::format("not valid JSON ({})", simdjson::error_message(e)));
+  }
+  try {
+    dom::object top;
+    if (root.get_object().get(top)) throw Bad{"not a JSON object"};
+    dom::element version;
+    std::int64_t v = 0;
+    if (top.at_key("version").get(version) || version.get_int64().get(v)) throw Bad{"no version"};
+    if (v != kStateVersion) throw Bad{fmt::format("unknown version {}", v)};
+    State state;
+    if (has(top, "providers")) {
+      for (auto [key, value] : get_obj(top, "providers")) {
+        dom::object po;
+        if (value.get_object().get(po)) throw Bad{"provider entry is not an object"};
+        ProviderState ps;
+        ps.profile = get_str(po, "profile");
+        ps.chain = get_str(po, "chain");
+        ps.provider = get_str(po, "provider");
+        ps.fingerprint = get_str(po, "fingerprint");
+        if (has(po, "breaker")) {
+          auto bo = get_obj(po, "breaker");
+          auto st = get_str(bo, "state");
+          if (st == "open") ps.breaker.state = BreakerState::open;
+          else if (st == "half_open") ps.breaker.state = BreakerState::half_open;
+          else if (st == "closed" || st.empty()) ps.breaker.state = BreakerState::closed;
+          else throw Bad{fmt::format("unknown breaker state '{}'", st)};
+          ps.breaker.failures = static_cast<int>(get_int(bo, "failures"));
+          ps.breaker.successes = static_cast<int>(get_int(bo, "successes"));
+          ps.breaker.reopens = static_cast<int>(get_int(bo, "reopens"));
+          ps.breaker.opened_ms = get_int(bo, "opened_ms");
+          ps.breaker.recovery_ms = get_int(bo, "recovery_ms");
+          ps.breaker.reason = get_str(bo, "reason");
+        }
+        ps.rate_limited_until_ms = get_int(po, "rate_limited_until_ms");
+        if (has(po, "height")) {
+          auto ho = get_obj(po, "height");
+          ps.height.block = get_uint(ho, "block");
+          ps.height.t_ms = get_int(ho, "t_ms");
+        }
+        ps.last_used_ms = get_int(po, "last_used_ms");
+        if (has(po, "methods")) {
+          for (auto [method, mv] : get_obj(po, "methods")) {
+            dom::object mo;
+            if (mv.get_object().get(mo)) throw Bad{"method entry is not an object"};
+            auto& samples = ps.methods[std::string(method)];
+            dom::element se;
+            if (mo.at_key("samples").get(se)) continue;
+            dom::array arr;
+            if (se.get_array().get(arr)) throw Bad{"samples is not an array"};
+            for (auto item : arr) {
+              dom::array triple;
+              if (item.get_array().get(triple) || triple.size() != 3) throw Bad{"a sample is not [t, us, outcome]"};
+              Sample s;
+              std::string_view outcome;
+              if (triple.at(0).get_int64().get(s.t_ms) || triple.at(1).get_int64().get(s.latency_us) ||
+                  triple.at(2).get_string().get(outcome)) {
+                throw Bad{"a sample is not [t, us, outcome]"};
+              }
+              auto o = parse_outcome(outcome);
+              if (!o) throw Bad{fmt::format("unknown outcome '{}'", outcome)};
+              s.outcome = *o;
+              samples.push_back(s);
+            }
+          }
+        }
+        state.providers.emplace(std::string(key), std::move(ps));
+      }
+    }
+    if (has(top, "chains")) {
+      for (auto [key, value] : get_obj(top, "chains")) {
+        dom::object co;
+        if (value.get_object().get(co)) throw Bad{"chain entry is not an object"};
+        ChainState cs;
+        if (has(co, "high_water")) {
+          auto hw = get_obj(co, "high_water");
+          cs.high_water.block = get_uint(hw, "block");
+          cs.high_water.t_ms = get_int(hw, "t_ms");
+        }
+        cs.rr_cursor = get_uint(co, "rr_cursor");
+        state.chains.emplace(std::string(key), cs);
+      }
+    }
+    if (has(top, "filters")) {
+      for (auto [key, value] : get_obj(top, "filters")) {
+        dom::object fo;
+        if (value.get_object().get(fo)) throw Bad{"filter entry is not an object"};
+        state.filters.emplace(std::string(key), FilterPin{get_str(fo, "provider"), get_int(fo, "t_ms")});
+      }
+    }
+    return state;
+  } catch (const Bad& b) {
+    return fail(b.why);
+  }
+}
+
+}  // namespace rpcroute

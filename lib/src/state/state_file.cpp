@@ -1,0 +1,225 @@
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "rpcroute/state.hpp"
+
+namespace rpcroute {
+
+std::filesystem::path default_state_path(const EnvLookup& env) {
+  if (auto p = env("RPCROUTE_STATE"); p && !p->empty()) return *p;
+  if (auto x = env("XDG_STATE_HOME"); x && !x->empty()) return std::filesystem::path(*x) / "rpcroute" / "state.json";
+  if (auto h = env("HOME"); h && !h->empty()) {
+    return std::filesystem::path(*h) / ".local" / "state" / "rpcroute" / "state.json";
+  }
+  return std::filesystem::path("/tmp") / fmt::format("rpcroute-{}", getuid()) / "state.json";
+}
+
+namespace {
+
+/// An owned file descriptor.
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd& operator=(Fd&& o) noexcept {
+    if (this != &o) {
+      if (fd_ >= 0) ::close(fd_);
+      fd_ = std::exchange(o.fd_, -1);
+    }
+    return *this;
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  [[nodiscard]] int get() const { return fd_; }
+  [[nodiscard]] bool valid() const { return fd_ >= 0; }
+
+ private:
+  int fd_;
+};
+
+std::string errno_text() { return std::strerror(errno); }
+
+/// Exclusive lock on a sibling lock file, held for the object's lifetime.
+Result<Fd> lock_exclusive(const std::filesystem::path& path) {
+  auto lock_path = path;
+  lock_path += ".lock";
+  Fd fd(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!fd.valid()) return fail(fmt::format("cannot open {}: {}", lock_path.string(), errno_text()), ExitCode::internal);
+  while (::flock(fd.get(), LOCK_EX) != 0) {
+    if (errno != EINTR) return fail(fmt::format("cannot lock {}: {}", lock_path.string(), errno_text()), ExitCode::internal);
+  }
+  return fd;
+}
+
+enum class ReadStatus { ok, missing, unreadable };
+
+ReadStatus read_file(const std::filesystem::path& path, std::string& out, std::string& why) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) {
+    if (errno == ENOENT) return ReadStatus::missing;
+    why = errno_text();
+    return ReadStatus::unreadable;
+  }
+  out.clear();
+  char buf[65536];
+  for (;;) {
+    auto n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      why = errno_text();
+      return ReadStatus::unreadable;
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  return ReadStatus::ok;
+}
+
+Result<void> write_all(int fd, std::string_view data) {
+  while (!data.empty()) {
+    auto n = ::write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return fail(fmt::format("write failed: {}", errno_text()), ExitCode::internal);
+    }
+    data.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return {};
+}
+
+Result<void> ensure_dir(const std::filesystem::path& dir) {
+  std::error_code ec;
+  if (dir.empty() || std::filesystem::is_directory(dir, ec)) return {};
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return fail(fmt::format("cannot create {}: {}", dir.string(), ec.message()), ExitCode::internal);
+  ::chmod(dir.c_str(), 0700);
+  return {};
+}
+
+}  // namespace
+
+StateStore::StateStore(std::optional<std::filesystem::path> path, const Clock& clock, Warn warn)
+    : path_(std::move(path)), clock_(clock), warn_(std::move(warn)) {}
+
+State StateStore::read_or_move_aside() {
+  std::string text;
+  std::string why;
+  auto status = read_file(*path_, text, why);
+  if (status == ReadStatus::missing) return {};
+  if (status == ReadStatus::ok) {
+    if (text.empty()) {
+      why = "empty file";
+    } else {
+      auto parsed = parse_state(text);
+      if (parsed) return std::move(*parsed);
+      why = parsed.error().message;
+    }
+  }
+  auto aside = *path_;
+  aside += fmt::format(".corrupt-{}", clock_.now_ms());
+  std::error_code ec;
+  std::filesystem::rename(*path_, aside, ec);
+  if (ec) {
+    warn_(fmt::format("state file {} is unusable ({}) and could not be moved aside: {}; starting fresh", path_->string(),
+                      why, ec.message()));
+  } else {
+    warn_(fmt::format("state file {} is unusable ({}); moved it to {} and started fresh", path_->string(), why,
+                      aside.string()));
+  }
+  return {};
+}
+
+void StateStore::load() {
+  if (!path_) return;
+  std::string text;
+  std::string why;
+  auto status = read_file(*path_, text, why);
+  if (status == ReadStatus::missing) return;
+  if (status == ReadStatus::ok && !text.empty()) {
+    if (auto parsed = parse_state(text)) {
+      state_ = std::move(*parsed);
+      return;
+    }
+  }
+  // Unusable: look again under the lock (a writer may have been mid-rename), then move it aside.
+  auto lock = lock_exclusive(*path_);
+  if (!lock) {
+    warn_(fmt::format("state file {}: {}; running without saved state", path_->string(), lock.error().message));
+    return;
+  }
+  state_ = read_or_move_aside();
+}
+
+void StateStore::record(Event event, const HealthConfig& health) {
+  apply_event(state_, event, health);
+  if (path_) pending_.push_back({std::move(event), health});
+}
+
+Result<void> StateStore::save() {
+  if (!path_ || pending_.empty()) return {};
+  if (auto r = ensure_dir(path_->parent_path()); !r) return r;
+  auto lock = lock_exclusive(*path_);
+  if (!lock) return tl::unexpected(lock.error());
+
+  State merged = read_or_move_aside();
+  for (const auto& p : pending_) apply_event(merged, p.event, p.health);
+  auto now = clock_.now_ms();
+  prune(merged, now);
+  auto text = serialize_state(merged, now);
+
+  auto tmp = *path_;
+  tmp += fmt::format(".tmp.{}", ::getpid());
+  {
+    Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    if (!fd.valid()) return fail(fmt::format("cannot write {}: {}", tmp.string(), errno_text()), ExitCode::internal);
+    ::fchmod(fd.get(), 0600);
+    if (auto r = write_all(fd.get(), text); !r) {
+      ::unlink(tmp.c_str());
+      return r;
+    }
+    if (::fsync(fd.get()) != 0) {
+      ::unlink(tmp.c_str());
+      return fail(fmt::format("fsync {}: {}", tmp.string(), errno_text()), ExitCode::internal);
+    }
+  }
+  if (::rename(tmp.c_str(), path_->c_str()) != 0) {
+    auto why = errno_text();
+    ::unlink(tmp.c_str());
+    return fail(fmt::format("cannot replace {}: {}", path_->string(), why), ExitCode::internal);
+  }
+  auto dir = path_->parent_path().empty() ? std::filesystem::path(".") : path_->parent_path();
+  Fd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dfd.valid()) ::fsync(dfd.get());
+
+  state_ = std::move(merged);
+  pending_.clear();
+  return {};
+}
+
+Result<void> StateStore::reset() {
+  state_ = State{};
+  pending_.clear();
+  if (!path_) return {};
+  std::error_code ec;
+  if (!std::filesystem::exists(*path_, ec)) return {};
+  auto lock = lock_exclusive(*path_);
+  if (!lock) return tl::unexpected(lock.error());
+  if (::unlink(path_->c_str()) != 0 && errno != ENOENT) {
+    return fail(fmt::format("cannot remove {}: {}", path_->string(), errno_text()), ExitCode::internal);
+  }
+  return {};
+}
+
+}  // namespace rpcroute

@@ -1,0 +1,492 @@
+#!/usr/bin/env bats
+# rpcroute call: output, failover, classification, breakers, rate limits, strategies, --raw.
+# Real anvil nodes for the happy paths, the fake upstream for faults.
+
+# jq programs are single-quoted on purpose; $stderr and $stderr_lines come from bats; each test
+# runs in its own subshell, so exports there are meant to be local.
+# shellcheck disable=SC2016,SC2154,SC2030,SC2031,SC2153
+
+load helpers
+
+setup_file() {
+  require_bins RPCROUTE_BIN FAKE_BIN ANVIL
+  # Shared, never modified by a test: tests that kill a node start their own.
+  start_anvil a1
+  start_anvil a2
+  start_anvil a3
+}
+
+teardown_file() {
+  stop_all
+}
+
+setup() {
+  e2e_setup
+}
+
+teardown() {
+  stop_all
+}
+
+# Three healthy fakes f1 f2 f3 (heights 100) in a profile $P, priority in that order.
+three_fakes() { # [write_profile options]
+  start_fake f1 --height 100
+  start_fake f2 --height 100
+  start_fake f3 --height 100
+  write_profile "$P" "$@" f1 f2 f3
+}
+
+# ---------------------------------------------------------------------------------------------------
+# Real nodes
+
+@test "anvil: eth_blockNumber prints a hex quantity and exits 0" {
+  write_profile "$P" a1 a2 a3
+  run --separate-stderr rpcroute call --profile "$P" eth_blockNumber
+  assert_status 0
+  [[ $output =~ ^\"0x(0|[1-9a-f][0-9a-f]*)\"$ ]] || { _dump_run; false; }
+}
+
+@test "anvil: eth_getBalance with bare-word params (address, latest)" {
+  write_profile "$P" a1 a2 a3
+  run --separate-stderr rpcroute call --profile "$P" eth_getBalance "$DEV_ACCOUNT" latest
+  assert_status 0
+  assert_equal "$output" "\"$DEV_BALANCE\"" "balance"
+}
+
+@test "anvil: params that are valid JSON are sent as JSON (quoted string, false)" {
+  write_profile "$P" a1 a2 a3
+  run --separate-stderr rpcroute call --profile "$P" eth_getBlockByNumber '"0x0"' false
+  assert_status 0
+  assert_jq '.number == "0x0" and (.transactions | type == "array")'
+}
+
+@test "anvil: with the priority-1 node killed, --strategy priority succeeds on the second attempt" {
+  start_anvil k1
+  start_anvil k2
+  start_anvil k3
+  write_profile "$P" k1 k2 k3
+  kill_node k1
+  run --separate-stderr rpcroute call --profile "$P" --strategy priority --json eth_blockNumber
+  assert_status 0
+  assert_jq '.meta.attempts | length == 2'
+  assert_jq '.meta.attempts[0].provider == "k1" and .meta.attempts[0].outcome == "connect_failed"'
+  assert_jq '.meta.attempts[0].class == "provider_failure"'
+  assert_jq '.meta.attempts[1].provider == "k2" and .meta.attempts[1].outcome == "success"'
+  assert_jq '.meta.provider == "k2" and (.result | test("^0x[0-9a-f]+$"))'
+}
+
+@test "anvil: --json shows the result and the routing metadata" {
+  write_profile "$P" a1 a2 a3
+  run --separate-stderr rpcroute call --profile "$P" --json eth_blockNumber
+  assert_status 0
+  assert_jq '.result | test("^0x[0-9a-f]+$")'
+  assert_jq '.meta.provider | IN("a1", "a2", "a3")'
+  assert_jq '.meta.chain == "local" and .meta.chain_id == 31337'
+  assert_jq '.meta.strategy == "load_balanced"'
+  assert_jq '.meta.upstream_latency_ms | type == "number" and . >= 0'
+  assert_jq '.meta.attempts | length == 1'
+  assert_jq '.meta.attempts[0] | .outcome == "success" and .class == "success" and (.latency_ms | type == "number")'
+  assert_jq '.meta.attempts[0].provider == .meta.provider'
+}
+
+@test "eth_chainId is answered from the profile without an upstream request" {
+  three_fakes
+  run --separate-stderr rpcroute call --profile "$P" --json eth_chainId
+  assert_status 0
+  assert_jq '.result == "0x7a69"'
+  assert_jq '.meta.attempts == [] and .meta.provider == null'
+  assert_equal "$(fake_requests f1)" 0 "f1 requests"
+  assert_equal "$(fake_requests f2)" 0 "f2 requests"
+  assert_equal "$(fake_requests f3)" 0 "f3 requests"
+}
+
+# ---------------------------------------------------------------------------------------------------
+# Failover on provider failures
+
+@test "failover: a port nobody listens on (connect_failed), then the next provider" {
+  dead_port dead
+  start_fake f2 --height 100
+  write_profile "$P" dead f2
+  run --separate-stderr rpcroute call --profile "$P" --strategy priority --json eth_blockNumber
+  assert_status 0
+  assert_jq '.result == "0x64" and .meta.provider == "f2"'
+  assert_jq '[.meta.attempts[] | [.provider, .outcome]] == [["dead", "connect_failed"], ["f2", "success"]]'
+  assert_jq '.meta.attempts[0].class == "provider_failure"'
+}
+
+@test "failover: HTTP 503 (http_error), then the next provider" {
+  start_fake f1 --mode status --status 503
+  start_fake f2 --height 100
+  write_profile "$P" f1 f2
+  run --separate-stderr rpcroute call --profile "$P" --strategy priority --json eth_blockNumber
+  assert_status 0
+  assert_jq '.result == "0x64" and .meta.provider == "f2"'
+  assert_jq '.meta.attempts[0] | .provider == "f1" and .outcome == "http_error" and .http_status == 503 and .class == "provider_failure"'
+  assert_equal "$(fake_requests f1)" 1 "f1 requests"
+}
+
+@test "failover: a hanging provider is cut off by its timeout_ms, well before the hang ends" {
+  start_fake f1 --mode hang
+  start_fake f2 --height 100
+  write_profile "$P" f1,timeout_ms=800 f2
+  local t0 elapsed
+  t0=$(now_ms)
+  run --separate-stderr rpcroute call --profile "$P" --strategy priority --json eth_blockNumber
+  elapsed=$(($(now_ms) - t0))
+  assert_status 0
+  assert_jq '.result == "0x64" and .meta.provider == "f2"'
+  assert_jq '.meta.attempts[0] | .provider == "f1" and .outcome == "timeout" and .class == "provider_failure"'
+  assert_jq '.meta.attempts[0].latency_ms >= 700'
+  ((elapsed < 5000)) || { echo "call took ${elapsed} ms" >&2; false; }
+}
+
+@test "failover: a slow provider (delay longer than timeout_ms) times out and the next one answers" {
+  start_fake f1 --mode delay --delay-ms 20000 --height 100
+  start_fake f2 --height 100
+  write_profile "$P" f1,timeout_ms=500 f2
+  local t0 elapsed
+  t0=$(now_ms)
+  run --separate-stderr rpcroute call --profile "$P" --strategy priority --json eth_blockNumber
+  elapsed=$(($(now_ms) - t0))
+  assert_status 0
+  assert_jq '.meta.provider == "f2" and .meta.attempts[0].outcome == "timeout"'
+  ((elapsed < 5000)) || { echo "call took ${elapsed} ms" >&2; false; }
+}
+
+@test "--timeout bounds the whole call when every provider hangs (exit 3)" {
+  start_fake f1 --mode hang
+  start_fake f2 --mode hang
+  write_profile "$P" f1 f2
+  local t0 elapsed
+  t0=$(now_ms)
+  run --separate-stderr rpcroute call --profile "$P" --timeout 1500 eth_blockNumber
+  elapsed=$(($(now_ms) - t0))
+  assert_status 3
+  ((elapsed < 6000)) || { echo "call took ${elapsed} ms with --timeout 1500" >&2; false; }
+}
+
+@test "failover: HTTP 429 marks the provider rate-limited until Retry-After, persisted" {
+  start_fake f1 --mode status --status 429 --retry-after 60 --height 100
+  start_fake f2 --height 100
+  write_profile "$P" f1 f2
+  local before
+  before=$(now_ms)
+  run --separate-stderr rpcroute call --profile "$P" --strategy priority --json eth_blockNumber
+  assert_status 0
+  assert_jq '.meta.provider == "f2"'
+  assert_jq '.meta.attempts[0] | .provider == "f1" and .outcome == "rate_limited" and .class == "rate_limited" and .http_status == 429'
+
+  local entry
+  entry=$(state_entry f1)
+  assert_json "$entry" '.rate_limited_until_ms > ($now + 50000)' --argjson now "$before"
+  assert_json "$entry" '.rate_limited_until_ms <= ($now + 70000)' --argjson now "$(now_ms)"
+  # A rate limit is not a health failure.
+  assert_json "$entry" '(.breaker.state // "closed") == "closed"'
+
+  # The next process puts the rate-limited provider in a lower tier: f2 is tried first now.
+  fake_control f1 '{"mode":"ok"}'
+  run --separate-stderr rpcroute call --profile "$P" --strategy priority --json eth_blockNumber
+  assert_status 0
+  assert_jq '.meta.attempts[0].provider == "f2"'
+}
+
+@test "failover: malformed JSON from a provider (bad_response), then the next provider" {
+  start_fake f1 --mode malformed
+  start_fake f2 --height 100
+  write_profile "$P" f1 f2
+  run --separate-stderr rpcroute call --profile "$P" --strategy priority --json eth_blockNumber
+  assert_status 0
+  assert_jq '.result == "0x64" and .meta.provider == "f2"'
+  assert_jq '.meta.attempts[0] | .provider == "f1" and .outcome == "bad_response" and .class == "provider_failure"'
+}
+
+@test "failover: truncated, HTML, wrong id, closed and reset answers are provider failures" {
+  local mode
+  for mode in truncated html wrong_id close reset; do
+    start_fake "bad_$mode" --mode "$mode"
+  done
+  start_fake f2 --height 100
+  for mode in truncated html wrong_id close reset; do
+    write_profile "$P" "bad_$mode" f2
+    run --separate-stderr rpcroute call --profile "$P" --strategy priority --json eth_blockNumber
+    echo "mode $mode" >&2
+    assert_status 0
+    assert_jq '.result == "0x64" and .meta.provider == "f2"'
+    assert_jq '.meta.attempts | length == 2'
+    assert_jq '.meta.attempts[0].class == "provider_failure" and .meta.attempts[0].outcome != "success"'
+  done
+}
+
+@test "failover: method not found (-32601) is a capability error: next provider, breaker untouched" {
+  start_fake f1 --mode rpc_error --code -32601 --message "the method eth_blockNumber does not exist/is not available"
+  start_fake f2 --height 100
+  write_profile "$P" f1 f2 --extra 'health: {circuit_breaker: {failure_threshold: 1, recovery_timeout_ms: 60000}}'
+  run --separate-stderr rpcroute call --profile "$P" --strategy priority --json eth_blockNumber
+  assert_status 0
+  assert_jq '.meta.provider == "f2"'
+  assert_jq '.meta.attempts[0] | .provider == "f1" and .class == "capability"'
+  assert_json "$(state_entry f1)" '(.breaker.state // "closed") == "closed"'
+}
+
+# ---------------------------------------------------------------------------------------------------
+# Deterministic errors: no failover
+
+@test "no failover on execution reverted (code 3): exit 1, one attempt, error on stdout" {
+  start_fake f1 --mode rpc_error --code 3 --message "execution reverted"
+  start_fake f2 --height 100
+  write_profile "$P" f1 f2
+  run --separate-stderr rpcroute call --profile "$P" --strategy priority eth_call '{"to":"0x0000000000000000000000000000000000000001","data":"0x"}' latest
+  assert_status 1
+  assert_jq '.code == 3 and (.message | test("execution reverted"))'
+  assert_stderr_lines 1
+  assert_equal "$(fake_requests f2)" 0 "f2 requests"
+
+  run --separate-stderr rpcroute call --profile "$P" --strategy priority --json eth_call '{"to":"0x0000000000000000000000000000000000000001","data":"0x"}' latest
+  assert_status 1
+  assert_jq '.error.code == 3'
+  assert_jq '.meta.attempts | length == 1'
+  assert_jq '.meta.attempts[0] | .provider == "f1" and .class == "deterministic"'
+  assert_equal "$(fake_requests f2)" 0 "f2 requests"
+}
+
+@test "no failover on invalid params (-32602): exit 1, one attempt" {
+  start_fake f1 --mode rpc_error --code -32602 --message "invalid argument 0: hex string has length 3, want 40 for common.Address"
+  start_fake f2 --height 100
+  write_profile "$P" f1 f2
+  run --separate-stderr rpcroute call --profile "$P" --strategy priority --json eth_getBalance 0x123 latest
+  assert_status 1
+  assert_jq '.error.code == -32602'
+  assert_jq '.meta.attempts | length == 1'
+  assert_jq '.meta.attempts[0] | .provider == "f1" and .class == "deterministic"'
+  assert_stderr_lines 1
+  assert_equal "$(fake_requests f1)" 1 "f1 requests"
+  assert_equal "$(fake_requests f2)" 0 "f2 requests"
+}
+
+@test "a deterministic error does not count toward the breaker" {
+  start_fake f1 --mode rpc_error --code 3 --message "execution reverted"
+  write_profile "$P" f1 --extra 'health: {circuit_breaker: {failure_threshold: 1, recovery_timeout_ms: 60000}}'
+  run --separate-stderr rpcroute call --profile "$P" eth_call '{"to":"0x0000000000000000000000000000000000000001"}' latest
+  assert_status 1
+  run --separate-stderr rpcroute call --profile "$P" eth_call '{"to":"0x0000000000000000000000000000000000000001"}' latest
+  assert_status 1
+  assert_equal "$(fake_requests f1)" 2 "f1 requests"
+  assert_json "$(state_entry f1)" '(.breaker.state // "closed") == "closed" and (.breaker.failures // 0) == 0'
+}
+
+# ---------------------------------------------------------------------------------------------------
+# Nothing can serve
+
+@test "all providers down: exit 3, a first line then one line per attempt on stderr" {
+  dead_port p1
+  start_fake p2 --mode status --status 502
+  start_fake p3 --mode malformed
+  write_profile "$P" p1 p2 p3
+  run --separate-stderr rpcroute call --profile "$P" eth_blockNumber
+  assert_status 3
+  assert_stderr_lines 4
+  local line ids=()
+  for line in "${stderr_lines[@]:1}"; do
+    [[ $line =~ ^\ \ (p[123])([^0-9a-z_]|$) ]] || { echo "attempt line: [$line]" >&2; _dump_run; false; }
+    ids+=("${BASH_REMATCH[1]}")
+  done
+  assert_equal "$(printf '%s\n' "${ids[@]}" | sort | tr '\n' ' ')" "p1 p2 p3 " "providers in attempt lines"
+  [[ ${stderr_lines[0]} != "  "* ]]
+}
+
+@test "all providers down with --json: exit 3 and every attempt in meta" {
+  dead_port p1
+  dead_port p2
+  write_profile "$P" p1 p2
+  run --separate-stderr rpcroute call --profile "$P" --json eth_blockNumber
+  assert_status 3
+  assert_jq '.meta.attempts | length == 2'
+  assert_jq '[.meta.attempts[].outcome] == ["connect_failed", "connect_failed"]'
+  assert_jq '.error | type == "object"'
+}
+
+@test "--max-attempts 1 stops after the first failure" {
+  dead_port p1
+  start_fake p2 --height 100
+  write_profile "$P" p1 p2
+  run --separate-stderr rpcroute call --profile "$P" --strategy priority --max-attempts 1 --json eth_blockNumber
+  assert_status 3
+  assert_jq '.meta.attempts | length == 1 and .[0].provider == "p1"'
+  assert_equal "$(fake_requests p2)" 0 "p2 requests"
+}
+
+# ---------------------------------------------------------------------------------------------------
+# Circuit breaker across processes
+
+breaker_profile() {
+  start_fake f1 --mode status --status 500
+  start_fake f2 --height 100
+  write_profile "$P" f1 f2 --extra 'health: {circuit_breaker: {failure_threshold: 2, recovery_timeout_ms: 1500}}'
+}
+
+# Two calls, each failing on f1 then served by f2: the breaker of f1 opens.
+open_f1_breaker() {
+  for _ in 1 2; do
+    run --separate-stderr rpcroute call --profile "$P" --strategy priority --json eth_blockNumber
+    assert_status 0
+    assert_jq '.meta.attempts[0].provider == "f1" and .meta.provider == "f2"'
+  done
+  assert_json "$(state_entry f1)" '.breaker.state == "open"'
+}
+
+@test "breaker: opens after failure_threshold failures and the next process skips the provider" {
+  breaker_profile
+  open_f1_breaker
+  local requests
+  requests=$(fake_requests f1)
+  assert_equal "$requests" 2 "f1 requests"
+
+  run --separate-stderr rpcroute call --profile "$P" --strategy priority --json eth_blockNumber
+  assert_status 0
+  assert_jq '.meta.provider == "f2"'
+  assert_jq '[.meta.attempts[].provider] == ["f2"]'
+  assert_jq '[.meta.excluded[] | select(.provider == "f1") | .reason | test("breaker"; "i")] == [true]'
+  assert_equal "$(fake_requests f1)" "$requests" "f1 requests while open"
+}
+
+@test "breaker: half-opens after recovery_timeout_ms and the next call tries the provider again" {
+  breaker_profile
+  open_f1_breaker
+  fake_control f1 '{"mode":"ok","height":100}'
+  sleep 2
+  run --separate-stderr rpcroute call --profile "$P" --strategy priority --json eth_blockNumber
+  assert_status 0
+  assert_jq '.meta.attempts[0].provider == "f1"'
+  assert_jq '.meta.provider == "f1" and .result == "0x64"'
+  assert_equal "$(fake_requests f1)" 3 "f1 requests"
+}
+
+@test "breaker: a failure in half-open reopens it" {
+  breaker_profile
+  open_f1_breaker
+  sleep 2
+  run --separate-stderr rpcroute call --profile "$P" --strategy priority --json eth_blockNumber
+  assert_status 0
+  assert_jq '.meta.attempts[0].provider == "f1" and .meta.provider == "f2"'
+  assert_json "$(state_entry f1)" '.breaker.state == "open"'
+  run --separate-stderr rpcroute call --profile "$P" --strategy priority --json eth_blockNumber
+  assert_jq '[.meta.attempts[].provider] == ["f2"]'
+}
+
+# ---------------------------------------------------------------------------------------------------
+# Selection
+
+@test "--provider sends the request to that provider only" {
+  three_fakes
+  for _ in 1 2 3 4; do
+    run --separate-stderr rpcroute call --profile "$P" --provider f2 --json eth_blockNumber
+    assert_status 0
+    assert_jq '.meta.provider == "f2" and (.meta.attempts | length == 1)'
+  done
+  assert_equal "$(fake_requests f1)" 0 "f1 requests"
+  assert_equal "$(fake_requests f2)" 4 "f2 requests"
+  assert_equal "$(fake_requests f3)" 0 "f3 requests"
+}
+
+@test "--provider does not fall back to others when that provider fails" {
+  three_fakes
+  fake_control f2 '{"mode":"status","status":503}'
+  run --separate-stderr rpcroute call --profile "$P" --provider f2 --json eth_blockNumber
+  assert_status 3
+  assert_jq '[.meta.attempts[].provider] == ["f2"]'
+  assert_equal "$(fake_requests f1)" 0 "f1 requests"
+  assert_equal "$(fake_requests f3)" 0 "f3 requests"
+}
+
+@test "every strategy can be selected with --strategy, in either spelling" {
+  three_fakes
+  local s
+  for s in load_balanced round_robin random weighted priority fastest latency_weighted; do
+    run --separate-stderr rpcroute call --profile "$P" --strategy "$s" --json eth_blockNumber
+    echo "strategy $s" >&2
+    assert_status 0
+    assert_jq '.meta.strategy == $s and .result == "0x64"' --arg s "$s"
+    run --separate-stderr rpcroute call --profile "$P" --strategy "${s//_/-}" --json eth_blockNumber
+    assert_status 0
+    assert_jq '.meta.strategy | IN($s, $h)' --arg s "$s" --arg h "${s//_/-}"
+  done
+}
+
+@test "the profile's default_strategy is used without --strategy" {
+  three_fakes --strategy fastest
+  run --separate-stderr rpcroute call --profile "$P" --json eth_blockNumber
+  assert_status 0
+  assert_jq '.meta.strategy == "fastest"'
+}
+
+@test "priority: the priority-1 provider serves while healthy" {
+  start_fake f1 --height 100
+  start_fake f2 --height 100
+  start_fake f3 --height 100
+  write_profile "$P" f1,priority=3 f2,priority=1 f3,priority=2
+  for _ in 1 2 3; do
+    run --separate-stderr rpcroute call --profile "$P" --strategy priority --json eth_blockNumber
+    assert_status 0
+    assert_jq '.meta.provider == "f2"'
+  done
+}
+
+# ---------------------------------------------------------------------------------------------------
+# --raw
+
+@test "--raw keeps a string id" {
+  write_profile "$P" a1 a2 a3
+  run --separate-stderr rpcroute_stdin '{"jsonrpc":"2.0","id":"abc","method":"eth_blockNumber","params":[]}' \
+    call --profile "$P" --raw
+  assert_status 0
+  assert_jq '.jsonrpc == "2.0" and .id == "abc" and (.result | test("^0x[0-9a-f]+$"))'
+}
+
+@test "--raw keeps a number id" {
+  write_profile "$P" a1 a2 a3
+  run --separate-stderr rpcroute_stdin '{"jsonrpc":"2.0","id":7,"method":"eth_blockNumber","params":[]}' \
+    call --profile "$P" --raw
+  assert_status 0
+  assert_jq '.id == 7 and (.id | type == "number") and (.result | test("^0x[0-9a-f]+$"))'
+}
+
+@test "--raw keeps a null id" {
+  write_profile "$P" a1 a2 a3
+  run --separate-stderr rpcroute_stdin '{"jsonrpc":"2.0","id":null,"method":"eth_blockNumber","params":[]}' \
+    call --profile "$P" --raw
+  assert_status 0
+  assert_jq 'has("id") and .id == null and (.result | test("^0x[0-9a-f]+$"))'
+}
+
+@test "--raw batch returns an array in request order" {
+  write_profile "$P" a1 a2 a3
+  local batch
+  batch='[{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]},
+          {"jsonrpc":"2.0","id":"two","method":"eth_chainId","params":[]},
+          {"jsonrpc":"2.0","id":3,"method":"eth_getBalance","params":["'$DEV_ACCOUNT'","latest"]}]'
+  run --separate-stderr rpcroute_stdin "$batch" call --profile "$P" --raw
+  assert_status 0
+  assert_jq 'type == "array" and length == 3'
+  assert_jq '[.[].id] == [1, "two", 3]'
+  assert_jq '.[1].result == "0x7a69"'
+  assert_jq '.[2].result == $b' --arg b "$DEV_BALANCE"
+}
+
+@test "--raw with invalid JSON prints the -32700 response, exits 2 and sends nothing upstream" {
+  three_fakes
+  run --separate-stderr rpcroute_stdin '{not json' call --profile "$P" --raw
+  assert_status 2
+  assert_jq '.error.code == -32700 and .id == null'
+  assert_equal "$(fake_requests f1)" 0 "f1 requests"
+  assert_equal "$(fake_requests f2)" 0 "f2 requests"
+  assert_equal "$(fake_requests f3)" 0 "f3 requests"
+}
+
+@test "--raw passes a node's JSON-RPC error through with the request id" {
+  start_fake f1 --mode rpc_error --code 3 --message "execution reverted"
+  write_profile "$P" f1
+  run --separate-stderr rpcroute_stdin '{"jsonrpc":"2.0","id":"x1","method":"eth_call","params":[{"to":"0x0000000000000000000000000000000000000001"},"latest"]}' \
+    call --profile "$P" --raw
+  assert_status 1
+  assert_jq '.id == "x1" and .error.code == 3'
+}

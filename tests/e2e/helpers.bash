@@ -1,0 +1,392 @@
+# shellcheck shell=bash
+# Variables set here are used by the suites that load this file; $stderr and $stderr_lines come
+# from bats (run --separate-stderr).
+# shellcheck disable=SC2034,SC2154
+# Shared helpers for the end-to-end suites: start and stop anvil nodes and fake upstreams on
+# 127.0.0.1, write profiles that point at them, run the real rpcroute binary, check its output.
+#
+# Nodes are named. Each one leaves NAME.port / NAME.pid / NAME.log in a process folder: the test's
+# own ($BATS_TEST_TMPDIR) when started inside a test or setup(), the file's ($BATS_FILE_TMPDIR) when
+# started in setup_file(). Lookups by name check the test's folder first. teardown() and
+# teardown_file() call stop_all, which stops what that level started.
+
+bats_require_minimum_version 1.5.0
+
+REPO=$(cd "$BATS_TEST_DIRNAME/../.." && pwd)
+RPCROUTE_BIN=${RPCROUTE_BIN:-$REPO/build/cli/rpcroute}
+FAKE_BIN=${FAKE_BIN:-$REPO/build/tests/fakes/fake_upstream}
+ANVIL=${ANVIL:-$REPO/.tools/node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil}
+CAST=${CAST:-$REPO/.tools/node_modules/@foundry-rs/cast-linux-amd64/bin/cast}
+export REPO RPCROUTE_BIN FAKE_BIN ANVIL CAST
+
+# anvil's first dev account and its genesis balance (10 000 ether).
+DEV_ACCOUNT=0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266
+DEV_BALANCE=0x21e19e0c9bab2400000
+
+# A call that hangs longer than this is a bug in itself; fail it instead of stalling the suite.
+RPCROUTE_E2E_CALL_LIMIT=${RPCROUTE_E2E_CALL_LIMIT:-60}
+
+# ---------------------------------------------------------------------------------------------------
+# Environment
+
+# Fails the file early, with a hint, when a binary the suite needs is missing.
+require_bins() { # BIN_VAR...
+  local var
+  for var in "$@"; do
+    if [[ ! -x ${!var} ]]; then
+      echo "missing $var=${!var}; run scripts/setup" >&2
+      return 1
+    fi
+  done
+}
+
+# Isolates a test from the user's files: state, profiles, HOME and XDG folders all in the test's
+# temporary folder. Call from setup().
+e2e_setup() {
+  export HOME=$BATS_TEST_TMPDIR/home
+  export XDG_STATE_HOME=$BATS_TEST_TMPDIR/xdg-state
+  export XDG_CONFIG_HOME=$BATS_TEST_TMPDIR/xdg-config
+  export RPCROUTE_STATE=$BATS_TEST_TMPDIR/state.json
+  export RPCROUTE_PROFILES=$BATS_TEST_TMPDIR/profiles
+  export NO_COLOR=1
+  unset RPCROUTE_PROFILE
+  mkdir -p "$HOME" "$RPCROUTE_PROFILES"
+  # The profile most tests write and pass with --profile.
+  P=$BATS_TEST_TMPDIR/profile.yaml
+}
+
+# The binary under test, bounded in time (exit 124 means it hung).
+rpcroute() {
+  timeout "$RPCROUTE_E2E_CALL_LIMIT" "$RPCROUTE_BIN" "$@"
+}
+
+# rpcroute with INPUT on stdin, for --raw.
+rpcroute_stdin() { # INPUT ARGS...
+  local input=$1
+  shift
+  printf '%s' "$input" | timeout "$RPCROUTE_E2E_CALL_LIMIT" "$RPCROUTE_BIN" "$@"
+}
+
+now_ms() { date +%s%3N; }
+
+# ---------------------------------------------------------------------------------------------------
+# Ports and processes
+
+# Prints a TCP port on 127.0.0.1 that nothing listens on right now.
+free_port() {
+  if command -v python3 >/dev/null 2>&1; then
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()' && return
+  fi
+  local port
+  while :; do
+    port=$((20000 + RANDOM % 40000))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      echo "$port"
+      return
+    fi
+  done
+}
+
+_proc_dir() {
+  local dir
+  if [[ -n ${BATS_TEST_TMPDIR:-} ]]; then
+    dir=$BATS_TEST_TMPDIR/procs
+  else
+    dir=$BATS_FILE_TMPDIR/procs
+  fi
+  mkdir -p "$dir"
+  echo "$dir"
+}
+
+# Path of NAME.EXT in the test's process folder, else the file's.
+_node_file() { # NAME EXT
+  local dir
+  for dir in ${BATS_TEST_TMPDIR:+"$BATS_TEST_TMPDIR/procs"} ${BATS_FILE_TMPDIR:+"$BATS_FILE_TMPDIR/procs"}; do
+    if [[ -f $dir/$1.$2 ]]; then
+      echo "$dir/$1.$2"
+      return 0
+    fi
+  done
+  echo "no node named $1 (no $1.$2)" >&2
+  return 1
+}
+
+node_port() { local f; f=$(_node_file "$1" port) && cat "$f"; }
+node_pid() { local f; f=$(_node_file "$1" pid) && cat "$f"; }
+node_url() { local port; port=$(node_port "$1") && echo "http://127.0.0.1:$port"; }
+node_log() { local f; f=$(_node_file "$1" log) && cat "$f"; }
+
+# Exit 0 when something on PORT answers eth_blockNumber with a result.
+_rpc_answers() { # PORT
+  curl -sf --max-time 1 -X POST -H 'content-type: application/json' \
+    --data '{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}' \
+    "http://127.0.0.1:$1" 2>/dev/null | grep -q '"result"'
+}
+
+# Sends TERM, waits up to 5 s for the process to go, then KILL. Works for processes started by another
+# subshell (setup_file), which `wait` cannot reap.
+_stop_pid() { # PID
+  local pid=$1
+  kill "$pid" 2>/dev/null || return 0
+  for _ in $(seq 100); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.05
+  done
+  kill -9 "$pid" 2>/dev/null || true
+}
+
+# Starts anvil on a free port (chain id 31337 unless given) and waits, up to 10 s, until it answers.
+start_anvil() { # NAME [ANVIL ARGS...]
+  local name=$1 dir port pid arg deadline has_chain_id=0
+  shift
+  dir=$(_proc_dir)
+  local args=("$@")
+  for arg in "$@"; do
+    case $arg in --chain-id | --chain-id=*) has_chain_id=1 ;; esac
+  done
+  ((has_chain_id)) || args+=(--chain-id 31337)
+  # Another suite may take the port between free_port and anvil's bind: then anvil exits; retry.
+  for _ in 1 2 3; do
+    port=$(free_port)
+    "$ANVIL" --host 127.0.0.1 --port "$port" --silent "${args[@]}" </dev/null >"$dir/$name.log" 2>&1 3>&- &
+    pid=$!
+    echo "$pid" >"$dir/$name.pid"
+    echo "$port" >"$dir/$name.port"
+    deadline=$((SECONDS + 10))
+    while ((SECONDS < deadline)) && kill -0 "$pid" 2>/dev/null; do
+      _rpc_answers "$port" && return 0
+      sleep 0.05
+    done
+    _stop_pid "$pid"
+  done
+  echo "start_anvil $name: anvil did not answer on 127.0.0.1:$port" >&2
+  cat "$dir/$name.log" >&2
+  return 1
+}
+
+# Starts the fake upstream on a port of its choosing and waits, up to 10 s, for its port file.
+start_fake() { # NAME [FAKE ARGS...]
+  local name=$1 dir pid port deadline
+  shift
+  dir=$(_proc_dir)
+  rm -f "$dir/$name.port.tmp"
+  "$FAKE_BIN" --listen 127.0.0.1:0 --port-file "$dir/$name.port.tmp" --name "$name" "$@" \
+    </dev/null >"$dir/$name.log" 2>&1 3>&- &
+  pid=$!
+  echo "$pid" >"$dir/$name.pid"
+  deadline=$((SECONDS + 10))
+  while ((SECONDS < deadline)) && kill -0 "$pid" 2>/dev/null; do
+    port=$(cat "$dir/$name.port.tmp" 2>/dev/null || true)
+    port=${port//[[:space:]]/}
+    # The file may be half written: trust the port once the fake answers on it.
+    if [[ $port =~ ^[0-9]+$ ]] && curl -sf --max-time 1 "http://127.0.0.1:$port/_stats" >/dev/null 2>&1; then
+      echo "$port" >"$dir/$name.port"
+      return 0
+    fi
+    sleep 0.02
+  done
+  echo "start_fake $name: no port file from fake_upstream" >&2
+  cat "$dir/$name.log" >&2
+  return 1
+}
+
+# Registers NAME with a free port that nothing listens on: a provider that refuses connections.
+dead_port() { # NAME
+  local dir
+  dir=$(_proc_dir)
+  free_port >"$dir/$1.port"
+}
+
+# Stops one node (its port stays registered, so profiles can still point at the dead port).
+kill_node() { # NAME
+  local f
+  f=$(_node_file "$1" pid) || return 1
+  _stop_pid "$(cat "$f")"
+  rm -f "$f"
+}
+
+# Stops every node started at the current level (test, or file in teardown_file).
+stop_all() {
+  local dir f pids=() pid
+  dir=$(_proc_dir)
+  for f in "$dir"/*.pid; do
+    [[ -f $f ]] || continue
+    pids+=("$(cat "$f")")
+    rm -f "$f"
+  done
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do _stop_pid "$pid"; done
+}
+
+# ---------------------------------------------------------------------------------------------------
+# Fake upstream control
+
+fake_control() { # NAME JSON
+  local url
+  url=$(node_url "$1") || return 1
+  curl -sf --max-time 5 -X POST -H 'content-type: application/json' --data "$2" "$url/_control" >/dev/null
+}
+
+fake_stats() { # NAME
+  local url
+  url=$(node_url "$1") || return 1
+  curl -sf --max-time 5 "$url/_stats"
+}
+
+# Number of HTTP requests the fake received (control and stats requests not counted by the fake).
+fake_requests() { # NAME
+  fake_stats "$1" | jq -r '.requests'
+}
+
+# ---------------------------------------------------------------------------------------------------
+# Profiles
+
+# Writes a profile for started (or dead_port) nodes.
+#   write_profile FILE [--name N] [--chain C] [--chain-id ID] [--strategy S] [--extra YAML] SPEC...
+# (options may come anywhere after FILE).
+# SPEC is NODE[,key=value...]: the provider id is NODE, its url the node's, its priority its position
+# (1, 2, ...) unless given; other keys are copied (timeout_ms=800, weight=30, url=http://...).
+# --extra is appended at the top level (e.g. a health: section).
+write_profile() {
+  local file=$1
+  shift
+  local name=e2e chain=local chain_id=31337 strategy=load_balanced extra="" specs=()
+  while (($#)); do
+    case $1 in
+      --name) name=$2; shift 2 ;;
+      --chain) chain=$2; shift 2 ;;
+      --chain-id) chain_id=$2; shift 2 ;;
+      --strategy) strategy=$2; shift 2 ;;
+      --extra) extra=$2; shift 2 ;;
+      *) specs+=("$1"); shift ;;
+    esac
+  done
+  {
+    echo "name: $name"
+    echo "chains:"
+    echo "  $chain:"
+    echo "    chain_id: $chain_id"
+    echo "    block_time_ms: 1000"
+    echo "    providers:"
+    local spec index=0 id url priority kv key value rest
+    for spec in "${specs[@]}"; do
+      index=$((index + 1))
+      id=${spec%%,*}
+      rest=""
+      [[ $spec == *,* ]] && rest=${spec#*,}
+      url="" priority=$index
+      local others=()
+      if [[ -n $rest ]]; then
+        local kvs
+        IFS=, read -r -a kvs <<<"$rest"
+        for kv in "${kvs[@]}"; do
+          key=${kv%%=*}
+          value=${kv#*=}
+          case $key in
+            url) url=$value ;;
+            priority) priority=$value ;;
+            *) others+=("$key: $value") ;;
+          esac
+        done
+      fi
+      [[ -n $url ]] || url=$(node_url "$id") || return 1
+      echo "      - id: $id"
+      echo "        url: $url"
+      echo "        priority: $priority"
+      for kv in "${others[@]}"; do echo "        $kv"; done
+    done
+    echo "routing:"
+    echo "  default_strategy: $strategy"
+    [[ -z $extra ]] || printf '%s\n' "$extra"
+  } >"$file"
+}
+
+# ---------------------------------------------------------------------------------------------------
+# State
+
+state_json() { rpcroute state show --json; }
+
+# Total number of latency samples in the state file (0 when there is none).
+sample_count() {
+  local json
+  json=$(state_json) || return 1
+  jq '[.providers[]?.methods[]?.samples | length] | add // 0' <<<"$json"
+}
+
+# The state entry of provider ID (null when none).
+state_entry() { # ID
+  local json
+  json=$(state_json) || return 1
+  jq --arg p "$1" '[.providers[]? | select(.provider == $p)] | first' <<<"$json"
+}
+
+# ---------------------------------------------------------------------------------------------------
+# Assertions (print what was seen when they fail)
+
+_dump_run() {
+  printf -- '--- status: %s\n--- stdout:\n%s\n' "${status-}" "${output-}" >&2
+  [[ -z ${stderr+x} ]] || printf -- '--- stderr:\n%s\n' "$stderr" >&2
+}
+
+assert_status() { # N
+  if [[ ${status-} != "$1" ]]; then
+    echo "expected exit status $1" >&2
+    _dump_run
+    return 1
+  fi
+}
+
+# jq -e FILTER on $output (stdout of the last run).
+assert_jq() { # FILTER [JQ ARGS...]
+  local filter=$1
+  shift
+  if ! jq -e "$@" "$filter" <<<"$output" >/dev/null 2>&1; then
+    echo "jq filter failed: $filter" >&2
+    _dump_run
+    return 1
+  fi
+}
+
+# jq -e FILTER on a JSON text.
+assert_json() { # JSON FILTER [JQ ARGS...]
+  local json=$1 filter=$2
+  shift 2
+  if ! jq -e "$@" "$filter" <<<"$json" >/dev/null 2>&1; then
+    printf 'jq filter failed: %s\non:\n%s\n' "$filter" "$json" >&2
+    return 1
+  fi
+}
+
+assert_stderr_lines() { # N
+  local n=${#stderr_lines[@]}
+  if [[ $n != "$1" ]]; then
+    echo "expected $1 line(s) on stderr, got $n" >&2
+    _dump_run
+    return 1
+  fi
+}
+
+# PATTERN (extended regex) matches $stderr.
+assert_stderr_matches() { # ERE
+  if ! grep -Eq -- "$1" <<<"$stderr"; then
+    echo "stderr does not match /$1/" >&2
+    _dump_run
+    return 1
+  fi
+}
+
+# TEXT appears in neither stdout nor stderr of the last run.
+refute_output_contains() { # TEXT
+  if [[ ${output-} == *"$1"* || ${stderr-} == *"$1"* ]]; then
+    echo "output contains '$1'" >&2
+    _dump_run
+    return 1
+  fi
+}
+
+assert_equal() { # ACTUAL EXPECTED [WHAT]
+  if [[ $1 != "$2" ]]; then
+    printf '%s: expected [%s], got [%s]\n' "${3:-value}" "$2" "$1" >&2
+    return 1
+  fi
+}

@@ -1,0 +1,1212 @@
+// fake_upstream: a fault-injecting fake Ethereum JSON-RPC upstream for rpcroute's tests.
+//
+// One thread, one io_context, HTTP/1.1 keep-alive; every connection is its own coroutine, so a
+// hanging or delayed answer never holds up another connection.
+//
+// Usage: fake_upstream [options]              (a flag's value may also be given as --flag=VALUE)
+//   --listen HOST:PORT   address to listen on (default 127.0.0.1:0; port 0 picks a free port)
+//   --port-file PATH     once listening, write the port and a newline to PATH (tmp file + rename)
+//   --chain-id N         eth_chainId / net_version (default 31337)
+//   --height N           head block number (default 100)
+//   --mine-per-sec R     the head grows by R blocks per second (default 0; R may be fractional)
+//   --name NAME          web3_clientVersion answers "fake-upstream/NAME" (default "fake")
+//   --mode MODE          default behaviour, see below (default ok)
+//   --delay-ms N         wait N ms before acting, in every mode (default 0)
+//   --status N           status mode: the HTTP status (default 503)
+//   --retry-after VALUE  add "Retry-After: VALUE" to every answer on the JSON-RPC path
+//   --body TEXT          status, malformed, html modes: send TEXT as the body instead of the default
+//   --code N             rpc_error mode: error code (default -32603)
+//   --message TEXT       rpc_error mode: error message (default "internal error")
+//   --data JSON          rpc_error mode: error "data" member, any JSON value (default none)
+//   --huge-bytes N       huge mode: length of the result string (default 5242880)
+// On start it prints "listening on HOST:PORT" to stdout. SIGINT and SIGTERM end it with status 0.
+//
+// Modes, applied to each POST to any path other than /_control and /_stats:
+//   ok         answer every call (single or batch; ids echoed byte for byte, batch order kept)
+//   delay      ok, after --delay-ms
+//   status     HTTP --status with --body (default: the reason phrase; Content-Type is
+//              application/json if the body starts with { or [, text/html if <, else text/plain)
+//   rpc_error  HTTP 200, every call answered {"error":{"code":--code,"message":--message}}
+//   malformed  HTTP 200, application/json, body that is not JSON: {"jsonrpc":"2.0","id":1,"result":0x12
+//   truncated  Content-Length of the full ok answer, half the body sent, then the connection closed
+//   html       HTTP 200, text/html, a Cloudflare-like challenge page
+//   wrong_id   ok answer whose ids are the client's + 1000 (or "wrong" when not an integer)
+//   close      read the request, close the connection without answering (FIN)
+//   reset      read the request, reset the connection (SO_LINGER 0, RST)
+//   hang       read the request, never answer; the connection stays open until the client leaves
+//   huge       every result is a JSON string of --huge-bytes bytes ("0xaaaa…")
+// Methods known in ok mode: eth_blockNumber eth_chainId net_version web3_clientVersion eth_syncing
+// eth_gasPrice eth_getBalance eth_getTransactionCount eth_getCode eth_call eth_getLogs
+// eth_getBlockByNumber (null above the head) eth_sendRawTransaction eth_newFilter
+// eth_newBlockFilter eth_newPendingTransactionFilter ("0x1", "0x2", …) eth_getFilterChanges
+// eth_getFilterLogs ([] or -32000 "filter not found") eth_uninstallFilter. Anything else gets
+// -32601 "the method X does not exist/is not available"; a body that is not JSON gets -32700 with
+// id null; a call without an id is answered with id null (no notification semantics).
+//
+// Control API:
+//   POST /_control  JSON object, every field optional; answers 200 {"ok":true}, or 400
+//                   {"ok":false,"error":"…"} (nothing applied) on an unknown field or bad value.
+//     "mode", "delay_ms", "status", "retry_after" (string or number), "body", "code", "message",
+//     "data" (any JSON), "huge_bytes"   change the default behaviour; giving "mode" first resets
+//                                       the other behaviour fields to their defaults
+//     "height", "chain_id", "mine_per_sec"   change the chain ("height" restarts mining from there)
+//     "queue": [{behaviour fields}, …]  append one-shot behaviours, each used by exactly one
+//                                       JSON-RPC HTTP request (fields not given take the defaults
+//                                       above, i.e. mode "ok"), before the default applies again
+//     "clear_queue": true   drop queued behaviours (before "queue" of the same body is appended)
+//     "reset_stats": true   zero the counters
+//   GET /_stats  {"requests":N,"calls":N,"methods":{"eth_blockNumber":N,…},"mode":"ok",
+//                 "height":N,"chain_id":N,"queued":N}
+//     requests: JSON-RPC HTTP requests received (counted on receipt, whatever the answer);
+//     calls: JSON-RPC calls in them (batch items each count; a body that is not JSON counts none).
+//
+// Example:
+//   fake_upstream --port-file /tmp/p --mode status --status 429 --retry-after 2
+//   body='{"mode":"ok","queue":[{"mode":"hang"},{"mode":"rpc_error","code":-32005}]}'
+//   curl -s -d "$body" http://127.0.0.1:$(cat /tmp/p)/_control
+
+#include "rpcroute/asio_compat.hpp"
+
+#include <fmt/format.h>
+#include <simdjson.h>
+
+#include <array>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <charconv>
+#include <chrono>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <deque>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <tl/expected.hpp>
+#include <utility>
+#include <vector>
+
+namespace {
+
+namespace asio = rpcroute::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace ondemand = simdjson::ondemand;
+using tcp = asio::ip::tcp;
+
+constexpr std::size_t kMaxBodyBytes = 64 * 1024 * 1024;
+
+constexpr std::string_view kUsage = R"(usage: fake_upstream [options]
+  --listen HOST:PORT   (default 127.0.0.1:0)     --port-file PATH
+  --chain-id N         (default 31337)           --height N (default 100)
+  --mine-per-sec R     (default 0)               --name NAME (default fake)
+  --mode ok|delay|status|rpc_error|malformed|truncated|html|wrong_id|close|reset|hang|huge
+  --delay-ms N  --status N  --retry-after VALUE  --body TEXT
+  --code N  --message TEXT  --data JSON  --huge-bytes N
+The control API and the modes are described at the top of tests/fakes/fake_upstream.cpp.
+)";
+
+template <class T>
+using Expected = tl::expected<T, std::string>;
+using Unexpected = tl::unexpected<std::string>;
+
+// ---------------------------------------------------------------------------------------------
+// Behaviour
+
+enum class Mode {
+  ok,
+  delay,
+  status,
+  rpc_error,
+  malformed,
+  truncated,
+  html,
+  wrong_id,
+  close,
+  reset,
+  hang,
+  huge
+};
+
+constexpr std::array<std::pair<Mode, std::string_view>, 12> kModeNames{{
+    {Mode::ok, "ok"},
+    {Mode::delay, "delay"},
+    {Mode::status, "status"},
+    {Mode::rpc_error, "rpc_error"},
+    {Mode::malformed, "malformed"},
+    {Mode::truncated, "truncated"},
+    {Mode::html, "html"},
+    {Mode::wrong_id, "wrong_id"},
+    {Mode::close, "close"},
+    {Mode::reset, "reset"},
+    {Mode::hang, "hang"},
+    {Mode::huge, "huge"},
+}};
+
+std::optional<Mode> parse_mode(std::string_view name) {
+  for (const auto& [mode, mode_text] : kModeNames) {
+    if (mode_text == name) return mode;
+  }
+  return std::nullopt;
+}
+
+std::string_view mode_name(Mode mode) {
+  for (const auto& [m, mode_text] : kModeNames) {
+    if (m == mode) return mode_text;
+  }
+  return "?";
+}
+
+struct Behaviour {
+  Mode mode = Mode::ok;
+  std::uint64_t delay_ms = 0;
+  unsigned status = 503;
+  std::optional<std::string> retry_after;
+  std::optional<std::string> body;
+  std::int64_t code = -32603;
+  std::string message = "internal error";
+  std::optional<std::string> data;  // raw JSON
+  std::uint64_t huge_bytes = 5 * 1024 * 1024;
+};
+
+// Some fields of a Behaviour, from the command line or a control request.
+struct BehaviourPatch {
+  std::optional<Mode> mode;
+  std::optional<std::uint64_t> delay_ms;
+  std::optional<unsigned> status;
+  std::optional<std::string> retry_after;
+  std::optional<std::string> body;
+  std::optional<std::int64_t> code;
+  std::optional<std::string> message;
+  std::optional<std::string> data;
+  std::optional<std::uint64_t> huge_bytes;
+
+  void apply_to(Behaviour& behaviour) const {
+    if (mode) {
+      behaviour = Behaviour{};
+      behaviour.mode = *mode;
+    }
+    if (delay_ms) behaviour.delay_ms = *delay_ms;
+    if (status) behaviour.status = *status;
+    if (retry_after) behaviour.retry_after = *retry_after;
+    if (body) behaviour.body = *body;
+    if (code) behaviour.code = *code;
+    if (message) behaviour.message = *message;
+    if (data) behaviour.data = *data;
+    if (huge_bytes) behaviour.huge_bytes = *huge_bytes;
+  }
+};
+
+Expected<unsigned> checked_status(std::uint64_t status) {
+  if (status < 100 || status > 599) return Unexpected{fmt::format("bad HTTP status {}", status)};
+  return static_cast<unsigned>(status);
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSON text
+
+void append_json_string(std::string& out, std::string_view text) {
+  out += '"';
+  for (const char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          fmt::format_to(std::back_inserter(out), "\\u{:04x}", static_cast<unsigned>(c));
+        } else {
+          out += c;
+        }
+    }
+  }
+  out += '"';
+}
+
+std::string json_string(std::string_view text) {
+  std::string out;
+  append_json_string(out, text);
+  return out;
+}
+
+std::string hex_quantity(std::uint64_t n) { return fmt::format("\"0x{:x}\"", n); }
+
+std::string result_member(std::string_view result_json) {
+  return fmt::format("\"result\":{}", result_json);
+}
+
+std::string error_member(std::int64_t code, std::string_view message,
+                         const std::optional<std::string>& data = std::nullopt) {
+  std::string out = fmt::format("\"error\":{{\"code\":{},\"message\":", code);
+  append_json_string(out, message);
+  if (data) {
+    out += ",\"data\":";
+    out += *data;
+  }
+  out += '}';
+  return out;
+}
+
+// simdjson reads up to SIMDJSON_PADDING bytes past the end; give it that room in place.
+simdjson::padded_string_view padded(std::string& text) {
+  text.reserve(text.size() + simdjson::SIMDJSON_PADDING);
+  return simdjson::padded_string_view(text.data(), text.size(), text.capacity());
+}
+
+template <class T>
+std::optional<T> parse_number(std::string_view text, int base = 10) {
+  T value{};
+  const char* end = text.data() + text.size();
+  std::from_chars_result parsed{};
+  if constexpr (std::is_floating_point_v<T>) {
+    parsed = std::from_chars(text.data(), end, value);
+  } else {
+    parsed = std::from_chars(text.data(), end, value, base);
+  }
+  if (text.empty() || parsed.ec != std::errc{} || parsed.ptr != end) return std::nullopt;
+  return value;
+}
+
+std::optional<std::uint64_t> parse_hex_quantity(std::string_view text) {
+  if (!text.starts_with("0x") && !text.starts_with("0X")) return std::nullopt;
+  return parse_number<std::uint64_t>(text.substr(2), 16);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Incoming JSON-RPC
+
+struct RpcError {
+  std::int64_t code;
+  std::string message;
+};
+
+struct Call {
+  std::string id = "null";          // the client's id token, byte for byte
+  std::string method;               // empty when the call is rejected
+  std::vector<std::string> params;  // raw JSON of each parameter
+  std::optional<RpcError> rejection;
+
+  // Parameter i if it is a JSON string without escapes (hex data, block tags, filter ids).
+  [[nodiscard]] std::optional<std::string_view> string_param(std::size_t i) const {
+    if (i >= params.size()) return std::nullopt;
+    const std::string_view raw = params[i];
+    if (raw.size() < 2 || raw.front() != '"' || raw.back() != '"') return std::nullopt;
+    const std::string_view content = raw.substr(1, raw.size() - 2);
+    if (content.find('\\') != std::string_view::npos) return std::nullopt;
+    return content;
+  }
+};
+
+struct RpcRequest {
+  bool batch = false;
+  bool no_calls = false;  // not JSON, or an empty batch: answered, but not a call
+  std::vector<Call> calls;
+
+  static RpcRequest rejected(std::int64_t code, std::string message) {
+    RpcRequest request;
+    request.calls.emplace_back().rejection = RpcError{code, std::move(message)};
+    return request;
+  }
+};
+
+class RequestReader {
+ public:
+  // Reads a JSON-RPC body: a single call or a batch. Invalid input becomes a rejected call.
+  RpcRequest read(std::string& body) { return read_json(padded(body)); }
+
+  // Checks that text is one complete JSON value.
+  [[nodiscard]] bool is_json(std::string& text) {
+    const simdjson::padded_string_view json = padded(text);
+    return validator_.parse(json.data(), json.size(), false).error() == simdjson::SUCCESS;
+  }
+
+  ondemand::parser& parser() { return parser_; }
+
+ private:
+  static RpcRequest parse_error() {
+    RpcRequest request = RpcRequest::rejected(-32700, "parse error");
+    request.no_calls = true;
+    return request;
+  }
+
+  RpcRequest read_json(simdjson::padded_string_view json) {
+    // On-Demand skips what it is not asked for without validating it, so validate first.
+    if (validator_.parse(json.data(), json.size(), false).error()) return parse_error();
+    ondemand::document doc;
+    ondemand::json_type type{};
+    if (parser_.iterate(json).get(doc) || doc.type().get(type)) return parse_error();
+
+    if (type == ondemand::json_type::object) {
+      ondemand::object object;
+      RpcRequest request;
+      request.calls.emplace_back();
+      if (doc.get_object().get(object) || read_call(object, request.calls.back())) {
+        return parse_error();
+      }
+      return request;
+    }
+    if (type != ondemand::json_type::array) return RpcRequest::rejected(-32600, "invalid request");
+
+    RpcRequest request;
+    request.batch = true;
+    ondemand::array items;
+    if (doc.get_array().get(items)) return parse_error();
+    for (auto item_result : items) {
+      ondemand::value item;
+      ondemand::json_type item_type{};
+      if (item_result.get(item) || item.type().get(item_type)) return parse_error();
+      Call& call = request.calls.emplace_back();
+      if (item_type != ondemand::json_type::object) {
+        call.rejection = RpcError{-32600, "invalid request"};
+        continue;
+      }
+      ondemand::object object;
+      if (item.get_object().get(object) || read_call(object, call)) return parse_error();
+    }
+    if (request.calls.empty()) {
+      request = RpcRequest::rejected(-32600, "empty batch");
+      request.no_calls = true;
+    }
+    return request;
+  }
+
+  static simdjson::error_code read_call(ondemand::object& object, Call& call) {
+    bool has_method = false;
+    for (auto field_result : object) {
+      ondemand::field field;
+      std::string_view key;
+      if (auto error = std::move(field_result).get(field)) return error;
+      if (auto error = field.unescaped_key().get(key)) return error;
+      ondemand::value value = field.value();
+      if (key == "id") {
+        std::string_view raw;
+        if (auto error = simdjson::to_json_string(value).get(raw)) return error;
+        call.id = raw;
+      } else if (key == "method") {
+        std::string_view method;
+        if (value.get_string().get(method) == simdjson::SUCCESS) {
+          call.method = method;
+          has_method = true;
+        }
+      } else if (key == "params") {
+        ondemand::array params;
+        if (value.get_array().get(params)) continue;
+        for (auto param_result : params) {
+          ondemand::value param;
+          std::string_view raw;
+          if (auto error = param_result.get(param)) return error;
+          if (auto error = simdjson::to_json_string(param).get(raw)) return error;
+          call.params.emplace_back(raw);
+        }
+      }
+    }
+    if (!has_method) {
+      call.method.clear();
+      call.rejection = RpcError{-32600, "invalid request"};
+    }
+    return simdjson::SUCCESS;
+  }
+
+  simdjson::dom::parser validator_;
+  ondemand::parser parser_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// The chain the fake pretends to follow
+
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// A deterministic 32-byte value as "0x" + 64 hex digits.
+std::string pseudo_hash(std::uint64_t seed) {
+  std::string out = "\"0x";
+  for (std::uint64_t word = 0; word < 4; ++word) {
+    fmt::format_to(std::back_inserter(out), "{:016x}", splitmix64(seed * 4 + word));
+  }
+  out += '"';
+  return out;
+}
+
+std::uint64_t fnv1a(std::string_view bytes) {
+  std::uint64_t hash = 0xcbf29ce484222325ULL;
+  for (const char c : bytes) {
+    hash = (hash ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
+  }
+  return hash;
+}
+
+class Chain {
+ public:
+  Chain(std::uint64_t chain_id, std::uint64_t height, double blocks_per_sec, std::string name)
+      : chain_id_(chain_id),
+        base_height_(height),
+        blocks_per_sec_(blocks_per_sec),
+        name_(std::move(name)) {}
+
+  [[nodiscard]] std::uint64_t height() const {
+    const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - epoch_;
+    return base_height_ + static_cast<std::uint64_t>(elapsed.count() * blocks_per_sec_);
+  }
+  [[nodiscard]] std::uint64_t chain_id() const { return chain_id_; }
+
+  void set_height(std::uint64_t height) {
+    base_height_ = height;
+    epoch_ = std::chrono::steady_clock::now();
+  }
+  void set_blocks_per_sec(double blocks_per_sec) {
+    set_height(height());
+    blocks_per_sec_ = blocks_per_sec;
+  }
+  void set_chain_id(std::uint64_t chain_id) { chain_id_ = chain_id; }
+
+  // The "result" or "error" member answering call, as a real node would.
+  std::string answer(const Call& call) {
+    if (call.rejection) return error_member(call.rejection->code, call.rejection->message);
+    const std::string_view method = call.method;
+    if (method == "eth_blockNumber") return result_member(hex_quantity(height()));
+    if (method == "eth_chainId") return result_member(hex_quantity(chain_id_));
+    if (method == "net_version") return result_member(fmt::format("\"{}\"", chain_id_));
+    if (method == "web3_clientVersion") return result_member(json_string("fake-upstream/" + name_));
+    if (method == "eth_syncing") return result_member("false");
+    if (method == "eth_gasPrice") return result_member("\"0x3b9aca00\"");
+    if (method == "eth_getBalance") return result_member("\"0xde0b6b3a7640000\"");
+    if (method == "eth_getTransactionCount") return result_member("\"0x0\"");
+    if (method == "eth_getCode" || method == "eth_call") return result_member("\"0x\"");
+    if (method == "eth_getLogs") return result_member("[]");
+    if (method == "eth_getBlockByNumber") return block_by_number(call);
+    if (method == "eth_sendRawTransaction") {
+      const auto raw_tx = call.string_param(0);
+      if (!raw_tx) return error_member(-32602, "missing value for required argument 0");
+      return result_member(pseudo_hash(fnv1a(*raw_tx)));
+    }
+    if (method == "eth_newFilter" || method == "eth_newBlockFilter" ||
+        method == "eth_newPendingTransactionFilter") {
+      filters_.insert(next_filter_);
+      return result_member(hex_quantity(next_filter_++));
+    }
+    if (method == "eth_getFilterChanges" || method == "eth_getFilterLogs") {
+      if (!known_filter(call)) return error_member(-32000, "filter not found");
+      return result_member("[]");
+    }
+    if (method == "eth_uninstallFilter") {
+      const auto id = filter_id(call);
+      return result_member(id && filters_.erase(*id) > 0 ? "true" : "false");
+    }
+    return error_member(-32601, fmt::format("the method {} does not exist/is not available", method));
+  }
+
+ private:
+  std::string block_by_number(const Call& call) const {
+    const auto tag = call.string_param(0);
+    if (!tag) return error_member(-32602, "missing value for required argument 0");
+    const std::uint64_t head = height();
+    std::uint64_t number = head;
+    if (*tag == "earliest") {
+      number = 0;
+    } else if (*tag != "latest" && *tag != "pending" && *tag != "safe" && *tag != "finalized") {
+      const auto parsed = parse_hex_quantity(*tag);
+      if (!parsed) return error_member(-32602, "invalid argument 0: hex string without 0x prefix");
+      number = *parsed;
+    }
+    if (number > head) return result_member("null");
+    const std::string parent_hash = number == 0 ? "\"0x" + std::string(64, '0') + '"'
+                                                : pseudo_hash(number - 1);
+    return result_member(fmt::format(
+        R"({{"number":{},"hash":{},"parentHash":{},"timestamp":{},"transactions":[]}})",
+        hex_quantity(number), pseudo_hash(number), parent_hash,
+        hex_quantity(1'700'000'000 + 12 * number)));
+  }
+
+  static std::optional<std::uint64_t> filter_id(const Call& call) {
+    const auto id = call.string_param(0);
+    return id ? parse_hex_quantity(*id) : std::nullopt;
+  }
+  bool known_filter(const Call& call) const {
+    const auto id = filter_id(call);
+    return id && filters_.contains(*id);
+  }
+
+  std::uint64_t chain_id_;
+  std::uint64_t base_height_;
+  double blocks_per_sec_;
+  std::chrono::steady_clock::time_point epoch_ = std::chrono::steady_clock::now();
+  std::string name_;
+  std::set<std::uint64_t> filters_;
+  std::uint64_t next_filter_ = 1;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Answers in each mode
+
+// The client's id + 1000 when it is an integer, else "wrong".
+std::string wrong_id(std::string_view id) {
+  const auto number = parse_number<std::int64_t>(id);
+  if (!number || *number > INT64_MAX - 1000) return "\"wrong\"";
+  return std::to_string(*number + 1000);
+}
+
+std::string huge_result(std::uint64_t bytes) {
+  std::string out;
+  out.reserve(bytes + 2);
+  out += '"';
+  if (bytes >= 2) {
+    out += "0x";
+    out.append(bytes - 2, 'a');
+  } else {
+    out.append(bytes, 'a');
+  }
+  out += '"';
+  return out;
+}
+
+// The JSON-RPC answer body in the modes that answer with well-formed JSON-RPC.
+std::string render_answer(const RpcRequest& request, const Behaviour& behaviour, Chain& chain) {
+  std::string out;
+  if (request.batch) out += '[';
+  bool first = true;
+  for (const Call& call : request.calls) {
+    if (!first) out += ',';
+    first = false;
+    out += R"({"jsonrpc":"2.0","id":)";
+    out += behaviour.mode == Mode::wrong_id ? wrong_id(call.id) : call.id;
+    out += ',';
+    if (behaviour.mode == Mode::rpc_error) {
+      out += error_member(behaviour.code, behaviour.message, behaviour.data);
+    } else if (behaviour.mode == Mode::huge && !call.rejection) {
+      out += result_member(huge_result(behaviour.huge_bytes));
+    } else {
+      out += chain.answer(call);
+    }
+    out += '}';
+  }
+  if (request.batch) out += ']';
+  return out;
+}
+
+std::string_view sniff_content_type(std::string_view body) {
+  const auto start = body.find_first_not_of(" \t\r\n");
+  if (start == std::string_view::npos) return "text/plain";
+  if (body[start] == '{' || body[start] == '[') return "application/json";
+  if (body[start] == '<') return "text/html";
+  return "text/plain";
+}
+
+constexpr std::string_view kChallengePage = R"(<!DOCTYPE html>
+<html lang="en-US">
+<head><title>Just a moment...</title><meta http-equiv="refresh" content="390"></head>
+<body><div id="cf-wrapper"><h1>Checking if the site connection is secure</h1>
+<p>Enable JavaScript and cookies to continue</p></div></body>
+</html>
+)";
+
+// ---------------------------------------------------------------------------------------------
+// State shared by all connections (one thread, so no locks)
+
+struct Stats {
+  std::uint64_t requests = 0;
+  std::uint64_t calls = 0;
+  std::map<std::string, std::uint64_t, std::less<>> methods;
+
+  void record(const RpcRequest& request) {
+    ++requests;
+    if (request.no_calls) return;
+    calls += request.calls.size();
+    for (const Call& call : request.calls) {
+      if (!call.method.empty()) ++methods[call.method];
+    }
+  }
+};
+
+struct Upstream {
+  explicit Upstream(Chain chain_) : chain(std::move(chain_)) {}
+
+  Chain chain;
+  Behaviour behaviour;
+  std::deque<Behaviour> queue;
+  Stats stats;
+  RequestReader reader;
+
+  Behaviour next_behaviour() {
+    if (queue.empty()) return behaviour;
+    Behaviour next = std::move(queue.front());
+    queue.pop_front();
+    return next;
+  }
+
+  [[nodiscard]] std::string stats_json() const {
+    std::string out = fmt::format(R"({{"requests":{},"calls":{},"methods":{{)", stats.requests,
+                                  stats.calls);
+    bool first = true;
+    for (const auto& [method, count] : stats.methods) {
+      if (!first) out += ',';
+      first = false;
+      append_json_string(out, method);
+      fmt::format_to(std::back_inserter(out), ":{}", count);
+    }
+    fmt::format_to(std::back_inserter(out), R"(}},"mode":"{}","height":{},"chain_id":{},"queued":{}}})",
+                   mode_name(behaviour.mode), chain.height(), chain.chain_id(), queue.size());
+    return out;
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Control API
+
+struct ControlRequest {
+  BehaviourPatch behaviour;
+  std::optional<std::uint64_t> height;
+  std::optional<std::uint64_t> chain_id;
+  std::optional<double> mine_per_sec;
+  std::vector<Behaviour> queue;
+  bool clear_queue = false;
+  bool reset_stats = false;
+
+  void apply_to(Upstream& upstream) const {
+    if (reset_stats) upstream.stats = Stats{};
+    if (clear_queue) upstream.queue.clear();
+    behaviour.apply_to(upstream.behaviour);
+    if (chain_id) upstream.chain.set_chain_id(*chain_id);
+    if (mine_per_sec) upstream.chain.set_blocks_per_sec(*mine_per_sec);
+    if (height) upstream.chain.set_height(*height);
+    upstream.queue.insert(upstream.queue.end(), queue.begin(), queue.end());
+  }
+};
+
+template <class T>
+Expected<T> read_value(ondemand::value& value, std::string_view key) {
+  T out{};
+  simdjson::error_code error = simdjson::SUCCESS;
+  if constexpr (std::is_same_v<T, std::uint64_t>) {
+    error = value.get_uint64().get(out);
+  } else if constexpr (std::is_same_v<T, std::int64_t>) {
+    error = value.get_int64().get(out);
+  } else if constexpr (std::is_same_v<T, double>) {
+    error = value.get_double().get(out);
+  } else if constexpr (std::is_same_v<T, bool>) {
+    error = value.get_bool().get(out);
+  } else {
+    static_assert(std::is_same_v<T, std::string>);
+    std::string_view text;
+    error = value.get_string().get(text);
+    out = text;
+  }
+  if (error) return Unexpected{fmt::format("bad value for \"{}\"", key)};
+  return out;
+}
+
+Expected<std::string> read_raw(ondemand::value& value, std::string_view key) {
+  std::string_view raw;
+  if (simdjson::to_json_string(value).get(raw)) {
+    return Unexpected{fmt::format("bad value for \"{}\"", key)};
+  }
+  return std::string(raw);
+}
+
+// Reads one behaviour field into patch; false when key is not a behaviour field.
+Expected<bool> read_behaviour_field(std::string_view key, ondemand::value& value,
+                                    BehaviourPatch& patch) {
+  auto store = [](auto& slot, auto read) -> Expected<bool> {
+    if (!read) return Unexpected{read.error()};
+    slot = *read;
+    return true;
+  };
+  if (key == "mode") {
+    auto name = read_value<std::string>(value, key);
+    if (!name) return Unexpected{name.error()};
+    patch.mode = parse_mode(*name);
+    if (!patch.mode) return Unexpected{fmt::format("unknown mode \"{}\"", *name)};
+    return true;
+  }
+  if (key == "status") {
+    auto status = read_value<std::uint64_t>(value, key).and_then(checked_status);
+    return store(patch.status, status);
+  }
+  if (key == "retry_after") {
+    ondemand::json_type type{};
+    if (value.type().get(type)) return Unexpected{"bad value for \"retry_after\""};
+    if (type == ondemand::json_type::number) return store(patch.retry_after, read_raw(value, key));
+    return store(patch.retry_after, read_value<std::string>(value, key));
+  }
+  if (key == "delay_ms") return store(patch.delay_ms, read_value<std::uint64_t>(value, key));
+  if (key == "body") return store(patch.body, read_value<std::string>(value, key));
+  if (key == "code") return store(patch.code, read_value<std::int64_t>(value, key));
+  if (key == "message") return store(patch.message, read_value<std::string>(value, key));
+  if (key == "data") return store(patch.data, read_raw(value, key));
+  if (key == "huge_bytes") return store(patch.huge_bytes, read_value<std::uint64_t>(value, key));
+  return false;
+}
+
+Expected<Behaviour> read_queued_behaviour(ondemand::value& value) {
+  ondemand::object object;
+  if (value.get_object().get(object)) return Unexpected{"\"queue\" items must be objects"};
+  BehaviourPatch patch;
+  for (auto field_result : object) {
+    ondemand::field field;
+    std::string_view key;
+    if (std::move(field_result).get(field) || field.unescaped_key().get(key)) return Unexpected{"bad JSON"};
+    const std::string key_text(key);
+    auto known = read_behaviour_field(key_text, field.value(), patch);
+    if (!known) return Unexpected{known.error()};
+    if (!*known) return Unexpected{fmt::format("unknown field \"{}\" in \"queue\"", key_text)};
+  }
+  Behaviour behaviour;
+  patch.apply_to(behaviour);
+  return behaviour;
+}
+
+Expected<ControlRequest> read_control(std::string& body, RequestReader& reader) {
+  if (!reader.is_json(body)) return Unexpected{"body is not JSON"};
+  ondemand::document doc;
+  ondemand::object object;
+  if (reader.parser().iterate(padded(body)).get(doc) || doc.get_object().get(object)) {
+    return Unexpected{"body must be a JSON object"};
+  }
+  ControlRequest control;
+  for (auto field_result : object) {
+    ondemand::field field;
+    std::string_view key;
+    if (std::move(field_result).get(field) || field.unescaped_key().get(key)) return Unexpected{"bad JSON"};
+    // unescaped_key() points into a buffer that reading string values reuses.
+    const std::string key_text(key);
+    ondemand::value& value = field.value();
+    Expected<void> read;
+    if (key_text == "height") {
+      read = read_value<std::uint64_t>(value, key_text).map([&](auto v) { control.height = v; });
+    } else if (key_text == "chain_id") {
+      read = read_value<std::uint64_t>(value, key_text).map([&](auto v) { control.chain_id = v; });
+    } else if (key_text == "mine_per_sec") {
+      read = read_value<double>(value, key_text).map([&](auto v) { control.mine_per_sec = v; });
+    } else if (key_text == "reset_stats") {
+      read = read_value<bool>(value, key_text).map([&](bool v) { control.reset_stats = v; });
+    } else if (key_text == "clear_queue") {
+      read = read_value<bool>(value, key_text).map([&](bool v) { control.clear_queue = v; });
+    } else if (key_text == "queue") {
+      ondemand::array items;
+      if (value.get_array().get(items)) return Unexpected{"\"queue\" must be an array"};
+      for (auto item_result : items) {
+        ondemand::value item;
+        if (item_result.get(item)) return Unexpected{"bad JSON"};
+        auto behaviour = read_queued_behaviour(item);
+        if (!behaviour) return Unexpected{behaviour.error()};
+        control.queue.push_back(std::move(*behaviour));
+      }
+    } else {
+      auto known = read_behaviour_field(key_text, value, control.behaviour);
+      if (!known) return Unexpected{known.error()};
+      if (!*known) return Unexpected{fmt::format("unknown field \"{}\"", key_text)};
+    }
+    if (!read) return Unexpected{read.error()};
+  }
+  return control;
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP
+
+using Request = http::request<http::string_body>;
+using Response = http::response<http::string_body>;
+
+Response make_response(const Request& request, unsigned status, std::string_view content_type,
+                       std::string body) {
+  Response response;
+  response.version(request.version());
+  response.result(status);
+  response.set(http::field::server, "fake-upstream");
+  response.set(http::field::content_type,
+               beast::string_view(content_type.data(), content_type.size()));
+  response.keep_alive(request.keep_alive());
+  response.body() = std::move(body);
+  return response;
+}
+
+std::string_view target_path(const Request& request) {
+  const std::string_view target(request.target().data(), request.target().size());
+  return target.substr(0, target.find('?'));
+}
+
+auto on_error(beast::error_code& error) {
+  return asio::redirect_error(asio::use_awaitable, error);
+}
+
+bool is_http_protocol_error(const beast::error_code& error) {
+  return error.category() == make_error_code(http::error::end_of_stream).category();
+}
+
+class Connection {
+ public:
+  Connection(tcp::socket socket, Upstream& upstream)
+      : stream_(std::move(socket)), upstream_(upstream) {}
+
+  asio::awaitable<void> run() {
+    for (;;) {
+      http::request_parser<http::string_body> parser;
+      parser.body_limit(kMaxBodyBytes);
+      beast::error_code error;
+      co_await http::async_read_header(stream_, buffer_, parser, on_error(error));
+      if (!error && beast::iequals(parser.get()[http::field::expect], "100-continue")) {
+        http::response<http::empty_body> go_on{http::status::continue_, parser.get().version()};
+        co_await http::async_write(stream_, go_on, on_error(error));
+      }
+      if (!error) co_await http::async_read(stream_, buffer_, parser, on_error(error));
+
+      if (error == http::error::end_of_stream) {
+        stream_.socket().shutdown(tcp::socket::shutdown_send, error);
+        co_return;
+      }
+      if (error == http::error::body_limit) {
+        co_await reply_error_and_close(parser.get(), 413, "request body too large\n");
+        co_return;
+      }
+      if (is_http_protocol_error(error)) {
+        co_await reply_error_and_close(parser.get(), 400, "bad request\n");
+        co_return;
+      }
+      if (error) co_return;  // the client went away
+
+      Request request = parser.release();
+      if (!co_await serve(request)) co_return;
+    }
+  }
+
+ private:
+  // Each serve* answers one request and says whether to keep the connection.
+  asio::awaitable<bool> serve(Request& request) {
+    const std::string_view path = target_path(request);
+    if (path == "/_control") {
+      if (request.method() != http::verb::post) co_return co_await send(method_not_allowed(request));
+      co_return co_await serve_control(request);
+    }
+    if (path == "/_stats") {
+      if (request.method() != http::verb::get) co_return co_await send(method_not_allowed(request));
+      co_return co_await send(make_response(request, 200, "application/json", upstream_.stats_json()));
+    }
+    if (request.method() != http::verb::post) co_return co_await send(method_not_allowed(request));
+    co_return co_await serve_rpc(request);
+  }
+
+  asio::awaitable<bool> serve_control(Request& request) {
+    auto control = read_control(request.body(), upstream_.reader);
+    if (!control) {
+      std::string body = R"({"ok":false,"error":)" + json_string(control.error()) + "}";
+      co_return co_await send(make_response(request, 400, "application/json", std::move(body)));
+    }
+    control->apply_to(upstream_);
+    co_return co_await send(make_response(request, 200, "application/json", R"({"ok":true})"));
+  }
+
+  asio::awaitable<bool> serve_rpc(Request& request) {
+    const Behaviour behaviour = upstream_.next_behaviour();
+    const RpcRequest rpc = upstream_.reader.read(request.body());
+    upstream_.stats.record(rpc);
+
+    if (behaviour.delay_ms > 0) {
+      asio::steady_timer timer(stream_.get_executor());
+      timer.expires_after(std::chrono::milliseconds(behaviour.delay_ms));
+      beast::error_code ignored;
+      co_await timer.async_wait(on_error(ignored));
+    }
+
+    Response response;
+    switch (behaviour.mode) {
+      case Mode::ok:
+      case Mode::delay:
+      case Mode::rpc_error:
+      case Mode::wrong_id:
+      case Mode::huge:
+        response = make_response(request, 200, "application/json",
+                                 render_answer(rpc, behaviour, upstream_.chain));
+        break;
+      case Mode::status: {
+        std::string body = behaviour.body.value_or(
+            std::string(http::obsolete_reason(static_cast<http::status>(behaviour.status))) + "\n");
+        const std::string_view content_type = sniff_content_type(body);
+        response = make_response(request, behaviour.status, content_type, std::move(body));
+        break;
+      }
+      case Mode::malformed:
+        response = make_response(
+            request, 200, "application/json",
+            behaviour.body.value_or(
+                fmt::format(R"({{"jsonrpc":"2.0","id":{},"result":0x12)", rpc.calls.front().id)));
+        break;
+      case Mode::html:
+        response = make_response(request, 200, "text/html; charset=UTF-8",
+                                 behaviour.body.value_or(std::string(kChallengePage)));
+        break;
+      case Mode::truncated:
+        co_await send_truncated(render_answer(rpc, behaviour, upstream_.chain));
+        co_return false;
+      case Mode::close:
+        close();
+        co_return false;
+      case Mode::reset:
+        reset();
+        co_return false;
+      case Mode::hang:
+        co_await wait_until_client_leaves();
+        co_return false;
+    }
+    if (behaviour.retry_after) response.set(http::field::retry_after, *behaviour.retry_after);
+    co_return co_await send(std::move(response));
+  }
+
+  static Response method_not_allowed(const Request& request) {
+    return make_response(request, 405, "text/plain", "method not allowed\n");
+  }
+
+  asio::awaitable<bool> send(Response response) {
+    response.prepare_payload();
+    beast::error_code error;
+    co_await http::async_write(stream_, response, on_error(error));
+    if (error) co_return false;
+    if (!response.keep_alive()) {
+      stream_.socket().shutdown(tcp::socket::shutdown_send, error);
+      co_return false;
+    }
+    co_return true;
+  }
+
+  asio::awaitable<void> reply_error_and_close(const Request& request, unsigned status,
+                                              std::string body) {
+    Response response = make_response(request, status, "text/plain", std::move(body));
+    response.keep_alive(false);
+    co_await send(std::move(response));
+  }
+
+  // Promises the whole of body but sends only half of it.
+  asio::awaitable<void> send_truncated(std::string body) {
+    std::string head = fmt::format(
+        "HTTP/1.1 200 OK\r\nServer: fake-upstream\r\nContent-Type: application/json\r\n"
+        "Content-Length: {}\r\n\r\n",
+        body.size());
+    head.append(body, 0, body.size() / 2);
+    beast::error_code error;
+    co_await asio::async_write(stream_, asio::buffer(head), on_error(error));
+    close();
+  }
+
+  void close() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream_.socket().close(ignored);
+  }
+
+  void reset() {
+    beast::error_code ignored;
+    stream_.socket().set_option(tcp::socket::linger(true, 0), ignored);
+    stream_.socket().close(ignored);
+  }
+
+  asio::awaitable<void> wait_until_client_leaves() {
+    std::array<char, 4096> discard{};
+    beast::error_code error;
+    while (!error) co_await stream_.async_read_some(asio::buffer(discard), on_error(error));
+  }
+
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  Upstream& upstream_;
+};
+
+asio::awaitable<void> serve_connection(tcp::socket socket, Upstream& upstream) {
+  Connection connection(std::move(socket), upstream);
+  co_await connection.run();
+}
+
+asio::awaitable<void> accept_connections(tcp::acceptor& acceptor, Upstream& upstream) {
+  for (;;) {
+    beast::error_code error;
+    tcp::socket socket =
+        co_await acceptor.async_accept(asio::redirect_error(asio::use_awaitable, error));
+    if (error == asio::error::operation_aborted) co_return;
+    if (error) {
+      fmt::print(stderr, "fake_upstream: accept: {}\n", error.message());
+      continue;
+    }
+    socket.set_option(tcp::no_delay(true), error);
+    asio::co_spawn(acceptor.get_executor(), serve_connection(std::move(socket), upstream),
+                   [](const std::exception_ptr& failure) {
+                     if (!failure) return;
+                     try {
+                       std::rethrow_exception(failure);
+                     } catch (const std::exception& e) {
+                       fmt::print(stderr, "fake_upstream: connection: {}\n", e.what());
+                     }
+                   });
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Command line
+
+struct Options {
+  tcp::endpoint listen{asio::ip::address_v4::loopback(), 0};
+  std::optional<std::string> port_file;
+  std::uint64_t chain_id = 31337;
+  std::uint64_t height = 100;
+  double mine_per_sec = 0;
+  std::string name = "fake";
+  BehaviourPatch behaviour;
+  bool help = false;
+};
+
+Expected<tcp::endpoint> parse_endpoint(std::string_view text) {
+  const auto colon = text.rfind(':');
+  if (colon == std::string_view::npos) return Unexpected{"--listen wants HOST:PORT"};
+  std::string_view host = text.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  const auto port = parse_number<std::uint16_t>(text.substr(colon + 1));
+  beast::error_code error;
+  const auto address = asio::ip::make_address(std::string(host), error);
+  if (!port || error) return Unexpected{fmt::format("bad --listen address \"{}\"", text)};
+  return tcp::endpoint{address, *port};
+}
+
+template <class T>
+bool parse_into(std::string_view text, T& slot) {
+  const auto number = parse_number<T>(text);
+  if (number) slot = *number;
+  return number.has_value();
+}
+
+template <class T>
+bool parse_into(std::string_view text, std::optional<T>& slot) {
+  const auto number = parse_number<T>(text);
+  if (number) slot = *number;
+  return number.has_value();
+}
+
+Expected<Options> parse_options(int argc, char** argv) {
+  Options options;
+  RequestReader json_checker;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view flag = argv[i];
+    std::optional<std::string> inline_value;
+    if (const auto eq = flag.find('='); flag.starts_with("--") && eq != std::string_view::npos) {
+      inline_value = std::string(flag.substr(eq + 1));
+      flag = flag.substr(0, eq);
+    }
+    if (flag == "--help" || flag == "-h") {
+      options.help = true;
+      continue;
+    }
+    std::string value;
+    if (inline_value) {
+      value = *inline_value;
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      return Unexpected{fmt::format("{} needs a value", flag)};
+    }
+    const auto bad = [&] { return Unexpected{fmt::format("bad value for {}: \"{}\"", flag, value)}; };
+    auto set_number = [&](auto& slot) { return parse_into(value, slot); };
+    auto& b = options.behaviour;
+
+    if (flag == "--listen") {
+      auto endpoint = parse_endpoint(value);
+      if (!endpoint) return Unexpected{endpoint.error()};
+      options.listen = *endpoint;
+    } else if (flag == "--port-file") {
+      options.port_file = value;
+    } else if (flag == "--name") {
+      options.name = value;
+    } else if (flag == "--chain-id") {
+      if (!set_number(options.chain_id)) return bad();
+    } else if (flag == "--height") {
+      if (!set_number(options.height)) return bad();
+    } else if (flag == "--mine-per-sec") {
+      if (!set_number(options.mine_per_sec) || options.mine_per_sec < 0) return bad();
+    } else if (flag == "--mode") {
+      b.mode = parse_mode(value);
+      if (!b.mode) return bad();
+    } else if (flag == "--status") {
+      std::optional<std::uint64_t> status;
+      if (!set_number(status) || !checked_status(*status)) return bad();
+      b.status = static_cast<unsigned>(*status);
+    } else if (flag == "--delay-ms") {
+      if (!set_number(b.delay_ms)) return bad();
+    } else if (flag == "--code") {
+      if (!set_number(b.code)) return bad();
+    } else if (flag == "--huge-bytes") {
+      if (!set_number(b.huge_bytes)) return bad();
+    } else if (flag == "--retry-after") {
+      b.retry_after = value;
+    } else if (flag == "--body") {
+      b.body = value;
+    } else if (flag == "--message") {
+      b.message = value;
+    } else if (flag == "--data") {
+      if (!json_checker.is_json(value)) return bad();
+      b.data = value;
+    } else {
+      return Unexpected{fmt::format("unknown option {}", flag)};
+    }
+  }
+  return options;
+}
+
+void write_port_file(const std::string& path, unsigned short port) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << port << '\n';
+    out.close();
+    if (!out) throw std::runtime_error(fmt::format("cannot write {}", tmp));
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto options = parse_options(argc, argv);
+  if (!options) {
+    fmt::print(stderr, "fake_upstream: {}\n{}", options.error(), kUsage);
+    return 2;
+  }
+  if (options->help) {
+    fmt::print("{}", kUsage);
+    return 0;
+  }
+
+  try {
+    Upstream upstream(
+        Chain(options->chain_id, options->height, options->mine_per_sec, options->name));
+    options->behaviour.apply_to(upstream.behaviour);
+
+    asio::io_context io{1};
+    tcp::acceptor acceptor(io, options->listen);
+    const tcp::endpoint bound = acceptor.local_endpoint();
+    if (options->port_file) write_port_file(*options->port_file, bound.port());
+    const std::string host = bound.address().is_v6() ? "[" + bound.address().to_string() + "]"
+                                                     : bound.address().to_string();
+    fmt::print("listening on {}:{}\n", host, bound.port());
+    std::fflush(stdout);
+
+    asio::signal_set signals(io, SIGINT, SIGTERM);
+    signals.async_wait([&io](const beast::error_code&, int) { io.stop(); });
+    asio::co_spawn(io, accept_connections(acceptor, upstream), asio::detached);
+    io.run();
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "fake_upstream: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}
