@@ -85,8 +85,9 @@ teardown() {
   json=$(cat "$RPCROUTE_STATE")
   assert_json "$json" '.version == 1'
   assert_json "$json" '.providers | length >= 1'
-  assert_json "$json" '[.providers | keys[] | test("^e2e/local/f[123]#.+")] | all'
-  assert_json "$json" '[.providers[] | .profile == "e2e" and .chain == "local"] | all'
+  # "<profile>/<chain>/<provider>#<fingerprint>"; a profile given by path is named after its file.
+  assert_json "$json" '[.providers | to_entries[] | .key == "\(.value.profile)/local/\(.value.provider)#\(.value.fingerprint)"] | all'
+  assert_json "$json" '[.providers[] | .chain == "local" and (.provider | IN("f1", "f2", "f3")) and (.fingerprint | length > 0)] | all'
   local port
   for port in $(node_port f1) $(node_port f2) $(node_port f3); do
     if grep -q "127.0.0.1:$port" "$RPCROUTE_STATE"; then
