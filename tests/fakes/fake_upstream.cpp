@@ -14,7 +14,7 @@
 //   --delay-ms N         wait N ms before acting, in every mode (default 0)
 //   --status N           status mode: the HTTP status (default 503)
 //   --retry-after VALUE  add "Retry-After: VALUE" to every answer on the JSON-RPC path
-//   --body TEXT          status, malformed, html modes: send TEXT as the body instead of the default
+//   --body TEXT          status, malformed, html modes: the body to send instead of the default
 //   --code N             rpc_error mode: error code (default -32603)
 //   --message TEXT       rpc_error mode: error message (default "internal error")
 //   --data JSON          rpc_error mode: error "data" member, any JSON value (default none)
@@ -27,7 +27,7 @@
 //   status     HTTP --status with --body (default: the reason phrase; Content-Type is
 //              application/json if the body starts with { or [, text/html if <, else text/plain)
 //   rpc_error  HTTP 200, every call answered {"error":{"code":--code,"message":--message}}
-//   malformed  HTTP 200, application/json, body that is not JSON: {"jsonrpc":"2.0","id":1,"result":0x12
+//   malformed  HTTP 200, application/json, not JSON: {"jsonrpc":"2.0","id":<id>,"result":0x12
 //   truncated  Content-Length of the full ok answer, half the body sent, then the connection closed
 //   html       HTTP 200, text/html, a Cloudflare-like challenge page
 //   wrong_id   ok answer whose ids are the client's + 1000 (or "wrong" when not an integer)
@@ -41,14 +41,15 @@
 // eth_newBlockFilter eth_newPendingTransactionFilter ("0x1", "0x2", …) eth_getFilterChanges
 // eth_getFilterLogs ([] or -32000 "filter not found") eth_uninstallFilter. Anything else gets
 // -32601 "the method X does not exist/is not available"; a body that is not JSON gets -32700 with
-// id null; a call without an id is answered with id null (no notification semantics).
+// id null; a call without an id is answered with id null (no notification semantics). simdjson
+// rejects integers wider than 64 bits, so a body holding one is answered as not JSON.
 //
 // Control API:
 //   POST /_control  JSON object, every field optional; answers 200 {"ok":true}, or 400
 //                   {"ok":false,"error":"…"} (nothing applied) on an unknown field or bad value.
 //     "mode", "delay_ms", "status", "retry_after" (string or number), "body", "code", "message",
-//     "data" (any JSON), "huge_bytes"   change the default behaviour; giving "mode" first resets
-//                                       the other behaviour fields to their defaults
+//     "data" (any JSON), "huge_bytes"   change the default behaviour; giving "mode" resets the
+//                                       behaviour fields not given in the same body to defaults
 //     "height", "chain_id", "mine_per_sec"   change the chain ("height" restarts mining from there)
 //     "queue": [{behaviour fields}, …]  append one-shot behaviours, each used by exactly one
 //                                       JSON-RPC HTTP request (fields not given take the defaults
@@ -58,14 +59,16 @@
 //   GET /_stats  {"requests":N,"calls":N,"methods":{"eth_blockNumber":N,…},"mode":"ok",
 //                 "height":N,"chain_id":N,"queued":N}
 //     requests: JSON-RPC HTTP requests received (counted on receipt, whatever the answer);
-//     calls: JSON-RPC calls in them (batch items each count; a body that is not JSON counts none).
+//     calls: JSON-RPC calls in them (batch items each count; non-JSON or [] count none).
 //
 // Example:
 //   fake_upstream --port-file /tmp/p --mode status --status 429 --retry-after 2
 //   body='{"mode":"ok","queue":[{"mode":"hang"},{"mode":"rpc_error","code":-32005}]}'
 //   curl -s -d "$body" http://127.0.0.1:$(cat /tmp/p)/_control
 
-#include "rpcroute/asio_compat.hpp"
+// clang-format off
+#include "rpcroute/asio_compat.hpp"  // before any Asio or Beast header
+// clang-format on
 
 #include <fmt/format.h>
 #include <simdjson.h>
@@ -82,14 +85,17 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <optional>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <system_error>
 #include <tl/expected.hpp>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -216,13 +222,27 @@ void append_json_string(std::string& out, std::string_view text) {
   out += '"';
   for (const char c : text) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           fmt::format_to(std::back_inserter(out), "\\u{:04x}", static_cast<unsigned>(c));
@@ -507,7 +527,8 @@ class Chain {
       const auto id = filter_id(call);
       return result_member(id && filters_.erase(*id) > 0 ? "true" : "false");
     }
-    return error_member(-32601, fmt::format("the method {} does not exist/is not available", method));
+    return error_member(-32601,
+                        fmt::format("the method {} does not exist/is not available", method));
   }
 
  private:
@@ -524,12 +545,12 @@ class Chain {
       number = *parsed;
     }
     if (number > head) return result_member("null");
-    const std::string parent_hash = number == 0 ? "\"0x" + std::string(64, '0') + '"'
-                                                : pseudo_hash(number - 1);
-    return result_member(fmt::format(
-        R"({{"number":{},"hash":{},"parentHash":{},"timestamp":{},"transactions":[]}})",
-        hex_quantity(number), pseudo_hash(number), parent_hash,
-        hex_quantity(1'700'000'000 + 12 * number)));
+    const std::string parent_hash =
+        number == 0 ? "\"0x" + std::string(64, '0') + '"' : pseudo_hash(number - 1);
+    return result_member(
+        fmt::format(R"({{"number":{},"hash":{},"parentHash":{},"timestamp":{},"transactions":[]}})",
+                    hex_quantity(number), pseudo_hash(number), parent_hash,
+                    hex_quantity(1'700'000'000 + 12 * number)));
   }
 
   static std::optional<std::uint64_t> filter_id(const Call& call) {
@@ -649,8 +670,8 @@ struct Upstream {
   }
 
   [[nodiscard]] std::string stats_json() const {
-    std::string out = fmt::format(R"({{"requests":{},"calls":{},"methods":{{)", stats.requests,
-                                  stats.calls);
+    std::string out =
+        fmt::format(R"({{"requests":{},"calls":{},"methods":{{)", stats.requests, stats.calls);
     bool first = true;
     for (const auto& [method, count] : stats.methods) {
       if (!first) out += ',';
@@ -658,7 +679,8 @@ struct Upstream {
       append_json_string(out, method);
       fmt::format_to(std::back_inserter(out), ":{}", count);
     }
-    fmt::format_to(std::back_inserter(out), R"(}},"mode":"{}","height":{},"chain_id":{},"queued":{}}})",
+    fmt::format_to(std::back_inserter(out),
+                   R"(}},"mode":"{}","height":{},"chain_id":{},"queued":{}}})",
                    mode_name(behaviour.mode), chain.height(), chain.chain_id(), queue.size());
     return out;
   }
@@ -758,11 +780,12 @@ Expected<Behaviour> read_queued_behaviour(ondemand::value& value) {
   for (auto field_result : object) {
     ondemand::field field;
     std::string_view key;
-    if (std::move(field_result).get(field) || field.unescaped_key().get(key)) return Unexpected{"bad JSON"};
-    const std::string key_text(key);
-    auto known = read_behaviour_field(key_text, field.value(), patch);
+    if (std::move(field_result).get(field) || field.unescaped_key().get(key)) {
+      return Unexpected{"bad JSON"};
+    }
+    auto known = read_behaviour_field(key, field.value(), patch);
     if (!known) return Unexpected{known.error()};
-    if (!*known) return Unexpected{fmt::format("unknown field \"{}\" in \"queue\"", key_text)};
+    if (!*known) return Unexpected{fmt::format("unknown field \"{}\" in \"queue\"", key)};
   }
   Behaviour behaviour;
   patch.apply_to(behaviour);
@@ -780,22 +803,26 @@ Expected<ControlRequest> read_control(std::string& body, RequestReader& reader) 
   for (auto field_result : object) {
     ondemand::field field;
     std::string_view key;
-    if (std::move(field_result).get(field) || field.unescaped_key().get(key)) return Unexpected{"bad JSON"};
-    // unescaped_key() points into a buffer that reading string values reuses.
-    const std::string key_text(key);
+    if (std::move(field_result).get(field) || field.unescaped_key().get(key)) {
+      return Unexpected{"bad JSON"};
+    }
     ondemand::value& value = field.value();
     Expected<void> read;
-    if (key_text == "height") {
-      read = read_value<std::uint64_t>(value, key_text).map([&](auto v) { control.height = v; });
-    } else if (key_text == "chain_id") {
-      read = read_value<std::uint64_t>(value, key_text).map([&](auto v) { control.chain_id = v; });
-    } else if (key_text == "mine_per_sec") {
-      read = read_value<double>(value, key_text).map([&](auto v) { control.mine_per_sec = v; });
-    } else if (key_text == "reset_stats") {
-      read = read_value<bool>(value, key_text).map([&](bool v) { control.reset_stats = v; });
-    } else if (key_text == "clear_queue") {
-      read = read_value<bool>(value, key_text).map([&](bool v) { control.clear_queue = v; });
-    } else if (key_text == "queue") {
+    if (key == "height") {
+      read = read_value<std::uint64_t>(value, key).map([&](auto v) { control.height = v; });
+    } else if (key == "chain_id") {
+      read = read_value<std::uint64_t>(value, key).map([&](auto v) { control.chain_id = v; });
+    } else if (key == "mine_per_sec") {
+      read = read_value<double>(value, key).and_then([&](double v) -> Expected<void> {
+        if (v < 0) return Unexpected{"\"mine_per_sec\" must not be negative"};
+        control.mine_per_sec = v;
+        return {};
+      });
+    } else if (key == "reset_stats") {
+      read = read_value<bool>(value, key).map([&](bool v) { control.reset_stats = v; });
+    } else if (key == "clear_queue") {
+      read = read_value<bool>(value, key).map([&](bool v) { control.clear_queue = v; });
+    } else if (key == "queue") {
       ondemand::array items;
       if (value.get_array().get(items)) return Unexpected{"\"queue\" must be an array"};
       for (auto item_result : items) {
@@ -806,9 +833,9 @@ Expected<ControlRequest> read_control(std::string& body, RequestReader& reader) 
         control.queue.push_back(std::move(*behaviour));
       }
     } else {
-      auto known = read_behaviour_field(key_text, value, control.behaviour);
+      auto known = read_behaviour_field(key, value, control.behaviour);
       if (!known) return Unexpected{known.error()};
-      if (!*known) return Unexpected{fmt::format("unknown field \"{}\"", key_text)};
+      if (!*known) return Unexpected{fmt::format("unknown field \"{}\"", key)};
     }
     if (!read) return Unexpected{read.error()};
   }
@@ -839,9 +866,7 @@ std::string_view target_path(const Request& request) {
   return target.substr(0, target.find('?'));
 }
 
-auto on_error(beast::error_code& error) {
-  return asio::redirect_error(asio::use_awaitable, error);
-}
+auto on_error(beast::error_code& error) { return asio::redirect_error(asio::use_awaitable, error); }
 
 bool is_http_protocol_error(const beast::error_code& error) {
   return error.category() == make_error_code(http::error::end_of_stream).category();
@@ -888,12 +913,14 @@ class Connection {
   asio::awaitable<bool> serve(Request& request) {
     const std::string_view path = target_path(request);
     if (path == "/_control") {
-      if (request.method() != http::verb::post) co_return co_await send(method_not_allowed(request));
+      if (request.method() != http::verb::post)
+        co_return co_await send(method_not_allowed(request));
       co_return co_await serve_control(request);
     }
     if (path == "/_stats") {
       if (request.method() != http::verb::get) co_return co_await send(method_not_allowed(request));
-      co_return co_await send(make_response(request, 200, "application/json", upstream_.stats_json()));
+      co_return co_await send(
+          make_response(request, 200, "application/json", upstream_.stats_json()));
     }
     if (request.method() != http::verb::post) co_return co_await send(method_not_allowed(request));
     co_return co_await serve_rpc(request);
@@ -939,10 +966,10 @@ class Connection {
         break;
       }
       case Mode::malformed:
-        response = make_response(
-            request, 200, "application/json",
-            behaviour.body.value_or(
-                fmt::format(R"({{"jsonrpc":"2.0","id":{},"result":0x12)", rpc.calls.front().id)));
+        response =
+            make_response(request, 200, "application/json",
+                          behaviour.body.value_or(fmt::format(
+                              R"({{"jsonrpc":"2.0","id":{},"result":0x12)", rpc.calls.front().id)));
         break;
       case Mode::html:
         response = make_response(request, 200, "text/html; charset=UTF-8",
@@ -1115,7 +1142,9 @@ Expected<Options> parse_options(int argc, char** argv) {
     } else {
       return Unexpected{fmt::format("{} needs a value", flag)};
     }
-    const auto bad = [&] { return Unexpected{fmt::format("bad value for {}: \"{}\"", flag, value)}; };
+    const auto bad = [&] {
+      return Unexpected{fmt::format("bad value for {}: \"{}\"", flag, value)};
+    };
     auto set_number = [&](auto& slot) { return parse_into(value, slot); };
     auto& b = options.behaviour;
 

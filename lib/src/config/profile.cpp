@@ -262,9 +262,20 @@ class Loader {
  private:
   ProfileError error(const YAML::Node& n, std::string_view msg) const {
     auto m = n.Mark();
-    if (m.is_null()) return ProfileError{fmt::format("{}: {}", source_, msg)};
-    return ProfileError{fmt::format("{}:{}:{}: {}", source_, m.line + 1, m.column + 1, msg)};
+    std::string text = m.is_null() ? fmt::format("{}: {}", source_, msg)
+                                   : fmt::format("{}:{}:{}: {}", source_, m.line + 1, m.column + 1, msg);
+    // A substituted value may sit anywhere in a URL (even the host): never print one.
+    for (const auto& secret : secrets_) {
+      for (std::size_t pos = 0; !secret.empty() && (pos = text.find(secret, pos)) != std::string::npos;) {
+        text.replace(pos, secret.size(), "***");
+        pos += 3;
+      }
+    }
+    return ProfileError{std::move(text)};
   }
+
+  /// yaml-cpp converts "1" (quoted) to a number; a quoted scalar is a string in a profile.
+  static bool quoted(const YAML::Node& n) { return n.Tag() == "!"; }
 
   void require_map(const YAML::Node& n, std::string_view what) const {
     if (!n.IsMap()) throw error(n, fmt::format("'{}' must be a mapping", what));
@@ -301,7 +312,7 @@ class Loader {
     auto n = map[key];
     if (!n) return std::nullopt;
     std::int64_t v = 0;
-    if (!n.IsScalar() || !YAML::convert<std::int64_t>::decode(n, v)) {
+    if (!n.IsScalar() || quoted(n) || !YAML::convert<std::int64_t>::decode(n, v)) {
       throw error(n, fmt::format("'{}' must be an integer", key));
     }
     if (v < min) throw error(n, fmt::format("'{}' must be at least {}", key, min));
@@ -312,7 +323,7 @@ class Loader {
     auto n = map[key];
     if (!n) return std::nullopt;
     double v = 0;
-    if (!n.IsScalar() || !YAML::convert<double>::decode(n, v) || !std::isfinite(v)) {
+    if (!n.IsScalar() || quoted(n) || !YAML::convert<double>::decode(n, v) || !std::isfinite(v)) {
       throw error(n, fmt::format("'{}' must be a number", key));
     }
     if (v < lo || v > hi) throw error(n, fmt::format("'{}' must be between {} and {}", key, lo, hi));
@@ -321,7 +332,7 @@ class Loader {
 
   bool boolean(const YAML::Node& n) const {
     bool v = false;
-    if (!n.IsScalar() || !YAML::convert<bool>::decode(n, v)) throw error(n, "expected true or false");
+    if (!n.IsScalar() || quoted(n) || !YAML::convert<bool>::decode(n, v)) throw error(n, "expected true or false");
     return v;
   }
 
@@ -437,6 +448,9 @@ class Loader {
     auto url = n["url"];
     if (!url) throw error(n, fmt::format("provider '{}' needs a 'url'", p.id));
     p.url = substitute(url, scalar(url, "url"), false);
+    if (api_key.empty() && p.url.find("{api_key}") != std::string::npos) {
+      throw error(url, fmt::format("the URL of provider '{}' holds {{api_key}} but the provider has no 'api_key'", p.id));
+    }
     if (!api_key.empty()) {
       // "{api_key}" in the URL is where the key goes; without it the key is sent as a header.
       auto pos = p.url.find("{api_key}");

@@ -185,13 +185,21 @@ std::int64_t retry_after_ms(std::string_view header, std::string_view message, s
   }
   auto msg = lower(message);
   for (std::string_view key : {"try again in ", "retry in ", "retry after "}) {
-    if (auto v = first_number_after(msg, key)) {
-      auto pos = msg.find(key) + key.size();
-      auto unit = msg.substr(pos);
-      auto digits_end = unit.find_first_not_of("0123456789. ");
-      bool millis = digits_end != std::string::npos && unit.substr(digits_end).rfind("ms", 0) == 0;
-      return millis ? *v / 1000 : *v;
-    }
+    auto pos = msg.find(key);
+    if (pos == std::string::npos) continue;
+    auto rest = std::string_view(msg).substr(pos + key.size());
+    double v = 0;
+    auto [p, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), v);
+    if (ec != std::errc() || v < 0) continue;
+    auto unit = rest.substr(static_cast<std::size_t>(p - rest.data()));
+    while (!unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
+    double scale = 1000;  // seconds unless told otherwise
+    if (unit.rfind("ms", 0) == 0 || unit.rfind("millisecond", 0) == 0) scale = 1;
+    else if (unit.rfind("min", 0) == 0 || (unit.rfind("m", 0) == 0 && unit.rfind("mi", 0) != 0)) scale = 60'000;
+    else if (unit.rfind("h", 0) == 0) scale = 3'600'000;
+    auto ms = v * scale;
+    if (ms > 7.0 * 86'400'000) continue;
+    return static_cast<std::int64_t>(ms);
   }
   return -1;
 }

@@ -23,45 +23,95 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-/// The raw JSON text of any value (objects and arrays are skipped over, scalars are one token).
-simdjson::error_code raw_of(od::value v, std::string_view& out) {
+constexpr int kMaxDepth = 256;
+
+/// Reads a value to its end, so that any syntax error inside it surfaces. On-Demand skips what it
+/// is not asked for, and we forward what we skip: it must be valid JSON.
+simdjson::error_code validate(od::value v, int depth) {
+  if (depth > kMaxDepth) return simdjson::DEPTH_ERROR;
   od::json_type t;
   if (auto e = v.type().get(t)) return e;
   switch (t) {
     case od::json_type::object: {
       od::object o;
       if (auto e = v.get_object().get(o)) return e;
-      return o.raw_json().get(out);
+      for (auto field : o) {
+        std::string_view key;
+        if (auto e = field.unescaped_key().get(key)) return e;
+        od::value fv;
+        if (auto e = field.value().get(fv)) return e;
+        if (auto e = validate(fv, depth + 1)) return e;
+      }
+      return simdjson::SUCCESS;
     }
     case od::json_type::array: {
       od::array a;
       if (auto e = v.get_array().get(a)) return e;
-      return a.raw_json().get(out);
-    }
-    default: {
-      out = trim(v.raw_json_token());
-      // Validate the scalar: raw_json_token does not.
-      switch (t) {
-        case od::json_type::string: {
-          std::string_view s;
-          return v.get_string().get(s);
-        }
-        case od::json_type::number: {
-          double d;
-          return v.get_double().get(d);
-        }
-        case od::json_type::boolean: {
-          bool b;
-          return v.get_bool().get(b);
-        }
-        case od::json_type::null: {
-          bool n = false;
-          if (auto e = v.is_null().get(n)) return e;
-          return n ? simdjson::SUCCESS : simdjson::INCORRECT_TYPE;
-        }
-        default: return simdjson::INCORRECT_TYPE;
+      for (auto item : a) {
+        od::value iv;
+        if (auto e = item.get(iv)) return e;
+        if (auto e = validate(iv, depth + 1)) return e;
       }
+      return simdjson::SUCCESS;
     }
+    case od::json_type::string: {
+      std::string_view s;
+      return v.get_string().get(s);
+    }
+    case od::json_type::number: {
+      double d;
+      return v.get_double().get(d);
+    }
+    case od::json_type::boolean: {
+      bool b;
+      return v.get_bool().get(b);
+    }
+    case od::json_type::null: {
+      bool n = false;
+      if (auto e = v.is_null().get(n)) return e;
+      return n ? simdjson::SUCCESS : simdjson::INCORRECT_TYPE;
+    }
+  }
+  return simdjson::INCORRECT_TYPE;
+}
+
+/// The raw JSON text of any value, validated. `doc` tells where the value ended.
+simdjson::error_code raw_of(od::value v, od::document& doc, std::string_view& out) {
+  od::json_type t;
+  if (auto e = v.type().get(t)) return e;
+  std::string_view token = v.raw_json_token();
+  if (auto e = validate(v, 0)) return e;
+  if (t != od::json_type::object && t != od::json_type::array) {
+    out = trim(token);
+    return simdjson::SUCCESS;
+  }
+  const char* end = nullptr;
+  if (auto e = doc.current_location().get(end)) return e;  // a nested value is followed by , } or ]
+  out = trim(std::string_view(token.data(), static_cast<std::size_t>(end - token.data())));
+  return simdjson::SUCCESS;
+}
+
+/// Validates a document that is a scalar (the type-specific getter checks the whole token).
+simdjson::error_code validate_scalar(od::document& doc, od::json_type t) {
+  switch (t) {
+    case od::json_type::string: {
+      std::string_view s;
+      return doc.get_string().get(s);
+    }
+    case od::json_type::number: {
+      double d;
+      return doc.get_double().get(d);
+    }
+    case od::json_type::boolean: {
+      bool b;
+      return doc.get_bool().get(b);
+    }
+    case od::json_type::null: {
+      bool n = false;
+      if (auto e = doc.is_null().get(n)) return e;
+      return n ? simdjson::SUCCESS : simdjson::INCORRECT_TYPE;
+    }
+    default: return simdjson::INCORRECT_TYPE;
   }
 }
 
@@ -92,7 +142,7 @@ class PaddedInput {
 
 // Parses one request object; structural JSON errors propagate, request-shape errors become
 // invalid_reason.
-simdjson::error_code parse_call(od::object obj, Call& call) {
+simdjson::error_code parse_call(od::object obj, od::document& doc, Call& call) {
   bool has_method = false;
   for (auto field : obj) {
     std::string_view key;
@@ -104,18 +154,18 @@ simdjson::error_code parse_call(od::object obj, Call& call) {
       if (auto e = v.type().get(t)) return e;
       std::string_view raw;
       if (t == od::json_type::object || t == od::json_type::array || t == od::json_type::boolean) {
-        if (auto e = raw_of(v, raw)) return e;
+        if (auto e = raw_of(v, doc, raw)) return e;
         if (call.invalid_reason.empty()) call.invalid_reason = "id must be a string, a number or null";
         continue;
       }
-      if (auto e = raw_of(v, raw)) return e;
+      if (auto e = raw_of(v, doc, raw)) return e;
       call.id.assign(raw);
     } else if (key == "method") {
       od::json_type t;
       if (auto e = v.type().get(t)) return e;
       if (t != od::json_type::string) {
         std::string_view raw;
-        if (auto e = raw_of(v, raw)) return e;
+        if (auto e = raw_of(v, doc, raw)) return e;
         if (call.invalid_reason.empty()) call.invalid_reason = "method must be a string";
         continue;
       }
@@ -127,7 +177,7 @@ simdjson::error_code parse_call(od::object obj, Call& call) {
       od::json_type t;
       if (auto e = v.type().get(t)) return e;
       std::string_view raw;
-      if (auto e = raw_of(v, raw)) return e;
+      if (auto e = raw_of(v, doc, raw)) return e;
       if (t != od::json_type::array && t != od::json_type::object) {
         if (call.invalid_reason.empty()) call.invalid_reason = "params must be an array or an object";
         continue;
@@ -138,7 +188,7 @@ simdjson::error_code parse_call(od::object obj, Call& call) {
       if (auto e = v.type().get(t)) return e;
       std::string_view raw;
       if (t != od::json_type::string) {
-        if (auto e = raw_of(v, raw)) return e;
+        if (auto e = raw_of(v, doc, raw)) return e;
         if (call.invalid_reason.empty()) call.invalid_reason = "jsonrpc must be \"2.0\"";
         continue;
       }
@@ -147,7 +197,7 @@ simdjson::error_code parse_call(od::object obj, Call& call) {
       if (version != "2.0" && call.invalid_reason.empty()) call.invalid_reason = "jsonrpc must be \"2.0\"";
     } else {
       std::string_view raw;
-      if (auto e = raw_of(v, raw)) return e;  // skip, but validate
+      if (auto e = raw_of(v, doc, raw)) return e;  // skip, but validate
     }
   }
   if (!has_method && call.invalid_reason.empty()) call.invalid_reason = "missing method";
@@ -180,10 +230,10 @@ tl::expected<Body, BodyError> parse_body(std::string_view text) {
       if (it == od::json_type::object) {
         od::object obj;
         if (auto e = v.get_object().get(obj)) return bad_json(simdjson::error_message(e));
-        if (auto e = parse_call(obj, call)) return bad_json(simdjson::error_message(e));
+        if (auto e = parse_call(obj, doc, call)) return bad_json(simdjson::error_message(e));
       } else {
         std::string_view raw;
-        if (auto e = raw_of(v, raw)) return bad_json(simdjson::error_message(e));
+        if (auto e = raw_of(v, doc, raw)) return bad_json(simdjson::error_message(e));
         call.invalid_reason = "a batch item must be a request object";
       }
       body.calls.push_back(std::move(call));
@@ -193,12 +243,11 @@ tl::expected<Body, BodyError> parse_body(std::string_view text) {
     od::object obj;
     if (auto e = doc.get_object().get(obj)) return bad_json(simdjson::error_message(e));
     Call call;
-    if (auto e = parse_call(obj, call)) return bad_json(simdjson::error_message(e));
+    if (auto e = parse_call(obj, doc, call)) return bad_json(simdjson::error_message(e));
     body.calls.push_back(std::move(call));
   } else {
     // Validate the scalar before calling it a shape error: "01x" is a parse error.
-    std::string_view tok;
-    if (auto e = doc.raw_json_token().get(tok)) return bad_json(simdjson::error_message(e));
+    if (auto e = validate_scalar(doc, t)) return bad_json(simdjson::error_message(e));
     return tl::unexpected(BodyError{kInvalidRequest, "invalid request: expected an object or an array"});
   }
   if (!at_end(doc)) return bad_json("trailing content after the JSON value");
@@ -207,7 +256,7 @@ tl::expected<Body, BodyError> parse_body(std::string_view text) {
 
 namespace {
 
-simdjson::error_code parse_reply(od::object obj, Reply& reply, std::string& why) {
+simdjson::error_code parse_reply(od::object obj, od::document& doc, Reply& reply, std::string& why) {
   for (auto field : obj) {
     std::string_view key;
     if (auto e = field.unescaped_key().get(key)) return e;
@@ -215,20 +264,20 @@ simdjson::error_code parse_reply(od::object obj, Reply& reply, std::string& why)
     if (auto e = field.value().get(v)) return e;
     std::string_view raw;
     if (key == "id") {
-      if (auto e = raw_of(v, raw)) return e;
+      if (auto e = raw_of(v, doc, raw)) return e;
       reply.id.assign(raw);
     } else if (key == "result") {
-      if (auto e = raw_of(v, raw)) return e;
+      if (auto e = raw_of(v, doc, raw)) return e;
       reply.result.emplace(raw);
     } else if (key == "error") {
       od::json_type t;
       if (auto e = v.type().get(t)) return e;
       if (t == od::json_type::null) {
-        if (auto e = raw_of(v, raw)) return e;
+        if (auto e = raw_of(v, doc, raw)) return e;
         continue;  // some servers send "error": null next to a result
       }
       if (t != od::json_type::object) {
-        if (auto e = raw_of(v, raw)) return e;
+        if (auto e = raw_of(v, doc, raw)) return e;
         why = "error member is not an object";
         continue;
       }
@@ -248,7 +297,7 @@ simdjson::error_code parse_reply(od::object obj, Reply& reply, std::string& why)
             if (auto e = ev.get_double().get(d)) return e;
             err.code = static_cast<std::int64_t>(d);
           } else {
-            if (auto e = raw_of(ev, raw)) return e;
+            if (auto e = raw_of(ev, doc, raw)) return e;
           }
         } else if (ek == "message") {
           od::json_type mt;
@@ -258,18 +307,18 @@ simdjson::error_code parse_reply(od::object obj, Reply& reply, std::string& why)
             if (auto e = ev.get_string().get(m)) return e;
             err.message.assign(m);
           } else {
-            if (auto e = raw_of(ev, raw)) return e;
+            if (auto e = raw_of(ev, doc, raw)) return e;
           }
         } else if (ek == "data") {
-          if (auto e = raw_of(ev, raw)) return e;
+          if (auto e = raw_of(ev, doc, raw)) return e;
           err.data.assign(raw);
         } else {
-          if (auto e = raw_of(ev, raw)) return e;
+          if (auto e = raw_of(ev, doc, raw)) return e;
         }
       }
       reply.error = std::move(err);
     } else {
-      if (auto e = raw_of(v, raw)) return e;
+      if (auto e = raw_of(v, doc, raw)) return e;
     }
   }
   if (why.empty()) {
@@ -295,7 +344,7 @@ tl::expected<Response, std::string> parse_response(std::string_view text) {
     od::object obj;
     if (auto e = doc.get_object().get(obj)) return invalid(e);
     Reply r;
-    if (auto e = parse_reply(obj, r, why)) return invalid(e);
+    if (auto e = parse_reply(obj, doc, r, why)) return invalid(e);
     resp.replies.push_back(std::move(r));
   } else if (t == od::json_type::array) {
     resp.batch = true;
@@ -308,7 +357,7 @@ tl::expected<Response, std::string> parse_response(std::string_view text) {
         return invalid(e);
       }
       Reply r;
-      if (auto e = parse_reply(obj, r, why)) return invalid(e);
+      if (auto e = parse_reply(obj, doc, r, why)) return invalid(e);
       resp.replies.push_back(std::move(r));
     }
   } else {
@@ -385,6 +434,10 @@ bool same_id(std::string_view a, std::string_view b) {
   b = trim(b);
   if (a == b) return true;
   if (a.empty() || b.empty() || a.front() == '"' || b.front() == '"') return false;
+  // Integers compare as text (JSON has no leading zeros); only fractions and exponents go through
+  // double, so that ids above 2^53 stay distinct.
+  auto integral = [](std::string_view s) { return s.find_first_of(".eE") == std::string_view::npos; };
+  if (integral(a) && integral(b)) return false;
   double x = 0, y = 0;
   auto [pa, ea] = std::from_chars(a.data(), a.data() + a.size(), x);
   auto [pb, eb] = std::from_chars(b.data(), b.data() + b.size(), y);

@@ -60,8 +60,8 @@ ProviderState& provider_entry(State& state, const std::string& key) {
 
 std::int64_t recovery_for(const BreakerConfig& cfg, int reopens, double jitter) {
   double base = static_cast<double>(cfg.recovery_timeout_ms) * std::pow(2.0, std::min(reopens, 30));
-  base = std::min(base, static_cast<double>(cfg.max_recovery_timeout_ms));
-  return static_cast<std::int64_t>(base * (1.0 + cfg.jitter * jitter));
+  base *= 1.0 + cfg.jitter * jitter;
+  return static_cast<std::int64_t>(std::min(base, static_cast<double>(cfg.max_recovery_timeout_ms)));
 }
 
 }  // namespace

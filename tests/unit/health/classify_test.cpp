@@ -1,0 +1,313 @@
+#include <simdjson.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cctype>
+#include <string>
+
+#include "rpcroute/jsonrpc.hpp"
+#include "rpcroute/outcome.hpp"
+
+using namespace rpcroute;
+
+namespace {
+
+// Tue, 14 Nov 2023 22:13:20 GMT
+constexpr std::int64_t kNow = 1'700'000'000'000;
+
+std::optional<OutcomeClass> class_named(std::string_view name) {
+  for (auto c :
+       {OutcomeClass::success, OutcomeClass::deterministic, OutcomeClass::capability,
+        OutcomeClass::rate_limited, OutcomeClass::provider_failure, OutcomeClass::unknown}) {
+    if (class_name(c) == name) return c;
+  }
+  return std::nullopt;
+}
+
+std::string upper(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return std::toupper(c); });
+  return out;
+}
+
+struct Classified {
+  OutcomeClass cls;
+  std::int64_t retry_after_ms = -1;
+};
+
+/// What the router makes of one recorded upstream answer.
+Classified classify_case(simdjson::dom::object c) {
+  std::int64_t http = 0;
+  REQUIRE(c["http"].get_int64().get(http) == simdjson::SUCCESS);
+
+  std::string body;
+  std::string_view body_text;
+  simdjson::dom::object error;
+  bool has_error = c["error"].get_object().get(error) == simdjson::SUCCESS;
+  if (c["body"].get_string().get(body_text) == simdjson::SUCCESS) {
+    body = std::string(body_text);
+  } else {
+    REQUIRE(has_error);
+    body = R"({"jsonrpc":"2.0","id":1,"error":)" + simdjson::to_string(error) + "}";
+  }
+  std::string retry_after;
+  std::string_view header;
+  if (c["headers"]["Retry-After"].get_string().get(header) == simdjson::SUCCESS)
+    retry_after = std::string(header);
+
+  if (http != 200) {
+    auto cl = classify_http_status(http, body, retry_after, kNow);
+    return {cl.cls, cl.retry_after_ms};
+  }
+  // A 200: the body must be a JSON-RPC answer, else it is a provider failure.
+  auto parsed = jsonrpc::parse_response(body);
+  if (!parsed) return {OutcomeClass::provider_failure};
+  REQUIRE(parsed->replies.size() == 1);
+  const auto& reply = parsed->replies[0];
+  if (reply.result) return {OutcomeClass::success};
+  REQUIRE(reply.error.has_value());
+  // The table's error object, read directly, must agree with what parse_response extracted.
+  std::int64_t code = 0;
+  std::string_view message;
+  REQUIRE(error["code"].get_int64().get(code) == simdjson::SUCCESS);
+  REQUIRE(error["message"].get_string().get(message) == simdjson::SUCCESS);
+  CHECK(reply.error->code == code);
+  CHECK(reply.error->message == message);
+  auto cls = classify_rpc_error(code, message);
+  std::int64_t retry = -1;
+  if (cls == OutcomeClass::rate_limited)
+    retry = retry_after_ms(retry_after, reply.error->message, reply.error->data, kNow);
+  return {cls, retry};
+}
+
+}  // namespace
+
+TEST_CASE("every recorded upstream answer gets its class", "[classify]") {
+  simdjson::dom::parser parser;
+  simdjson::dom::element root;
+  auto path = std::string(RPCROUTE_SHARED_DIR) + "/data/upstream-errors.json";
+  INFO(path);
+  REQUIRE(parser.load(path).get(root) == simdjson::SUCCESS);
+  simdjson::dom::array cases;
+  REQUIRE(root["cases"].get_array().get(cases) == simdjson::SUCCESS);
+  REQUIRE(cases.size() >= 20);
+
+  std::size_t index = 0;
+  std::size_t with_retry = 0;
+  for (auto item : cases) {
+    simdjson::dom::object c;
+    REQUIRE(item.get_object().get(c) == simdjson::SUCCESS);
+    INFO("case " << index++ << ": " << simdjson::to_string(c));
+    std::string_view want_name;
+    REQUIRE(c["class"].get_string().get(want_name) == simdjson::SUCCESS);
+    auto want = class_named(want_name);
+    REQUIRE(want.has_value());
+
+    auto got = classify_case(c);
+    CHECK(class_name(got.cls) == class_name(*want));
+
+    std::int64_t retry_s = 0;
+    if (c["retry_after_s"].get_int64().get(retry_s) == simdjson::SUCCESS) {
+      ++with_retry;
+      CHECK(got.retry_after_ms == retry_s * 1000);
+    }
+  }
+  CHECK(with_retry >= 2);
+}
+
+TEST_CASE("every message rule is reachable and wins over codes", "[classify]") {
+  auto rules = message_rules();
+  REQUIRE_FALSE(rules.empty());
+  for (std::size_t i = 0; i < rules.size(); ++i) {
+    const auto& r = rules[i];
+    std::string message = "upstream says: " + std::string(r.needle);
+    if (!r.needle2.empty()) message += " and " + std::string(r.needle2);
+    INFO("rule " << i << " '" << r.needle << "' '" << r.needle2 << "' -> " << class_name(r.cls)
+                 << "; message: " << message);
+    // No earlier row of another class swallows this one.
+    for (std::size_t j = 0; j < i; ++j) {
+      const auto& earlier = rules[j];
+      bool hit = message.find(earlier.needle) != std::string::npos &&
+                 (earlier.needle2.empty() || message.find(earlier.needle2) != std::string::npos);
+      if (hit) CHECK(class_name(earlier.cls) == class_name(r.cls));
+    }
+    CHECK(class_name(classify_rpc_error(0, message)) == class_name(r.cls));
+    // Case does not matter.
+    CHECK(class_name(classify_rpc_error(0, upper(message))) == class_name(r.cls));
+    // The message decides even when the code says otherwise.
+    CHECK(class_name(classify_rpc_error(-32603, message)) == class_name(r.cls));
+    if (!r.needle2.empty()) {
+      // Both needles are needed.
+      auto only_first = classify_rpc_error(12345, "upstream says: " + std::string(r.needle));
+      CHECK(class_name(only_first) != class_name(r.cls));
+    }
+  }
+}
+
+TEST_CASE("every code rule is reachable", "[classify]") {
+  auto rules = code_rules();
+  REQUIRE_FALSE(rules.empty());
+  for (std::size_t i = 0; i < rules.size(); ++i) {
+    const auto& r = rules[i];
+    INFO("code " << r.code << " -> " << class_name(r.cls));
+    for (std::size_t j = 0; j < i; ++j) CHECK(rules[j].code != r.code);  // no shadowed duplicates
+    CHECK(class_name(classify_rpc_error(r.code, "")) == class_name(r.cls));
+    CHECK(class_name(classify_rpc_error(r.code, "zzz")) == class_name(r.cls));
+  }
+  CHECK(classify_rpc_error(12345, "zzz") == OutcomeClass::unknown);
+  CHECK(classify_rpc_error(-32000, "something unexpected happened") == OutcomeClass::unknown);
+}
+
+TEST_CASE("classification of the examples in DESIGN.md section 7", "[classify]") {
+  CHECK(classify_rpc_error(3, "execution reverted") == OutcomeClass::deterministic);
+  CHECK(classify_rpc_error(-32602, "invalid params") == OutcomeClass::deterministic);
+  CHECK(classify_rpc_error(-32600, "invalid request") == OutcomeClass::deterministic);
+  CHECK(classify_rpc_error(-32000, "nonce too low") == OutcomeClass::deterministic);
+  CHECK(classify_rpc_error(-32000, "insufficient funds for gas * price + value") ==
+        OutcomeClass::deterministic);
+  CHECK(classify_rpc_error(-32000, "already known") == OutcomeClass::deterministic);
+  CHECK(classify_rpc_error(-32601, "method not found") == OutcomeClass::capability);
+  CHECK(classify_rpc_error(-32601, "the method eth_foo does not exist/is not available") ==
+        OutcomeClass::capability);
+  CHECK(classify_rpc_error(-32000, "missing trie node abc") == OutcomeClass::capability);
+  CHECK(classify_rpc_error(-32000, "header not found") == OutcomeClass::capability);
+  CHECK(classify_rpc_error(-32602, "BlockOutOfRangeError: block height is 0 but requested was 1") ==
+        OutcomeClass::capability);
+  CHECK(classify_rpc_error(-32005, "limit exceeded") == OutcomeClass::rate_limited);
+  CHECK(classify_rpc_error(429, "Too Many Requests") == OutcomeClass::rate_limited);
+  CHECK(classify_rpc_error(-32000, "Your app has exceeded its compute units per second capacity") ==
+        OutcomeClass::rate_limited);
+  CHECK(classify_rpc_error(-32603, "internal error") == OutcomeClass::provider_failure);
+}
+
+TEST_CASE("retry_after_ms reads headers, error data and messages", "[classify]") {
+  SECTION("Retry-After in seconds") {
+    CHECK(retry_after_ms("7", "", "", kNow) == 7'000);
+    CHECK(retry_after_ms("0", "", "", kNow) == 0);
+    CHECK(retry_after_ms("120", "try again in 5 seconds", R"({"retry_after":9})", kNow) == 120'000);
+  }
+  SECTION("Retry-After as an HTTP date, relative to now") {
+    // kNow is Tue, 14 Nov 2023 22:13:20 GMT.
+    CHECK(retry_after_ms("Tue, 14 Nov 2023 22:13:30 GMT", "", "", kNow) == 10'000);
+    CHECK(retry_after_ms("Tue, 14 Nov 2023 22:15:20 GMT", "", "", kNow) == 120'000);
+    CHECK(retry_after_ms("Tue, 14 Nov 2023 22:13:30 GMT", "", "", kNow + 4'000) == 6'000);
+    CHECK(retry_after_ms("Mon, 13 Nov 2023 00:00:00 GMT", "", "", kNow) == 0);  // in the past
+  }
+  SECTION("an unusable header falls through to the error") {
+    CHECK(retry_after_ms("soon", "", "", kNow) == -1);
+    CHECK(retry_after_ms("soon", "try again in 3 seconds", "", kNow) == 3'000);
+  }
+  SECTION("error data") {
+    CHECK(retry_after_ms("", "", R"({"retry_after":12})", kNow) == 12'000);
+    CHECK(retry_after_ms("", "",
+                         R"({"current_rps":13.333,"allowed_rps":10.0,"backoff_seconds":30.0})",
+                         kNow) == 30'000);
+    CHECK(retry_after_ms("", "", R"({"backoff_seconds": 1.5})", kNow) == 1'500);
+    CHECK(retry_after_ms("", "", R"({"other":5})", kNow) == -1);
+  }
+  SECTION("the message") {
+    CHECK(retry_after_ms("", "rate limited, try again in 5 seconds", "", kNow) == 5'000);
+    CHECK(retry_after_ms("", "Too many requests. Try again in 2 seconds.", "", kNow) == 2'000);
+    CHECK(retry_after_ms("", "rate limited: retry in 250ms", "", kNow) == 250);
+    CHECK(retry_after_ms("", "rate limited: retry after 1.5 s", "", kNow) == 1'500);
+    CHECK(retry_after_ms("", "daily request count exceeded, request rate limited", "", kNow) == -1);
+  }
+  CHECK(retry_after_ms("", "", "", kNow) == -1);
+}
+
+TEST_CASE("retry_after_ms understands minutes and milliseconds spelled out",
+          "[classify]") {
+  // The unit after "try again in N" is only checked for an "ms" prefix: "2 minutes" is taken as
+  // 2 s and "500 milliseconds" as 500 s (classify.cpp retry_after_ms, the `millis` test).
+  CHECK(retry_after_ms("", "rate limited, try again in 2 minutes", "", kNow) == 120'000);
+  CHECK(retry_after_ms("", "try again in 500 milliseconds", "", kNow) == 500);
+}
+
+TEST_CASE("classify_transport maps every transport failure", "[classify]") {
+  struct Row {
+    TransportError e;
+    Outcome outcome;
+    bool never_sent;
+  };
+  const Row rows[] = {
+      {TransportError::connect, Outcome::connect_failed, true},
+      {TransportError::dns, Outcome::dns_failed, true},
+      {TransportError::timeout, Outcome::timeout, false},
+      {TransportError::tls, Outcome::tls_failed, false},
+      {TransportError::reset, Outcome::transport_error, false},
+      {TransportError::truncated, Outcome::bad_response, false},
+      {TransportError::other, Outcome::transport_error, false},
+  };
+  for (const auto& row : rows) {
+    auto c = classify_transport(row.e, "boom");
+    INFO(outcome_name(row.outcome));
+    CHECK(c.outcome == row.outcome);
+    CHECK(c.cls == OutcomeClass::provider_failure);
+    CHECK(c.counts_for_breaker());
+    CHECK(c.never_sent() == row.never_sent);
+    CHECK(c.message == "boom");
+    CHECK(c.retry_after_ms == -1);
+  }
+  auto none = classify_transport(TransportError::none, "");
+  CHECK(none.outcome == Outcome::success);
+  CHECK(none.cls == OutcomeClass::success);
+  CHECK_FALSE(none.counts_for_breaker());
+  CHECK_FALSE(none.never_sent());
+}
+
+TEST_CASE(
+    "classify_http_status: 429 and rate-limit bodies are rate limits, the rest provider failures",
+    "[classify]") {
+  SECTION("429 with a Retry-After") {
+    auto c = classify_http_status(429, "Too Many Requests", "7", kNow);
+    CHECK(c.outcome == Outcome::rate_limited);
+    CHECK(c.cls == OutcomeClass::rate_limited);
+    CHECK(c.retry_after_ms == 7'000);
+    CHECK_FALSE(c.counts_for_breaker());
+    CHECK(c.message == "HTTP 429");
+  }
+  SECTION("429 saying nothing about when") {
+    auto c = classify_http_status(429, "", "", kNow);
+    CHECK(c.cls == OutcomeClass::rate_limited);
+    CHECK(c.retry_after_ms == -1);
+  }
+  SECTION("another status whose body is a rate-limit error") {
+    auto c = classify_http_status(
+        503,
+        R"({"jsonrpc":"2.0","id":1,"error":{"code":-32005,"message":"request rate exceeded","data":{"retry_after":4}}})",
+        "", kNow);
+    CHECK(c.cls == OutcomeClass::rate_limited);
+    CHECK(c.retry_after_ms == 4'000);
+    CHECK(c.message.find("request rate exceeded") != std::string::npos);
+  }
+  SECTION("5xx and other 4xx") {
+    for (long status : {500L, 502L, 503L, 504L, 400L, 401L, 403L, 404L}) {
+      INFO(status);
+      auto c = classify_http_status(status, "<html>bad gateway</html>", "", kNow);
+      CHECK(c.outcome == Outcome::http_error);
+      CHECK(c.cls == OutcomeClass::provider_failure);
+      CHECK(c.counts_for_breaker());
+      CHECK(c.message == "HTTP " + std::to_string(status));
+    }
+  }
+  SECTION("a JSON-RPC error body that is not a rate limit keeps its message") {
+    auto c = classify_http_status(
+        401,
+        R"({"jsonrpc":"2.0","id":1,"error":{"code":-32600,"message":"Must be authenticated!"}})",
+        "", kNow);
+    CHECK(c.cls == OutcomeClass::provider_failure);
+    CHECK(c.message == "HTTP 401: Must be authenticated!");
+  }
+}
+
+TEST_CASE("outcome names round-trip", "[classify]") {
+  for (int i = 0; i <= static_cast<int>(Outcome::wrong_id); ++i) {
+    auto o = static_cast<Outcome>(i);
+    INFO(outcome_name(o));
+    CHECK(outcome_name(o) != "?");
+    CHECK(parse_outcome(outcome_name(o)) == std::optional<Outcome>(o));
+  }
+  CHECK_FALSE(parse_outcome("exploded").has_value());
+  CHECK_FALSE(parse_outcome("").has_value());
+}

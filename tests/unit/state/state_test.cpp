@@ -1,0 +1,632 @@
+#include "rpcroute/state.hpp"
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "../support/temp_dir.hpp"
+
+using namespace rpcroute;
+using rpcroute::test::fake_env;
+using rpcroute::test::read_file;
+using rpcroute::test::TempDir;
+using rpcroute::test::write_file;
+
+namespace {
+
+constexpr std::int64_t kNow = 1'700'000'000'000;
+const std::string kKey = "prof/eth/alpha#0123456789ab";
+const std::string kKey2 = "prof/eth/beta#ba9876543210";
+const std::string kChain = "prof/eth";
+
+HealthConfig test_health() {
+  HealthConfig h;
+  h.circuit_breaker.failure_threshold = 3;
+  h.circuit_breaker.recovery_timeout_ms = 1'000;
+  h.circuit_breaker.max_recovery_timeout_ms = 4'000;
+  h.circuit_breaker.jitter = 0;
+  h.rate_limit_default_ms = 30'000;
+  return h;
+}
+
+SampleEvent sample(const std::string& key, const std::string& method, std::int64_t t_ms,
+                   std::int64_t latency_us, Outcome outcome = Outcome::success) {
+  return SampleEvent{key, method, Sample{t_ms, latency_us, outcome}};
+}
+
+std::size_t sample_count(const State& s) {
+  std::size_t n = 0;
+  for (const auto& [key, ps] : s.providers) {
+    for (const auto& [method, samples] : ps.methods) n += samples.size();
+  }
+  return n;
+}
+
+/// Field-by-field equality with a readable failure.
+void check_equal(const State& a, const State& b) {
+  REQUIRE(a.providers.size() == b.providers.size());
+  for (const auto& [key, pa] : a.providers) {
+    INFO("provider " << key);
+    auto it = b.providers.find(key);
+    REQUIRE(it != b.providers.end());
+    const auto& pb = it->second;
+    CHECK(pa.profile == pb.profile);
+    CHECK(pa.chain == pb.chain);
+    CHECK(pa.provider == pb.provider);
+    CHECK(pa.fingerprint == pb.fingerprint);
+    CHECK(pa.breaker.state == pb.breaker.state);
+    CHECK(pa.breaker.failures == pb.breaker.failures);
+    CHECK(pa.breaker.successes == pb.breaker.successes);
+    CHECK(pa.breaker.reopens == pb.breaker.reopens);
+    CHECK(pa.breaker.opened_ms == pb.breaker.opened_ms);
+    CHECK(pa.breaker.recovery_ms == pb.breaker.recovery_ms);
+    CHECK(pa.breaker.reason == pb.breaker.reason);
+    CHECK(pa.rate_limited_until_ms == pb.rate_limited_until_ms);
+    CHECK(pa.height.block == pb.height.block);
+    CHECK(pa.height.t_ms == pb.height.t_ms);
+    CHECK(pa.last_used_ms == pb.last_used_ms);
+    REQUIRE(pa.methods.size() == pb.methods.size());
+    for (const auto& [method, sa] : pa.methods) {
+      INFO("method " << method);
+      auto mit = pb.methods.find(method);
+      REQUIRE(mit != pb.methods.end());
+      const auto& sb = mit->second;
+      REQUIRE(sa.size() == sb.size());
+      for (std::size_t i = 0; i < sa.size(); ++i) {
+        CHECK(sa[i].t_ms == sb[i].t_ms);
+        CHECK(sa[i].latency_us == sb[i].latency_us);
+        CHECK(sa[i].outcome == sb[i].outcome);
+      }
+    }
+  }
+  REQUIRE(a.chains.size() == b.chains.size());
+  for (const auto& [key, ca] : a.chains) {
+    INFO("chain " << key);
+    auto it = b.chains.find(key);
+    REQUIRE(it != b.chains.end());
+    CHECK(ca.high_water.block == it->second.high_water.block);
+    CHECK(ca.high_water.t_ms == it->second.high_water.t_ms);
+    CHECK(ca.rr_cursor == it->second.rr_cursor);
+  }
+  REQUIRE(a.filters.size() == b.filters.size());
+  for (const auto& [key, fa] : a.filters) {
+    INFO("filter " << key);
+    auto it = b.filters.find(key);
+    REQUIRE(it != b.filters.end());
+    CHECK(fa.provider == it->second.provider);
+    CHECK(fa.t_ms == it->second.t_ms);
+  }
+}
+
+/// A state that uses every field.
+State rich_state() {
+  State s;
+  auto& a = s.providers[kKey];
+  a.profile = "prof";
+  a.chain = "eth";
+  a.provider = "alpha";
+  a.fingerprint = "0123456789ab";
+  a.breaker = Breaker{
+      BreakerState::open, 3, 0, 2, kNow - 500, 4'000, "HTTP 502: \"bad gateway\"\n\ttab \\ slash"};
+  a.rate_limited_until_ms = kNow + 30'000;
+  a.height = Height{18'000'000'000'000'000'000ULL, kNow - 10};
+  a.last_used_ms = kNow - 5;
+  a.methods["eth_call"] = {Sample{kNow - 3, 1'500, Outcome::success},
+                           Sample{kNow - 2, 900'000, Outcome::timeout},
+                           Sample{kNow - 1, 20, Outcome::rpc_error}};
+  a.methods["odd \"method\" \\ name"] = {Sample{kNow, 7, Outcome::wrong_id}};
+  auto& b = s.providers[kKey2];
+  b.profile = "prof";
+  b.chain = "eth";
+  b.provider = "beta";
+  b.fingerprint = "ba9876543210";
+  b.breaker.state = BreakerState::half_open;
+  b.breaker.successes = 1;
+  b.last_used_ms = kNow;
+  s.chains[kChain] = ChainState{Height{19'000'000, kNow - 100}, 12'345'678'901ULL};
+  s.chains["other/base"] = ChainState{};
+  s.filters["prof/eth/0xabc"] = FilterPin{"alpha", kNow - 1'000};
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("state keys", "[state]") {
+  Provider p;
+  p.id = "alpha";
+  p.fingerprint = "0123456789ab";
+  CHECK(provider_key("prof", "eth", p) == kKey);
+  CHECK(chain_key("prof", "eth") == kChain);
+  CHECK(filter_key("prof", "eth", "0xABCdef") == "prof/eth/0xabcdef");
+}
+
+TEST_CASE("apply_event: AttemptEvent drives the breaker and the rate-limit mark", "[state]") {
+  State s;
+  auto health = test_health();
+  apply_event(s, AttemptEvent{kKey, kNow, OutcomeClass::success, "", -1, 0}, health);
+  REQUIRE(s.providers.count(kKey) == 1);
+  const auto& ps = s.providers.at(kKey);
+  // The entry's identity comes from its key.
+  CHECK(ps.profile == "prof");
+  CHECK(ps.chain == "eth");
+  CHECK(ps.provider == "alpha");
+  CHECK(ps.fingerprint == "0123456789ab");
+  CHECK(ps.last_used_ms == kNow);
+
+  for (int i = 1; i <= 3; ++i) {
+    apply_event(s, AttemptEvent{kKey, kNow + i, OutcomeClass::provider_failure, "HTTP 503", -1, 0},
+                health);
+  }
+  CHECK(ps.breaker.state == BreakerState::open);
+  CHECK(ps.breaker.reason == "HTTP 503");
+  CHECK(ps.breaker.opened_ms == kNow + 3);
+  CHECK(ps.last_used_ms == kNow + 3);
+
+  SECTION("rate limit with a retry-after") {
+    apply_event(s, AttemptEvent{kKey2, kNow, OutcomeClass::rate_limited, "429", 7'000, 0}, health);
+    const auto& b = s.providers.at(kKey2);
+    CHECK(b.rate_limited_until_ms == kNow + 7'000);
+    CHECK(b.rate_limited(kNow + 6'999));
+    CHECK_FALSE(b.rate_limited(kNow + 7'000));
+    CHECK(b.breaker.state == BreakerState::closed);
+    CHECK(b.breaker.failures == 0);
+    // A shorter, later one does not shorten the deadline.
+    apply_event(s, AttemptEvent{kKey2, kNow + 1'000, OutcomeClass::rate_limited, "429", 1'000, 0},
+                health);
+    CHECK(s.providers.at(kKey2).rate_limited_until_ms == kNow + 7'000);
+  }
+  SECTION("rate limit without one: the default") {
+    apply_event(s, AttemptEvent{kKey2, kNow, OutcomeClass::rate_limited, "429", -1, 0}, health);
+    CHECK(s.providers.at(kKey2).rate_limited_until_ms == kNow + 30'000);
+  }
+}
+
+TEST_CASE("apply_event: SampleEvent keeps time order and the newest kMaxSamplesPerMethod",
+          "[state]") {
+  State s;
+  auto health = test_health();
+  apply_event(s, sample(kKey, "eth_call", kNow + 20, 2), health);
+  apply_event(s, sample(kKey, "eth_call", kNow + 10, 1), health);  // older, merged in later
+  apply_event(s, sample(kKey, "eth_call", kNow + 30, 3), health);
+  apply_event(s, sample(kKey, "eth_getLogs", kNow + 5, 9, Outcome::timeout), health);
+  const auto& ps = s.providers.at(kKey);
+  REQUIRE(ps.methods.at("eth_call").size() == 3);
+  CHECK(ps.methods.at("eth_call")[0].latency_us == 1);
+  CHECK(ps.methods.at("eth_call")[1].latency_us == 2);
+  CHECK(ps.methods.at("eth_call")[2].latency_us == 3);
+  CHECK(ps.methods.at("eth_getLogs").front().outcome == Outcome::timeout);
+  CHECK(ps.last_used_ms == kNow + 30);
+
+  for (std::size_t i = 0; i < kMaxSamplesPerMethod + 50; ++i) {
+    apply_event(
+        s, sample(kKey2, "m", kNow + static_cast<std::int64_t>(i), static_cast<std::int64_t>(i)),
+        health);
+  }
+  const auto& m = s.providers.at(kKey2).methods.at("m");
+  REQUIRE(m.size() == kMaxSamplesPerMethod);
+  CHECK(m.front().latency_us == 50);
+  CHECK(m.back().latency_us == static_cast<std::int64_t>(kMaxSamplesPerMethod + 49));
+}
+
+TEST_CASE("apply_event: heights, high-water marks, cursors and filters", "[state]") {
+  State s;
+  auto health = test_health();
+  apply_event(s, HeightEvent{kKey, Height{100, kNow}}, health);
+  apply_event(s, HeightEvent{kKey, Height{90, kNow + 10}}, health);  // lower: ignored
+  CHECK(s.providers.at(kKey).height.block == 100);
+  CHECK(s.providers.at(kKey).height.t_ms == kNow);
+  apply_event(s, HeightEvent{kKey, Height{100, kNow + 20}}, health);  // same block, seen later
+  CHECK(s.providers.at(kKey).height.t_ms == kNow + 20);
+  apply_event(s, HeightEvent{kKey, Height{101, kNow + 5}}, health);
+  CHECK(s.providers.at(kKey).height.block == 101);
+
+  apply_event(s, HighWaterEvent{kChain, Height{500, kNow}}, health);
+  apply_event(s, HighWaterEvent{kChain, Height{400, kNow + 1}}, health);
+  CHECK(s.chains.at(kChain).high_water.block == 500);
+  CHECK(s.chains.at(kChain).high_water.t_ms == kNow);
+  apply_event(s, HighWaterEvent{kChain, Height{501, kNow + 2}}, health);
+  CHECK(s.chains.at(kChain).high_water.block == 501);
+
+  apply_event(s, CursorEvent{kChain, 1}, health);
+  apply_event(s, CursorEvent{kChain, 1}, health);
+  apply_event(s, CursorEvent{kChain, 5}, health);
+  CHECK(s.chains.at(kChain).rr_cursor == 7);
+
+  apply_event(s, FilterEvent{"prof/eth/0x1", FilterPin{"alpha", kNow}}, health);
+  apply_event(s, FilterEvent{"prof/eth/0x1", FilterPin{"beta", kNow + 1}}, health);
+  REQUIRE(s.filters.count("prof/eth/0x1") == 1);
+  CHECK(s.filters.at("prof/eth/0x1").provider == "beta");
+  CHECK(s.filters.at("prof/eth/0x1").t_ms == kNow + 1);
+}
+
+TEST_CASE("serialize_state and parse_state round-trip", "[state]") {
+  State s = rich_state();
+  auto text = serialize_state(s, kNow);
+  auto parsed = parse_state(text);
+  REQUIRE(parsed.has_value());
+  check_equal(s, *parsed);
+  CHECK(serialize_state(*parsed, kNow) == text);
+
+  auto empty = parse_state(serialize_state(State{}, kNow));
+  REQUIRE(empty.has_value());
+  CHECK(empty->providers.empty());
+  CHECK(empty->chains.empty());
+  CHECK(empty->filters.empty());
+}
+
+TEST_CASE("serialize_state writes no URL and a version", "[state]") {
+  State s = rich_state();
+  auto text = serialize_state(s, kNow);
+  CHECK(text.find("\"version\":1") != std::string::npos);
+  CHECK(text.find("http") == std::string::npos);
+}
+
+TEST_CASE("parse_state rejects what is not a version 1 state", "[state]") {
+  const char* bad[] = {
+      "{not json",
+      "",
+      "[]",
+      "\"state\"",
+      "{}",
+      R"({"version":2})",
+      R"({"version":"1"})",
+      R"({"version":1,"providers":[]})",
+      R"({"version":1,"providers":{"k":5}})",
+      R"({"version":1,"providers":{"k":{"breaker":{"state":"ajar"}}}})",
+      R"({"version":1,"providers":{"k":{"breaker":{"state":"open","failures":"3"}}}})",
+      R"({"version":1,"providers":{"k":{"last_used_ms":"yesterday"}}})",
+      R"({"version":1,"providers":{"k":{"profile":7}}})",
+      R"({"version":1,"providers":{"k":{"height":{"block":-1}}}})",
+      R"({"version":1,"providers":{"k":{"methods":{"m":{"samples":[[1,2,"exploded"]]}}}}})",
+      R"({"version":1,"providers":{"k":{"methods":{"m":{"samples":[[1,2]]}}}}})",
+      R"({"version":1,"providers":{"k":{"methods":{"m":{"samples":[["1",2,"success"]]}}}}})",
+      R"({"version":1,"providers":{"k":{"methods":{"m":{"samples":{}}}}}})",
+      R"({"version":1,"chains":{"c":{"rr_cursor":-1}}})",
+      R"({"version":1,"chains":{"c":[]}})",
+      R"({"version":1,"filters":{"f":{"provider":1}}})",
+  };
+  for (const char* text : bad) {
+    INFO(text);
+    auto r = parse_state(text);
+    CHECK_FALSE(r.has_value());
+    if (!r) CHECK_FALSE(r.error().message.empty());
+  }
+  auto version = parse_state(R"({"version":2})");
+  REQUIRE_FALSE(version.has_value());
+  CHECK(version.error().message.find("unknown version 2") != std::string::npos);
+  auto outcome = parse_state(
+      R"({"version":1,"providers":{"k":{"methods":{"m":{"samples":[[1,2,"exploded"]]}}}}})");
+  REQUIRE_FALSE(outcome.has_value());
+  CHECK(outcome.error().message.find("exploded") != std::string::npos);
+}
+
+TEST_CASE("parse_state accepts a minimal state and missing fields", "[state]") {
+  auto r = parse_state(R"({"version":1,"providers":{"k":{}},"chains":{"c":{}}})");
+  REQUIRE(r.has_value());
+  CHECK(r->providers.at("k").breaker.state == BreakerState::closed);
+  CHECK(r->chains.at("c").rr_cursor == 0);
+}
+
+TEST_CASE("prune drops old samples, filters and stale providers", "[state]") {
+  State s;
+  auto& live = s.providers["p/c/live#1"];
+  live.last_used_ms = kNow - 3'600'000;
+  live.methods["old_and_new"] = {Sample{kNow - kSampleRetentionMs - 1, 1, Outcome::success},
+                                 Sample{kNow - 3'600'000, 2, Outcome::success}};
+  live.methods["all_old"] = {Sample{kNow - kSampleRetentionMs - 10, 3, Outcome::success}};
+  auto& many = live.methods["many"];
+  for (std::size_t i = 0; i < kMaxSamplesPerMethod + 20; ++i) {
+    many.push_back(Sample{kNow - 1'000 + static_cast<std::int64_t>(i), static_cast<std::int64_t>(i),
+                          Outcome::success});
+  }
+
+  s.providers["p/c/stale#2"].last_used_ms = kNow - kProviderRetentionMs - 1;
+  auto& stale_open = s.providers["p/c/stale_open#3"];
+  stale_open.last_used_ms = kNow - kProviderRetentionMs - 1;
+  stale_open.breaker.state = BreakerState::open;
+  auto& stale_limited = s.providers["p/c/stale_limited#4"];
+  stale_limited.last_used_ms = kNow - kProviderRetentionMs - 1;
+  stale_limited.rate_limited_until_ms = kNow + 1'000;
+
+  s.filters["p/c/0xold"] = FilterPin{"live", kNow - kFilterRetentionMs - 1};
+  s.filters["p/c/0xnew"] = FilterPin{"live", kNow - 60'000};
+
+  prune(s, kNow);
+
+  CHECK(s.providers.count("p/c/live#1") == 1);
+  CHECK(s.providers.count("p/c/stale#2") == 0);
+  CHECK(s.providers.count("p/c/stale_open#3") == 1);
+  CHECK(s.providers.count("p/c/stale_limited#4") == 1);
+
+  const auto& methods = s.providers.at("p/c/live#1").methods;
+  REQUIRE(methods.count("old_and_new") == 1);
+  REQUIRE(methods.at("old_and_new").size() == 1);
+  CHECK(methods.at("old_and_new").front().latency_us == 2);
+  CHECK(methods.count("all_old") == 0);
+  REQUIRE(methods.at("many").size() == kMaxSamplesPerMethod);
+  CHECK(methods.at("many").front().latency_us == 20);
+  CHECK(methods.at("many").back().latency_us ==
+        static_cast<std::int64_t>(kMaxSamplesPerMethod + 19));
+
+  CHECK(s.filters.count("p/c/0xold") == 0);
+  CHECK(s.filters.count("p/c/0xnew") == 1);
+}
+
+TEST_CASE("default_state_path: RPCROUTE_STATE, XDG_STATE_HOME, HOME", "[state]") {
+  CHECK(default_state_path(fake_env(
+            {{"RPCROUTE_STATE", "/x/s.json"}, {"XDG_STATE_HOME", "/xdg"}, {"HOME", "/h"}})) ==
+        "/x/s.json");
+  CHECK(default_state_path(fake_env({{"XDG_STATE_HOME", "/xdg"}, {"HOME", "/h"}})) ==
+        "/xdg/rpcroute/state.json");
+  CHECK(default_state_path(fake_env({{"HOME", "/h"}})) == "/h/.local/state/rpcroute/state.json");
+  // Empty values count as unset.
+  CHECK(default_state_path(
+            fake_env({{"RPCROUTE_STATE", ""}, {"XDG_STATE_HOME", ""}, {"HOME", "/h"}})) ==
+        "/h/.local/state/rpcroute/state.json");
+  auto fallback = default_state_path(fake_env({}));
+  CHECK(fallback.filename() == "state.json");
+  CHECK(fallback.is_absolute());
+}
+
+TEST_CASE("StateStore: save creates the file with mode 0600", "[state][store]") {
+  TempDir dir;
+  auto path = dir / "nested/deeper/state.json";
+  FakeClock clock(kNow);
+  std::vector<std::string> warnings;
+  StateStore store(path, clock, [&](const std::string& w) { warnings.push_back(w); });
+  store.load();
+  CHECK(store.state().providers.empty());
+
+  // Nothing recorded: nothing written.
+  REQUIRE(store.save().has_value());
+  CHECK_FALSE(std::filesystem::exists(path));
+
+  store.record(sample(kKey, "eth_call", kNow, 1'234), test_health());
+  CHECK(store.dirty());
+  REQUIRE(store.save().has_value());
+  CHECK_FALSE(store.dirty());
+  REQUIRE(std::filesystem::exists(path));
+  struct stat st {};
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+  CHECK(warnings.empty());
+
+  auto parsed = parse_state(read_file(path));
+  REQUIRE(parsed.has_value());
+  CHECK(sample_count(*parsed) == 1);
+  CHECK(parsed->providers.at(kKey).methods.at("eth_call").front().latency_us == 1'234);
+
+  // No temporary files are left behind.
+  for (const auto& entry : std::filesystem::directory_iterator(path.parent_path())) {
+    auto name = entry.path().filename().string();
+    CHECK(name.find(".tmp") == std::string::npos);
+  }
+}
+
+TEST_CASE("StateStore: a second save does not replay the first one's events", "[state][store]") {
+  TempDir dir;
+  auto path = dir / "state.json";
+  FakeClock clock(kNow);
+  StateStore store(path, clock, [](const std::string&) {});
+  store.load();
+  store.record(sample(kKey, "m", kNow, 1), test_health());
+  store.record(CursorEvent{kChain, 1}, test_health());
+  REQUIRE(store.save().has_value());
+  store.record(sample(kKey, "m", kNow + 1, 2), test_health());
+  store.record(CursorEvent{kChain, 1}, test_health());
+  REQUIRE(store.save().has_value());
+  auto parsed = parse_state(read_file(path));
+  REQUIRE(parsed.has_value());
+  CHECK(sample_count(*parsed) == 2);
+  CHECK(parsed->chains.at(kChain).rr_cursor == 2);
+  CHECK(sample_count(store.state()) == 2);
+}
+
+TEST_CASE("StateStore: two writers of one file merge, nothing lost", "[state][store]") {
+  TempDir dir;
+  auto path = dir / "state.json";
+  FakeClock clock(kNow);
+  auto health = test_health();
+  auto quiet = [](const std::string&) {};
+
+  {
+    StateStore seed(path, clock, quiet);
+    seed.load();
+    seed.record(sample(kKey, "eth_call", kNow - 100, 1), health);
+    seed.record(FilterEvent{"prof/eth/0xf", FilterPin{"alpha", kNow}}, health);
+    REQUIRE(seed.save().has_value());
+  }
+
+  StateStore a(path, clock, quiet);
+  StateStore b(path, clock, quiet);
+  a.load();
+  b.load();
+  REQUIRE(sample_count(a.state()) == 1);
+  REQUIRE(sample_count(b.state()) == 1);
+
+  for (int i = 0; i < 3; ++i) a.record(sample(kKey, "eth_call", kNow + i, 100 + i), health);
+  for (int i = 0; i < 3; ++i)
+    a.record(AttemptEvent{kKey2, kNow + i, OutcomeClass::provider_failure, "timeout", -1, 0},
+             health);
+  a.record(CursorEvent{kChain, 1}, health);
+  a.record(HighWaterEvent{kChain, Height{1'000, kNow}}, health);
+
+  for (int i = 0; i < 4; ++i) b.record(sample(kKey, "eth_call", kNow + 10 + i, 200 + i), health);
+  b.record(sample(kKey2, "eth_getLogs", kNow, 300), health);
+  b.record(HeightEvent{kKey, Height{1'002, kNow}}, health);
+  b.record(CursorEvent{kChain, 1}, health);
+  b.record(HighWaterEvent{kChain, Height{999, kNow}}, health);
+
+  REQUIRE(a.save().has_value());
+  REQUIRE(b.save().has_value());
+
+  auto parsed = parse_state(read_file(path));
+  REQUIRE(parsed.has_value());
+  const auto& alpha = parsed->providers.at(kKey);
+  REQUIRE(alpha.methods.at("eth_call").size() == 8);  // 1 seeded + 3 from a + 4 from b
+  std::set<std::int64_t> latencies;
+  for (const auto& smp : alpha.methods.at("eth_call")) latencies.insert(smp.latency_us);
+  CHECK(latencies == std::set<std::int64_t>{1, 100, 101, 102, 200, 201, 202, 203});
+  CHECK(std::is_sorted(alpha.methods.at("eth_call").begin(), alpha.methods.at("eth_call").end(),
+                       [](const Sample& x, const Sample& y) { return x.t_ms < y.t_ms; }));
+  CHECK(alpha.height.block == 1'002);
+  const auto& beta = parsed->providers.at(kKey2);
+  CHECK(beta.breaker.state == BreakerState::open);  // a's failures survived b's save
+  CHECK(beta.methods.at("eth_getLogs").size() == 1);
+  CHECK(parsed->chains.at(kChain).rr_cursor == 2);
+  CHECK(parsed->chains.at(kChain).high_water.block == 1'000);
+  CHECK(parsed->filters.count("prof/eth/0xf") == 1);
+
+  // The second writer's live state now includes the first writer's changes.
+  check_equal(*parsed, b.state());
+}
+
+TEST_CASE("StateStore: a corrupt file is moved aside and a fresh state starts", "[state][store]") {
+  const char* contents[] = {"{not json", "", R"({"version":99,"providers":{}})", "[1,2,3]"};
+  for (const char* content : contents) {
+    INFO("file content: '" << content << "'");
+    TempDir dir;
+    auto path = dir / "state.json";
+    write_file(path, content);
+    FakeClock clock(kNow);
+    std::vector<std::string> warnings;
+    StateStore store(path, clock, [&](const std::string& w) { warnings.push_back(w); });
+    store.load();
+
+    CHECK(store.state().providers.empty());
+    REQUIRE(warnings.size() == 1);
+    CHECK(warnings[0].find(path.string()) != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(path));
+    std::vector<std::filesystem::path> aside;
+    for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+      if (entry.path().filename().string().rfind("state.json.corrupt-", 0) == 0)
+        aside.push_back(entry.path());
+    }
+    REQUIRE(aside.size() == 1);
+    CHECK(read_file(aside[0]) == content);  // kept for inspection, not destroyed
+
+    // The command still works: new state is saved normally.
+    store.record(sample(kKey, "m", kNow, 5), test_health());
+    REQUIRE(store.save().has_value());
+    auto parsed = parse_state(read_file(path));
+    REQUIRE(parsed.has_value());
+    CHECK(sample_count(*parsed) == 1);
+  }
+}
+
+TEST_CASE("StateStore: a file corrupted between load and save is moved aside at save",
+          "[state][store]") {
+  TempDir dir;
+  auto path = dir / "state.json";
+  FakeClock clock(kNow);
+  std::vector<std::string> warnings;
+  StateStore store(path, clock, [&](const std::string& w) { warnings.push_back(w); });
+  store.load();
+  store.record(sample(kKey, "m", kNow, 5), test_health());
+  write_file(path, "garbage");
+  REQUIRE(store.save().has_value());
+  CHECK(warnings.size() == 1);
+  auto parsed = parse_state(read_file(path));
+  REQUIRE(parsed.has_value());
+  CHECK(sample_count(*parsed) == 1);
+  bool moved = false;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    moved = moved || entry.path().filename().string().rfind("state.json.corrupt-", 0) == 0;
+  }
+  CHECK(moved);
+}
+
+TEST_CASE("StateStore: reset removes the file and the live state", "[state][store]") {
+  TempDir dir;
+  auto path = dir / "state.json";
+  FakeClock clock(kNow);
+  StateStore store(path, clock, [](const std::string&) {});
+  store.load();
+  store.record(sample(kKey, "m", kNow, 5), test_health());
+  REQUIRE(store.save().has_value());
+  REQUIRE(std::filesystem::exists(path));
+  store.record(sample(kKey, "m", kNow + 1, 6), test_health());
+
+  REQUIRE(store.reset().has_value());
+  CHECK_FALSE(std::filesystem::exists(path));
+  CHECK(store.state().providers.empty());
+  CHECK_FALSE(store.dirty());
+  // Resetting again, with no file, is fine.
+  REQUIRE(store.reset().has_value());
+  // A later load starts empty.
+  StateStore again(path, clock, [](const std::string&) {});
+  again.load();
+  CHECK(again.state().providers.empty());
+}
+
+TEST_CASE("StateStore without a path is memory-only", "[state][store]") {
+  FakeClock clock(kNow);
+  StateStore store(std::nullopt, clock, [](const std::string&) {});
+  store.load();
+  store.record(sample(kKey, "m", kNow, 5), test_health());
+  CHECK(sample_count(store.state()) == 1);
+  CHECK_FALSE(store.dirty());
+  CHECK(store.save().has_value());
+  CHECK(store.reset().has_value());
+  CHECK(store.state().providers.empty());
+}
+
+TEST_CASE("StateStore: 16 processes saving to one file lose nothing",
+          "[state][store][multiprocess]") {
+  TempDir dir;
+  auto path = dir / "state.json";
+  constexpr int kChildren = 16;
+  constexpr int kSamplesEach = 5;
+
+  std::vector<pid_t> children;
+  for (int child = 0; child < kChildren; ++child) {
+    pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      // Child: no Catch2 here; report through the exit status only.
+      int status = 0;
+      try {
+        FakeClock clock(kNow + child);
+        StateStore store(path, clock, [&](const std::string&) { status = 2; });
+        store.load();
+        for (int i = 0; i < kSamplesEach; ++i) {
+          store.record(sample(kKey, "eth_call", kNow + child * 10 + i, child * 100 + i),
+                       test_health());
+        }
+        if (!store.save()) status = 1;
+      } catch (...) {
+        status = 3;
+      }
+      ::_exit(status);
+    }
+    children.push_back(pid);
+  }
+  int failed = 0;
+  for (pid_t pid : children) {
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
+  }
+  CHECK(failed == 0);
+
+  auto text = read_file(path);
+  auto parsed = parse_state(text);
+  REQUIRE(parsed.has_value());
+  CHECK(sample_count(*parsed) == kChildren * kSamplesEach);
+  std::set<std::int64_t> latencies;
+  for (const auto& smp : parsed->providers.at(kKey).methods.at("eth_call"))
+    latencies.insert(smp.latency_us);
+  CHECK(latencies.size() == static_cast<std::size_t>(kChildren * kSamplesEach));
+  // No corrupt or temporary files: every writer saw a whole file.
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    auto name = entry.path().filename().string();
+    CHECK(name.find("corrupt") == std::string::npos);
+    CHECK(name.find(".tmp") == std::string::npos);
+  }
+}
