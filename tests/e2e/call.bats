@@ -354,23 +354,55 @@ open_f1_breaker() {
   open_f1_breaker
   fake_control f1 '{"mode":"ok","height":100}'
   sleep 2
+  # Half-open: eligible again, in a tier below the closed f2 (DESIGN.md section 4, step 5).
   run --separate-stderr rpcroute call --profile "$P" --strategy priority --json eth_blockNumber
   assert_status 0
-  assert_jq '.meta.attempts[0].provider == "f1"'
+  assert_jq '[.meta.excluded[]? | select(.provider == "f1")] == []'
+  assert_jq '.meta.provider == "f2"'
+  # With f2 failing, the call goes on to f1, which answers.
+  fake_control f2 '{"mode":"status","status":503}'
+  run --separate-stderr rpcroute call --profile "$P" --strategy priority --json eth_blockNumber
+  assert_status 0
+  assert_jq '[.meta.attempts[] | [.provider, .outcome]] == [["f2", "http_error"], ["f1", "success"]]'
   assert_jq '.meta.provider == "f1" and .result == "0x64"'
   assert_equal "$(fake_requests f1)" 3 "f1 requests"
+  assert_json "$(state_entry f1)" '.breaker.state | IN("half_open", "closed")'
+}
+
+@test "breaker: a half-open provider with only itself to try is tried" {
+  start_fake f1 --mode status --status 500
+  write_profile "$P" f1 --extra 'health: {circuit_breaker: {failure_threshold: 2, recovery_timeout_ms: 1500}}'
+  run --separate-stderr rpcroute call --profile "$P" --json eth_blockNumber
+  assert_status 3
+  run --separate-stderr rpcroute call --profile "$P" --json eth_blockNumber
+  assert_status 3
+  # Open: nothing is tried, the exclusion says why.
+  run --separate-stderr rpcroute call --profile "$P" --json eth_blockNumber
+  assert_status 3
+  assert_jq '.meta.attempts == []'
+  assert_jq '[.meta.excluded[] | select(.provider == "f1") | .reason | test("breaker"; "i")] == [true]'
+  assert_equal "$(fake_requests f1)" 2 "f1 requests while open"
+  fake_control f1 '{"mode":"ok","height":100}'
+  sleep 2
+  run --separate-stderr rpcroute call --profile "$P" --json eth_blockNumber
+  assert_status 0
+  assert_jq '.meta.provider == "f1" and .result == "0x64"'
 }
 
 @test "breaker: a failure in half-open reopens it" {
   breaker_profile
   open_f1_breaker
   sleep 2
+  fake_control f2 '{"mode":"status","status":503}'
   run --separate-stderr rpcroute call --profile "$P" --strategy priority --json eth_blockNumber
-  assert_status 0
-  assert_jq '.meta.attempts[0].provider == "f1" and .meta.provider == "f2"'
-  assert_json "$(state_entry f1)" '.breaker.state == "open"'
+  assert_status 3
+  assert_jq '[.meta.attempts[].provider] == ["f2", "f1"]'
+  assert_json "$(state_entry f1)" '.breaker.state == "open" and .breaker.reopens >= 1'
+  # Reopened: skipped again by the next process.
   run --separate-stderr rpcroute call --profile "$P" --strategy priority --json eth_blockNumber
+  assert_status 3
   assert_jq '[.meta.attempts[].provider] == ["f2"]'
+  assert_jq '[.meta.excluded[] | select(.provider == "f1") | .reason | test("breaker"; "i")] == [true]'
 }
 
 # ---------------------------------------------------------------------------------------------------

@@ -36,7 +36,8 @@ assert_usage_error() { # WORD_THE_LINE_MUST_NAME
   fi
 }
 
-# A valid profile with a provider whose URL path holds $SECRET (through ${RPCROUTE_E2E_KEY}).
+# A valid profile with providers whose URL path, query and userinfo hold $SECRET (through
+# ${RPCROUTE_E2E_KEY}).
 secret_profile() {
   export RPCROUTE_E2E_KEY=$SECRET
   cat >"$P" <<EOF
@@ -51,6 +52,9 @@ chains:
       - id: plain
         url: $(node_url f2)
         priority: 2
+      - id: userinfo
+        url: http://user:\${RPCROUTE_E2E_KEY}@127.0.0.1:$(node_port f2)
+        priority: 3
 EOF
 }
 
@@ -271,6 +275,7 @@ EOF
   refute_output_contains "$SECRET"
   refute_output_contains "/v2"
   refute_output_contains "apikey"
+  refute_output_contains "user:"
   [[ $output == *"http://127.0.0.1:$port/***"* ]] || { _dump_run; false; }
   [[ $output == *"$(node_url f2)"* ]] || { _dump_run; false; }
 
