@@ -84,8 +84,6 @@ class Router {
  private:
   struct Item;
   void finish_unavailable(Item& item, const Chain& chain, std::string_view why);
-  void record_exchange(const Chain& chain, const Candidate& cand, std::span<Item*> group, const HttpResponse& http,
-                       const std::vector<Classification>& per_item, const Classification& exchange);
 
   const Profile& profile_;
   Engine& engine_;

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <simdjson.h>
 
+#include "rpcroute/exchange.hpp"
 #include "rpcroute/json.hpp"
 
 namespace rpcroute {
@@ -41,19 +42,6 @@ std::optional<std::string> json_string_value(std::string_view raw) {
 }
 
 std::string seconds_text(std::int64_t ms) { return fmt::format("{:.1f}s", static_cast<double>(ms) / 1000.0); }
-
-/// Rate limits matter most, then failures: the exchange's class as the breaker and marks see it.
-OutcomeClass exchange_class(const std::vector<Classification>& per_item) {
-  bool failure = false, success = false;
-  for (const auto& c : per_item) {
-    if (c.cls == OutcomeClass::rate_limited) return OutcomeClass::rate_limited;
-    failure |= c.cls == OutcomeClass::provider_failure;
-    success |= c.cls == OutcomeClass::success;
-  }
-  if (failure) return OutcomeClass::provider_failure;
-  if (success) return OutcomeClass::success;
-  return per_item.empty() ? OutcomeClass::success : per_item.front().cls;
-}
 
 }  // namespace
 
@@ -215,26 +203,6 @@ void Router::finish_unavailable(Item& item, const Chain& chain, std::string_view
                                      : std::string();
 }
 
-void Router::record_exchange(const Chain& chain, const Candidate& cand, std::span<Item*> group,
-                             const HttpResponse& http, const std::vector<Classification>& per_item,
-                             const Classification& exchange) {
-  const auto now = clock_.now_ms();
-  const auto& health = profile_.health;
-  AttemptEvent attempt;
-  attempt.key = cand.key;
-  attempt.t_ms = now;
-  attempt.cls = exchange.cls;
-  attempt.reason = std::string(outcome_name(exchange.outcome));
-  attempt.retry_after_ms = exchange.retry_after_ms;
-  attempt.jitter = rng_.uniform();
-  store_.record(std::move(attempt), health);
-  for (std::size_t i = 0; i < group.size(); ++i) {
-    const auto& call = *group[i]->call;
-    store_.record(SampleEvent{cand.key, call.method, Sample{now, http.latency_us, per_item[i].outcome}}, health);
-  }
-  (void)chain;
-}
-
 asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std::span<const jsonrpc::Call> calls,
                                                        RouteOptions options) {
   std::vector<CallOutcome> outs(calls.size());
@@ -299,88 +267,19 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
     std::int64_t attempt_timeout = std::min<std::int64_t>(provider.timeout_ms, remaining_ms);
     if (leader->plan.policy.timeout_ms) attempt_timeout = std::min(attempt_timeout, *leader->plan.policy.timeout_ms);
 
-    std::string body;
-    if (group.size() == 1) {
-      body = jsonrpc::make_call(std::to_string(group[0]->index), group[0]->call->method, group[0]->call->params);
-    } else {
-      body.push_back('[');
-      for (std::size_t g = 0; g < group.size(); ++g) {
-        if (g > 0) body.push_back(',');
-        jsonrpc::append_call(body, std::to_string(group[g]->index), group[g]->call->method, group[g]->call->params);
-      }
-      body.push_back(']');
-    }
+    std::vector<UpstreamCall> upstream;
+    upstream.reserve(group.size());
+    for (auto* it : group) upstream.push_back({it->call->method, it->call->params});
 
     const bool trial = cand.breaker == BreakerState::half_open;
     if (trial) ++half_open_in_flight_[cand.key];
-    // A named request: g++ 12 destroys temporaries inside a co_await expression twice.
-    HttpRequest request{provider.url, std::move(body), &provider.headers, attempt_timeout};
-    HttpResponse http = co_await engine_.perform(std::move(request));
+    Exchange ex = co_await send_exchange(engine_, provider, upstream, attempt_timeout, clock_, profile_);
     if (trial) --half_open_in_flight_[cand.key];
-
     const auto now = clock_.now_ms();
-    std::vector<Classification> per_item(group.size());
-    std::vector<const jsonrpc::Reply*> replies(group.size(), nullptr);
-    std::optional<jsonrpc::Response> parsed;
-    auto all = [&](const Classification& c) { std::fill(per_item.begin(), per_item.end(), c); };
-    auto reply_class = [&](const jsonrpc::Reply& r) {
-      Classification c;
-      if (r.result) return c;
-      c.cls = classify_rpc_error(r.error->code, r.error->message);
-      c.outcome = c.cls == OutcomeClass::rate_limited ? Outcome::rate_limited : Outcome::rpc_error;
-      c.message = fmt::format("{}: {}", r.error->code, r.error->message);
-      if (c.cls == OutcomeClass::rate_limited) {
-        c.retry_after_ms = retry_after_ms(http.retry_after, r.error->message, r.error->data, now);
-      }
-      return c;
-    };
-
-    if (http.error != TransportError::none) {
-      all(classify_transport(http.error, profile_.scrub(http.error_message)));
-    } else if (http.status < 200 || http.status > 299) {
-      all(classify_http_status(http.status, http.body, http.retry_after, now));
-    } else if (auto resp = jsonrpc::parse_response(http.body); !resp) {
-      all(Classification{Outcome::bad_response, OutcomeClass::provider_failure, resp.error(), -1});
-    } else {
-      parsed = std::move(*resp);
-      if (!parsed->batch && group.size() > 1) {
-        // One answer for a whole batch: the provider refused the batch as such.
-        const auto& r = parsed->replies.front();
-        if (r.error) {
-          all(reply_class(r));
-        } else {
-          all(Classification{Outcome::bad_response, OutcomeClass::provider_failure, "a single answer to a batch", -1});
-        }
-      } else {
-        for (std::size_t g = 0; g < group.size(); ++g) {
-          auto want = std::to_string(group[g]->index);
-          for (const auto& r : parsed->replies) {
-            if (jsonrpc::same_id(r.id, want)) {
-              replies[g] = &r;
-              break;
-            }
-          }
-          if (replies[g] != nullptr) {
-            per_item[g] = reply_class(*replies[g]);
-          } else if (group.size() == 1 && parsed->replies.size() == 1) {
-            per_item[g] = Classification{Outcome::wrong_id, OutcomeClass::provider_failure,
-                                         fmt::format("answer has id {} instead of {}", parsed->replies[0].id.empty() ? "none" : parsed->replies[0].id, want), -1};
-          } else {
-            per_item[g] = Classification{Outcome::bad_response, OutcomeClass::provider_failure, "no answer for this call in the batch", -1};
-          }
-        }
-      }
-    }
-
-    Classification exchange;
-    exchange.cls = exchange_class(per_item);
-    for (const auto& c : per_item) {
-      if (c.cls == exchange.cls) {
-        exchange = c;
-        break;
-      }
-    }
-    record_exchange(chain, cand, group, http, per_item, exchange);
+    record_exchange(store_, profile_.health, cand.key, upstream, ex, now, rng_.uniform());
+    const auto& http = ex.http;
+    const auto& per_item = ex.per_call;
+    const auto& replies = ex.replies;
 
     const double latency_ms = static_cast<double>(http.latency_us) / 1000.0;
     for (std::size_t g = 0; g < group.size(); ++g) {

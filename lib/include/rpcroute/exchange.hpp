@@ -1,0 +1,62 @@
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rpcroute/asio_compat.hpp"
+#include "rpcroute/clock.hpp"
+#include "rpcroute/config.hpp"
+#include "rpcroute/jsonrpc.hpp"
+#include "rpcroute/outcome.hpp"
+#include "rpcroute/state.hpp"
+#include "rpcroute/transport.hpp"
+
+namespace rpcroute {
+
+/// One call sent upstream. Upstream ids are the calls' positions (0, 1, …), so answers are matched
+/// whatever ids the client used.
+struct UpstreamCall {
+  std::string_view method;
+  std::string_view params;
+};
+
+/// One HTTP exchange with one provider, classified per call (DESIGN.md section 7). The router,
+/// `bench` and `probe` all go through this, so they judge answers the same way.
+struct Exchange {
+  HttpResponse http;
+  std::optional<jsonrpc::Response> response;
+  std::vector<Classification> per_call;
+  std::vector<const jsonrpc::Reply*> replies;  // into response; null where the call got no answer
+  Classification overall;                      // what the breaker and rate-limit marks see
+
+  Exchange() = default;
+  Exchange(Exchange&&) = default;
+  Exchange& operator=(Exchange&&) = default;
+  Exchange(const Exchange&) = delete;
+  Exchange& operator=(const Exchange&) = delete;
+
+  [[nodiscard]] double latency_ms() const { return static_cast<double>(http.latency_us) / 1000.0; }
+};
+
+/// A single call is sent as an object, several as a batch.
+[[nodiscard]] std::string upstream_body(std::span<const UpstreamCall> calls);
+
+/// Classifies a provider's HTTP answer to `call_count` calls sent with upstream_body().
+[[nodiscard]] Exchange classify_exchange(HttpResponse http, std::size_t call_count, std::int64_t now_ms,
+                                         const Profile& profile);
+
+/// Sends calls to one provider and classifies the answer.
+[[nodiscard]] asio::awaitable<Exchange> send_exchange(Engine& engine, const Provider& provider,
+                                                      std::span<const UpstreamCall> calls, std::int64_t timeout_ms,
+                                                      const Clock& clock, const Profile& profile);
+
+/// Records an exchange in the state the way live traffic does: one attempt (breaker, rate-limit
+/// mark) and one latency sample per call.
+void record_exchange(StateStore& store, const HealthConfig& health, const std::string& key,
+                     std::span<const UpstreamCall> calls, const Exchange& exchange, std::int64_t now_ms,
+                     double jitter);
+
+}  // namespace rpcroute

@@ -1,0 +1,133 @@
+#include "rpcroute/exchange.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace rpcroute {
+
+namespace {
+
+/// Rate limits matter most, then failures: the exchange's class as the breaker sees it.
+OutcomeClass overall_class(const std::vector<Classification>& per_call) {
+  bool failure = false, success = false;
+  for (const auto& c : per_call) {
+    if (c.cls == OutcomeClass::rate_limited) return OutcomeClass::rate_limited;
+    failure |= c.cls == OutcomeClass::provider_failure;
+    success |= c.cls == OutcomeClass::success;
+  }
+  if (failure) return OutcomeClass::provider_failure;
+  if (success) return OutcomeClass::success;
+  return per_call.empty() ? OutcomeClass::success : per_call.front().cls;
+}
+
+Classification reply_class(const jsonrpc::Reply& r, std::string_view retry_after_header, std::int64_t now_ms) {
+  Classification c;
+  if (r.result) return c;
+  c.cls = classify_rpc_error(r.error->code, r.error->message);
+  c.outcome = c.cls == OutcomeClass::rate_limited ? Outcome::rate_limited : Outcome::rpc_error;
+  c.message = fmt::format("{}: {}", r.error->code, r.error->message);
+  if (c.cls == OutcomeClass::rate_limited) {
+    c.retry_after_ms = retry_after_ms(retry_after_header, r.error->message, r.error->data, now_ms);
+  }
+  return c;
+}
+
+Classification failure(Outcome o, std::string message) {
+  return Classification{o, OutcomeClass::provider_failure, std::move(message), -1};
+}
+
+}  // namespace
+
+std::string upstream_body(std::span<const UpstreamCall> calls) {
+  if (calls.size() == 1) return jsonrpc::make_call("0", calls[0].method, calls[0].params);
+  std::string body;
+  body.push_back('[');
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    if (i > 0) body.push_back(',');
+    jsonrpc::append_call(body, std::to_string(i), calls[i].method, calls[i].params);
+  }
+  body.push_back(']');
+  return body;
+}
+
+Exchange classify_exchange(HttpResponse http, std::size_t n, std::int64_t now_ms, const Profile& profile) {
+  Exchange ex;
+  ex.http = std::move(http);
+  ex.per_call.resize(n);
+  ex.replies.assign(n, nullptr);
+  auto all = [&](const Classification& c) { std::fill(ex.per_call.begin(), ex.per_call.end(), c); };
+  const auto& h = ex.http;
+
+  if (h.error != TransportError::none) {
+    all(classify_transport(h.error, profile.scrub(h.error_message)));
+  } else if (h.status < 200 || h.status > 299) {
+    all(classify_http_status(h.status, h.body, h.retry_after, now_ms));
+  } else if (auto resp = jsonrpc::parse_response(h.body); !resp) {
+    all(failure(Outcome::bad_response, resp.error()));
+  } else {
+    ex.response = std::move(*resp);
+    const auto& replies = ex.response->replies;
+    if (!ex.response->batch && n > 1) {
+      // One answer for a whole batch: the provider refused the batch as such.
+      if (replies.front().error) {
+        all(reply_class(replies.front(), h.retry_after, now_ms));
+      } else {
+        all(failure(Outcome::bad_response, "a single answer to a batch"));
+      }
+    } else {
+      for (std::size_t i = 0; i < n; ++i) {
+        auto want = std::to_string(i);
+        for (const auto& r : replies) {
+          if (jsonrpc::same_id(r.id, want)) {
+            ex.replies[i] = &r;
+            break;
+          }
+        }
+        if (ex.replies[i] != nullptr) {
+          ex.per_call[i] = reply_class(*ex.replies[i], h.retry_after, now_ms);
+        } else if (n == 1 && replies.size() == 1) {
+          ex.per_call[i] = failure(Outcome::wrong_id, fmt::format("answer has id {} instead of {}",
+                                                                  replies[0].id.empty() ? "none" : replies[0].id, want));
+        } else {
+          ex.per_call[i] = failure(Outcome::bad_response, "no answer for this call in the batch");
+        }
+      }
+    }
+  }
+
+  ex.overall.cls = overall_class(ex.per_call);
+  for (const auto& c : ex.per_call) {
+    if (c.cls == ex.overall.cls) {
+      ex.overall = c;
+      break;
+    }
+  }
+  return ex;
+}
+
+asio::awaitable<Exchange> send_exchange(Engine& engine, const Provider& provider, std::span<const UpstreamCall> calls,
+                                        std::int64_t timeout_ms, const Clock& clock, const Profile& profile) {
+  // A named request: g++ 12 destroys temporaries inside a co_await expression twice.
+  HttpRequest request{provider.url, upstream_body(calls), &provider.headers, timeout_ms};
+  HttpResponse http = co_await engine.perform(std::move(request));
+  co_return classify_exchange(std::move(http), calls.size(), clock.now_ms(), profile);
+}
+
+void record_exchange(StateStore& store, const HealthConfig& health, const std::string& key,
+                     std::span<const UpstreamCall> calls, const Exchange& ex, std::int64_t now_ms, double jitter) {
+  AttemptEvent attempt;
+  attempt.key = key;
+  attempt.t_ms = now_ms;
+  attempt.cls = ex.overall.cls;
+  attempt.reason = std::string(outcome_name(ex.overall.outcome));
+  attempt.retry_after_ms = ex.overall.retry_after_ms;
+  attempt.jitter = jitter;
+  store.record(std::move(attempt), health);
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    store.record(SampleEvent{key, std::string(calls[i].method), Sample{now_ms, ex.http.latency_us, ex.per_call[i].outcome}},
+                 health);
+  }
+}
+
+}  // namespace rpcroute
