@@ -149,13 +149,12 @@ int run_call(const CallOptions& options) {
     print_error(profile.error().message);
     return 2;
   }
-  const Chain* chain = options.chain.empty() ? &profile->chains.front() : profile->find_chain(options.chain);
-  if (chain == nullptr) {
-    std::string names;
-    for (const auto& c : profile->chains) names += fmt::format("{}{} ({})", names.empty() ? "" : ", ", c.name, c.chain_id);
-    print_error(fmt::format("unknown chain '{}' in profile '{}' (chains: {})", options.chain, profile->name, names));
+  auto selected_chain = select_chain(*profile, options.chain);
+  if (!selected_chain) {
+    print_error(selected_chain.error().message);
     return 2;
   }
+  const Chain* chain = *selected_chain;
   RouteOptions route;
   if (!options.strategy.empty()) {
     route.strategy = parse_strategy(options.strategy);
@@ -167,10 +166,8 @@ int run_call(const CallOptions& options) {
     }
   }
   if (!options.provider.empty()) {
-    if (chain->find_provider(options.provider) == nullptr) {
-      std::string ids;
-      for (const auto& p : chain->providers) ids += fmt::format("{}{}", ids.empty() ? "" : ", ", p.id);
-      print_error(fmt::format("unknown provider '{}' on chain {} (providers: {})", options.provider, chain->name, ids));
+    if (auto p = select_providers(*chain, options.provider); !p) {
+      print_error(p.error().message);
       return 2;
     }
     route.provider = options.provider;

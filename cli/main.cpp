@@ -5,8 +5,11 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "cmd_bench.hpp"
 #include "cmd_call.hpp"
+#include "cmd_probe.hpp"
 #include "cmd_profiles.hpp"
+#include "cmd_rank.hpp"
 #include "cmd_state.hpp"
 #include "output.hpp"
 
@@ -20,8 +23,11 @@ int main(int argc, char** argv) {
       "3 no provider could serve the request, 4 internal error. See rpcroute(1).");
   int exit_code = 0;
   rpcroute::cli::setup_call(app, exit_code);
+  rpcroute::cli::setup_bench(app, exit_code);
   rpcroute::cli::setup_state(app, exit_code);
   rpcroute::cli::setup_profiles(app, exit_code);
+  rpcroute::cli::setup_probe(app, exit_code);
+  rpcroute::cli::setup_rank(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -28,18 +28,35 @@ std::string paint(std::FILE* stream, std::string_view text, std::string_view sgr
   return fmt::format("\x1b[{}m{}\x1b[0m", sgr, text);
 }
 
+namespace {
+
+/// Width on screen: colour sequences take none, UTF-8 continuation bytes neither.
+std::size_t visible_width(std::string_view s) {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\x1b') {
+      while (i < s.size() && s[i] != 'm') ++i;
+      continue;
+    }
+    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) ++n;
+  }
+  return n;
+}
+
+}  // namespace
+
 std::string Table::render() const {
   std::vector<std::size_t> width;
   for (const auto& row : rows_) {
     if (width.size() < row.size()) width.resize(row.size(), 0);
-    for (std::size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
+    for (std::size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], visible_width(row[i]));
   }
   std::string out;
   for (const auto& row : rows_) {
     std::string line;
     for (std::size_t i = 0; i < row.size(); ++i) {
       line += row[i];
-      if (i + 1 < row.size()) line.append(width[i] - row[i].size() + 2, ' ');
+      if (i + 1 < row.size()) line.append(width[i] - visible_width(row[i]) + 2, ' ');
     }
     while (!line.empty() && line.back() == ' ') line.pop_back();
     out += line;
@@ -69,6 +86,40 @@ Result<Profile> load_selected_profile(const std::string& flag) {
     name = env != nullptr && env[0] != '\0' ? env : std::string(kDefaultProfile);
   }
   return find_profile(name);
+}
+
+Result<const Chain*> select_chain(const Profile& profile, const std::string& flag) {
+  const Chain* chain = flag.empty() ? &profile.chains.front() : profile.find_chain(flag);
+  if (chain != nullptr) return chain;
+  std::string names;
+  for (const auto& c : profile.chains) names += fmt::format("{}{} ({})", names.empty() ? "" : ", ", c.name, c.chain_id);
+  return fail(fmt::format("unknown chain '{}' in profile '{}' (chains: {})", flag, profile.name, names));
+}
+
+Result<std::vector<const Provider*>> select_providers(const Chain& chain, const std::string& list) {
+  std::vector<const Provider*> out;
+  if (list.empty()) {
+    for (const auto& p : chain.providers) out.push_back(&p);
+    return out;
+  }
+  std::string_view rest = list;
+  while (!rest.empty()) {
+    auto comma = rest.find(',');
+    auto id = rest.substr(0, comma);
+    if (!id.empty()) {
+      const Provider* p = chain.find_provider(id);
+      if (p == nullptr) {
+        std::string ids;
+        for (const auto& q : chain.providers) ids += fmt::format("{}{}", ids.empty() ? "" : ", ", q.id);
+        return fail(fmt::format("unknown provider '{}' on chain {} (providers: {})", id, chain.name, ids));
+      }
+      if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+    }
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  if (out.empty()) return fail("no provider selected");
+  return out;
 }
 
 std::optional<std::filesystem::path> resolve_state_path(const std::string& flag, bool no_state) {

@@ -40,6 +40,11 @@ class Table {
 /// --profile value, else $RPCROUTE_PROFILE, else the embedded default.
 [[nodiscard]] Result<Profile> load_selected_profile(const std::string& flag);
 
+/// --chain value (name or id), else the profile's first chain; the error lists the chains.
+[[nodiscard]] Result<const Chain*> select_chain(const Profile& profile, const std::string& flag);
+/// "a,b" → those providers (unknown ids are an error listing the valid ones); empty → all.
+[[nodiscard]] Result<std::vector<const Provider*>> select_providers(const Chain& chain, const std::string& list);
+
 /// --state / --no-state / $RPCROUTE_STATE / XDG rules.
 [[nodiscard]] std::optional<std::filesystem::path> resolve_state_path(const std::string& flag, bool no_state);
 

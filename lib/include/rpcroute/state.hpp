@@ -53,6 +53,16 @@ struct Height {
   std::int64_t t_ms = 0;
 };
 
+/// What the last probe found about a provider (DESIGN.md section 8).
+struct ProbeFindings {
+  std::int64_t t_ms = 0;          // 0: never probed
+  std::uint64_t chain_id = 0;     // 0: unknown
+  std::optional<bool> archival;   // state at an early block readable
+  std::optional<bool> batch;      // answers JSON-RPC batches
+  std::optional<bool> syncing;
+  std::string client_version;
+};
+
 struct ProviderState {
   std::string profile;
   std::string chain;
@@ -62,6 +72,7 @@ struct ProviderState {
   std::int64_t rate_limited_until_ms = 0;
   Height height;
   std::int64_t last_used_ms = 0;
+  ProbeFindings probe;
   std::map<std::string, std::deque<Sample>, std::less<>> methods;  // newest last
 
   [[nodiscard]] bool rate_limited(std::int64_t now_ms) const { return rate_limited_until_ms > now_ms; }
@@ -120,7 +131,12 @@ struct FilterEvent {
   std::string key;
   FilterPin pin;
 };
-using Event = std::variant<AttemptEvent, SampleEvent, HeightEvent, HighWaterEvent, CursorEvent, FilterEvent>;
+struct ProbeEvent {
+  std::string key;
+  ProbeFindings findings;
+};
+using Event =
+    std::variant<AttemptEvent, SampleEvent, HeightEvent, HighWaterEvent, CursorEvent, FilterEvent, ProbeEvent>;
 
 /// Applies one event; entries are created from their keys when missing. `health` decides breaker
 /// thresholds.

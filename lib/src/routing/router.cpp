@@ -80,6 +80,21 @@ Plan Router::plan(const Chain& chain, std::string_view method, std::string_view 
     }
   }
 
+  // Lag is judged on fresh heights only: an old observation says nothing about now.
+  const auto fresh_ms = std::max<std::int64_t>(10'000, 3 * chain.block_time_ms);
+  const auto ckey = chain_key(profile_.name, chain.name);
+  std::uint64_t best_height = 0;
+  if (auto it = state.chains.find(ckey); it != state.chains.end() && it->second.high_water.t_ms >= now - fresh_ms) {
+    best_height = it->second.high_water.block;
+  }
+  for (const auto& p : chain.providers) {
+    auto it = state.providers.find(provider_key(profile_.name, chain.name, p));
+    if (it == state.providers.end()) continue;
+    const auto& ps = it->second;
+    bool right_chain = ps.probe.chain_id == 0 || ps.probe.chain_id == chain.chain_id;
+    if (right_chain && ps.height.t_ms >= now - fresh_ms) best_height = std::max(best_height, ps.height.block);
+  }
+
   for (std::size_t i = 0; i < chain.providers.size(); ++i) {
     const Provider& p = chain.providers[i];
     auto exclude = [&](std::string reason, std::int64_t retry_in = 0) {
@@ -109,6 +124,11 @@ Plan Router::plan(const Chain& chain, std::string_view method, std::string_view 
     const ProviderState* ps = nullptr;
     if (auto it = state.providers.find(c.key); it != state.providers.end()) ps = &it->second;
     if (ps != nullptr) {
+      if (ps->probe.chain_id != 0 && ps->probe.chain_id != chain.chain_id) {
+        exclude(fmt::format("wrong chain id {} (the profile says {}), seen by probe {} ago", ps->probe.chain_id,
+                            chain.chain_id, seconds_text(now - ps->probe.t_ms)));
+        continue;
+      }
       auto eff = ps->breaker.effective_state(now);
       if (eff == BreakerState::open) {
         auto retry = ps->breaker.retry_in_ms(now);
@@ -124,6 +144,11 @@ Plan Router::plan(const Chain& chain, std::string_view method, std::string_view 
           continue;
         }
       }
+      if (ps->height.t_ms >= now - fresh_ms && best_height > ps->height.block + chain.max_lag_blocks) {
+        exclude(fmt::format("lagging {} blocks behind (height {}, best {}; max_lag_blocks {})",
+                            best_height - ps->height.block, ps->height.block, best_height, chain.max_lag_blocks));
+        continue;
+      }
       c.breaker = eff;
       c.rate_limited_until_ms = ps->rate_limited_until_ms;
       c.tier = tier_of(eff, ps->rate_limited(now));
@@ -137,7 +162,7 @@ Plan Router::plan(const Chain& chain, std::string_view method, std::string_view 
   in.strategy = plan.strategy;
   in.params = &profile_.strategies;
   in.rng = &rng_;
-  if (auto it = state.chains.find(chain_key(profile_.name, chain.name)); it != state.chains.end()) {
+  if (auto it = state.chains.find(ckey); it != state.chains.end()) {
     in.rr_cursor = it->second.rr_cursor;
   }
   rank_candidates(plan.candidates, in);

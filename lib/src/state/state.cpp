@@ -124,8 +124,9 @@ void apply_event(State& state, const Event& event, const HealthConfig& health) {
           while (samples.size() > kMaxSamplesPerMethod) samples.pop_front();
         } else if constexpr (std::is_same_v<T, HeightEvent>) {
           auto& ps = provider_entry(state, e.key);
-          if (e.height.block > ps.height.block ||
-              (e.height.block == ps.height.block && e.height.t_ms > ps.height.t_ms)) {
+          // The newest observation wins (a restarted node may really be lower); events from
+          // several processes merge by their timestamps.
+          if (e.height.t_ms > ps.height.t_ms || (e.height.t_ms == ps.height.t_ms && e.height.block > ps.height.block)) {
             ps.height = e.height;
           }
         } else if constexpr (std::is_same_v<T, HighWaterEvent>) {
@@ -135,6 +136,10 @@ void apply_event(State& state, const Event& event, const HealthConfig& health) {
           state.chains[e.chain_key].rr_cursor += e.advance;
         } else if constexpr (std::is_same_v<T, FilterEvent>) {
           state.filters[e.key] = e.pin;
+        } else if constexpr (std::is_same_v<T, ProbeEvent>) {
+          auto& ps = provider_entry(state, e.key);
+          if (e.findings.t_ms >= ps.probe.t_ms) ps.probe = e.findings;
+          ps.last_used_ms = std::max(ps.last_used_ms, e.findings.t_ms);
         }
       },
       event);
@@ -206,6 +211,24 @@ std::string serialize_state(const State& state, std::int64_t now_ms) {
     w.end_object();
     w.key("last_used_ms");
     w.value(ps.last_used_ms);
+    if (ps.probe.t_ms > 0) {
+      auto opt = [&](const char* key, const std::optional<bool>& v) {
+        w.key(key);
+        if (v) w.value(*v); else w.null();
+      };
+      w.key("probe");
+      w.begin_object();
+      w.key("t_ms");
+      w.value(ps.probe.t_ms);
+      w.key("chain_id");
+      w.value(static_cast<std::uint64_t>(ps.probe.chain_id));
+      opt("archival", ps.probe.archival);
+      opt("batch", ps.probe.batch);
+      opt("syncing", ps.probe.syncing);
+      w.key("client_version");
+      w.value(ps.probe.client_version);
+      w.end_object();
+    }
     w.key("methods");
     w.begin_object();
     for (const auto& [method, samples] : ps.methods) {
@@ -300,6 +323,14 @@ dom::object get_obj(dom::object o, std::string_view key) {
   return out;
 }
 
+std::optional<bool> get_opt_bool(dom::object o, std::string_view key) {
+  dom::element e;
+  if (o.at_key(key).get(e) || e.is_null()) return std::nullopt;
+  bool b = false;
+  if (e.get_bool().get(b)) throw Bad{fmt::format("'{}' is not a boolean", key)};
+  return b;
+}
+
 bool has(dom::object o, std::string_view key) {
   dom::element e;
   return o.at_key(key).get(e) == simdjson::SUCCESS;
@@ -351,6 +382,15 @@ Result<State> parse_state(std::string_view text) {
           ps.height.t_ms = get_int(ho, "t_ms");
         }
         ps.last_used_ms = get_int(po, "last_used_ms");
+        if (has(po, "probe")) {
+          auto pr = get_obj(po, "probe");
+          ps.probe.t_ms = get_int(pr, "t_ms");
+          ps.probe.chain_id = get_uint(pr, "chain_id");
+          ps.probe.archival = get_opt_bool(pr, "archival");
+          ps.probe.batch = get_opt_bool(pr, "batch");
+          ps.probe.syncing = get_opt_bool(pr, "syncing");
+          ps.probe.client_version = get_str(pr, "client_version");
+        }
         if (has(po, "methods")) {
           for (auto [method, mv] : get_obj(po, "methods")) {
             dom::object mo;

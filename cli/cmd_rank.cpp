@@ -1,0 +1,233 @@
+#include "cmd_rank.hpp"
+
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "output.hpp"
+#include "rpcroute/json.hpp"
+#include "rpcroute/router.hpp"
+
+namespace rpcroute::cli {
+
+void setup_rank(CLI::App& app, int& exit_code) {
+  auto opts = std::make_shared<RankOptions>();
+  auto* sub = app.add_subcommand("rank", "Show the ordered candidates the router would use now, and why");
+  sub->add_option("--profile,-p", opts->profile, "Profile name or path (default: $RPCROUTE_PROFILE or 'public')");
+  sub->add_option("--chain,-c", opts->chain, "Chain name or decimal chain id (default: the profile's first chain)");
+  sub->add_option("--method,-m", opts->method, "Method to rank for (default eth_blockNumber)");
+  sub->add_option("--strategy,-s", opts->strategy, "Strategy (default: the profile's, with method overrides applied)");
+  sub->add_option("--state", opts->state, "State file (default: $RPCROUTE_STATE or $XDG_STATE_HOME/rpcroute/state.json)");
+  sub->add_flag("--no-state", opts->no_state, "Rank without the state file (no latency data, breakers or heights)");
+  sub->add_flag("--json", opts->json, "Print as JSON");
+  sub->add_flag("--explain", opts->explain, "One plain sentence per provider saying why it is where it is");
+  sub->callback([opts, &exit_code] { exit_code = run_rank(*opts); });
+}
+
+namespace {
+
+std::string metric_header(Strategy s) {
+  switch (s) {
+    case Strategy::fastest: return "P50 RANKED";
+    case Strategy::weighted:
+    case Strategy::latency_weighted: return "WEIGHT";
+    case Strategy::priority: return "PRIORITY";
+    case Strategy::round_robin: return "CURSOR";
+    default: return "METRIC";
+  }
+}
+
+std::string metric_text(Strategy s, const Candidate& c) {
+  switch (s) {
+    case Strategy::fastest: return c.cold ? fmt::format("{} (baseline)", format_ms(c.metric)) : format_ms(c.metric);
+    case Strategy::weighted:
+    case Strategy::latency_weighted: return fmt::format("{:.3g}", c.metric);
+    case Strategy::priority:
+    case Strategy::round_robin: return fmt::format("{:g}", c.metric);
+    default: return "-";
+  }
+}
+
+std::string tier_text(const Candidate& c, std::int64_t now) {
+  std::string t = fmt::format("{} {}", static_cast<int>(c.tier), tier_name(c.tier));
+  if (c.rate_limited_until_ms > now) t += fmt::format(" (until {})", relative_time(c.rate_limited_until_ms, now));
+  return t;
+}
+
+std::string explain(Strategy s, const Candidate& c, std::size_t pos, std::int64_t now) {
+  std::string why;
+  switch (s) {
+    case Strategy::fastest:
+      why = c.cold ? fmt::format("it has too little recent data for {} (ranked at the cold-start baseline {})",
+                                 "this method", format_ms(c.metric))
+                   : fmt::format("its rolling p50 is {} over {} call(s) with {:.0f}% success", format_ms(c.stats.p50_ms),
+                                 c.stats.calls, c.stats.success_rate * 100);
+      break;
+    case Strategy::priority: why = fmt::format("its priority is {}", c.provider->priority); break;
+    case Strategy::round_robin: why = fmt::format("the round-robin cursor is at {}", c.metric); break;
+    case Strategy::weighted:
+      why = fmt::format("its weight {:g} gives it a {:.1f}% chance of being tried first", c.provider->weight,
+                        c.first_probability * 100);
+      break;
+    case Strategy::latency_weighted:
+      why = c.cold ? fmt::format("it has little data, so it gets an exploring weight {:.3g} ({:.1f}% first)", c.metric,
+                                 c.first_probability * 100)
+                   : fmt::format("p50 {} and {:.0f}% success give it weight {:.3g} ({:.1f}% first)",
+                                 format_ms(c.stats.p50_ms), c.stats.success_rate * 100, c.metric, c.first_probability * 100);
+      break;
+    case Strategy::load_balanced:
+    case Strategy::random:
+      why = fmt::format("the order is drawn at random for each request ({:.1f}% first)", c.first_probability * 100);
+      break;
+  }
+  std::string tier;
+  switch (c.tier) {
+    case Tier::healthy: tier = "its circuit is closed and it is not rate-limited"; break;
+    case Tier::rate_limited:
+      tier = fmt::format("it is rate-limited {}, so it drops to tier 2", relative_time(c.rate_limited_until_ms, now));
+      break;
+    case Tier::half_open: tier = "its circuit is half-open (on trial), so it drops to tier 3"; break;
+    case Tier::half_open_rate_limited: tier = "its circuit is half-open and it is rate-limited: tier 4"; break;
+  }
+  return fmt::format("#{} {}: {}; {}.", pos, c.provider->id, why, tier);
+}
+
+}  // namespace
+
+int run_rank(const RankOptions& options) {
+  auto profile = load_selected_profile(options.profile);
+  if (!profile) {
+    print_error(profile.error().message);
+    return 2;
+  }
+  auto chain = select_chain(*profile, options.chain);
+  if (!chain) {
+    print_error(chain.error().message);
+    return 2;
+  }
+  RouteOptions route;
+  if (!options.strategy.empty()) {
+    route.strategy = parse_strategy(options.strategy);
+    if (!route.strategy) {
+      print_error(fmt::format("unknown strategy '{}' (expected one of: load_balanced, round_robin, random, weighted, "
+                              "priority, fastest, latency_weighted)",
+                              options.strategy));
+      return 2;
+    }
+  }
+  SystemClock clock;
+  Random rng;
+  StateStore store(resolve_state_path(options.state, options.no_state), clock,
+                   [](const std::string& m) { print_warning(m); });
+  store.load();
+  asio::io_context io;
+  Engine engine(io);
+  Router router(*profile, engine, store, clock, rng);
+  const Plan plan = router.plan(**chain, options.method, "[]", route);
+  const auto now = clock.now_ms();
+
+  if (options.json) {
+    json::Writer w;
+    w.begin_object();
+    w.key("profile");
+    w.value(profile->name);
+    w.key("chain");
+    w.value((*chain)->name);
+    w.key("chain_id");
+    w.value(static_cast<std::uint64_t>((*chain)->chain_id));
+    w.key("method");
+    w.value(options.method);
+    w.key("strategy");
+    w.value(strategy_name(plan.strategy));
+    w.key("candidates");
+    w.begin_array();
+    for (std::size_t i = 0; i < plan.candidates.size(); ++i) {
+      const auto& c = plan.candidates[i];
+      w.begin_object();
+      w.key("position");
+      w.value(static_cast<std::int64_t>(i + 1));
+      w.key("provider");
+      w.value(c.provider->id);
+      w.key("tier");
+      w.value(static_cast<int>(c.tier));
+      w.key("tier_name");
+      w.value(tier_name(c.tier));
+      w.key("breaker");
+      w.value(breaker_state_name(c.breaker));
+      w.key("rate_limited_until_ms");
+      w.value(c.rate_limited_until_ms > now ? c.rate_limited_until_ms : 0);
+      w.key("metric");
+      w.value(c.metric, 6);
+      w.key("first_probability");
+      w.value(c.first_probability, 6);
+      w.key("cold");
+      w.value(c.cold);
+      w.key("samples");
+      w.value(c.stats.calls);
+      w.key("p50_ms");
+      if (c.stats.has_latency()) w.value(c.stats.p50_ms); else w.null();
+      w.key("success_rate");
+      w.value(c.stats.success_rate, 4);
+      w.key("freshness_ms");
+      if (c.stats.newest_ms > 0) w.value(now - c.stats.newest_ms); else w.null();
+      w.key("priority");
+      w.value(c.provider->priority);
+      w.key("weight");
+      w.value(c.provider->weight);
+      if (options.explain) {
+        w.key("explain");
+        w.value(explain(plan.strategy, c, i + 1, now));
+      }
+      w.end_object();
+    }
+    w.end_array();
+    w.key("excluded");
+    w.begin_array();
+    for (const auto& e : plan.excluded) {
+      w.begin_object();
+      w.key("provider");
+      w.value(e.provider);
+      w.key("reason");
+      w.value(e.reason);
+      w.key("retry_in_ms");
+      if (e.retry_in_ms > 0) w.value(e.retry_in_ms); else w.null();
+      w.end_object();
+    }
+    w.end_array();
+    w.end_object();
+    write_stdout(w.take() + "\n");
+    return 0;
+  }
+
+  fmt::print("{} on {} ({}), strategy {}\n", options.method, (*chain)->name, (*chain)->chain_id,
+             strategy_name(plan.strategy));
+  Table t({"#", "PROVIDER", "TIER", "BREAKER", metric_header(plan.strategy), "P(FIRST)", "SAMPLES", "P50", "SUCCESS"});
+  for (std::size_t i = 0; i < plan.candidates.size(); ++i) {
+    const auto& c = plan.candidates[i];
+    t.add({std::to_string(i + 1), c.provider->id, tier_text(c, now), std::string(breaker_state_name(c.breaker)),
+           metric_text(plan.strategy, c), fmt::format("{:.1f}%", c.first_probability * 100), std::to_string(c.stats.calls),
+           c.stats.has_latency() ? format_ms(c.stats.p50_ms) : "-",
+           c.stats.calls > 0 ? fmt::format("{:.0f}%", c.stats.success_rate * 100) : "-"});
+  }
+  if (plan.candidates.empty()) {
+    fmt::print("no eligible provider\n");
+  } else {
+    write_stdout(t.render());
+  }
+  if (!plan.excluded.empty()) {
+    fmt::print("\nexcluded:\n");
+    Table x({"  PROVIDER", "REASON"});
+    for (const auto& e : plan.excluded) x.add({"  " + e.provider, e.reason});
+    write_stdout(x.render());
+  }
+  if (options.explain) {
+    fmt::print("\n");
+    for (std::size_t i = 0; i < plan.candidates.size(); ++i) {
+      fmt::print("{}\n", explain(plan.strategy, plan.candidates[i], i + 1, now));
+    }
+    for (const auto& e : plan.excluded) fmt::print("{} is excluded: {}.\n", e.provider, e.reason);
+  }
+  return 0;
+}
+
+}  // namespace rpcroute::cli

@@ -1,0 +1,22 @@
+#pragma once
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace rpcroute::cli {
+
+struct RankOptions {
+  std::string profile;
+  std::string chain;
+  std::string method = "eth_blockNumber";
+  std::string strategy;
+  std::string state;
+  bool no_state = false;
+  bool json = false;
+  bool explain = false;
+};
+
+void setup_rank(CLI::App& app, int& exit_code);
+[[nodiscard]] int run_rank(const RankOptions& options);
+
+}  // namespace rpcroute::cli
