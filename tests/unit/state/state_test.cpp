@@ -217,14 +217,17 @@ TEST_CASE("apply_event: SampleEvent keeps time order and the newest kMaxSamplesP
 TEST_CASE("apply_event: heights, high-water marks, cursors and filters", "[state]") {
   State s;
   auto health = test_health();
+  // The newest observation wins, even when lower (a restarted node); older ones are ignored, so
+  // events merged from several processes settle on the latest.
   apply_event(s, HeightEvent{kKey, Height{100, kNow}}, health);
-  apply_event(s, HeightEvent{kKey, Height{90, kNow + 10}}, health);  // lower: ignored
+  apply_event(s, HeightEvent{kKey, Height{90, kNow + 10}}, health);
+  CHECK(s.providers.at(kKey).height.block == 90);
+  CHECK(s.providers.at(kKey).height.t_ms == kNow + 10);
+  apply_event(s, HeightEvent{kKey, Height{100, kNow + 20}}, health);
   CHECK(s.providers.at(kKey).height.block == 100);
-  CHECK(s.providers.at(kKey).height.t_ms == kNow);
-  apply_event(s, HeightEvent{kKey, Height{100, kNow + 20}}, health);  // same block, seen later
   CHECK(s.providers.at(kKey).height.t_ms == kNow + 20);
-  apply_event(s, HeightEvent{kKey, Height{101, kNow + 5}}, health);
-  CHECK(s.providers.at(kKey).height.block == 101);
+  apply_event(s, HeightEvent{kKey, Height{101, kNow + 5}}, health);  // older: ignored
+  CHECK(s.providers.at(kKey).height.block == 100);
 
   apply_event(s, HighWaterEvent{kChain, Height{500, kNow}}, health);
   apply_event(s, HighWaterEvent{kChain, Height{400, kNow + 1}}, health);

@@ -1,0 +1,126 @@
+#include <catch2/catch.hpp>
+
+#include "rpcroute/exchange.hpp"
+
+using namespace rpcroute;
+
+namespace {
+
+const Profile& empty_profile() {
+  static Profile p;
+  return p;
+}
+
+HttpResponse answer(long status, std::string body, std::string retry_after = {}) {
+  HttpResponse r;
+  r.status = status;
+  r.body = std::move(body);
+  r.retry_after = std::move(retry_after);
+  r.latency_us = 1500;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("upstream_body: one call is an object with id 0, several a batch with ids 0..n-1", "[exchange]") {
+  std::vector<UpstreamCall> one{{"eth_blockNumber", "[]"}};
+  CHECK(upstream_body(one) == R"({"jsonrpc":"2.0","id":0,"method":"eth_blockNumber","params":[]})");
+  std::vector<UpstreamCall> two{{"a", "[]"}, {"b", "[1]"}};
+  CHECK(upstream_body(two) ==
+        R"([{"jsonrpc":"2.0","id":0,"method":"a","params":[]},{"jsonrpc":"2.0","id":1,"method":"b","params":[1]}])");
+}
+
+TEST_CASE("classify_exchange: a result is a success and keeps the reply", "[exchange]") {
+  auto ex = classify_exchange(answer(200, R"({"jsonrpc":"2.0","id":0,"result":"0x10"})"), 1, 0, empty_profile());
+  REQUIRE(ex.per_call.size() == 1);
+  CHECK(ex.per_call[0].cls == OutcomeClass::success);
+  REQUIRE(ex.replies[0] != nullptr);
+  CHECK(*ex.replies[0]->result == R"("0x10")");
+  CHECK(ex.overall.cls == OutcomeClass::success);
+  CHECK(ex.latency_ms() == Approx(1.5));
+}
+
+TEST_CASE("classify_exchange: a wrong id is a provider failure", "[exchange]") {
+  auto ex = classify_exchange(answer(200, R"({"jsonrpc":"2.0","id":1000,"result":"0x10"})"), 1, 0, empty_profile());
+  CHECK(ex.per_call[0].outcome == Outcome::wrong_id);
+  CHECK(ex.per_call[0].cls == OutcomeClass::provider_failure);
+  CHECK(ex.overall.counts_for_breaker());
+}
+
+TEST_CASE("classify_exchange: invalid JSON, HTML and truncation are bad responses", "[exchange]") {
+  for (const char* body : {R"({"jsonrpc":"2.0","id":0,"result":0x12)", "<html>Checking your browser</html>",
+                           R"({"jsonrpc":"2.0","id":0,"result":{"a":tru}})"}) {
+    auto ex = classify_exchange(answer(200, body), 1, 0, empty_profile());
+    INFO(body);
+    CHECK(ex.per_call[0].outcome == Outcome::bad_response);
+    CHECK(ex.per_call[0].cls == OutcomeClass::provider_failure);
+  }
+}
+
+TEST_CASE("classify_exchange: HTTP 429 with Retry-After is rate limited with that delay", "[exchange]") {
+  auto ex = classify_exchange(answer(429, "Too Many Requests", "7"), 1, 0, empty_profile());
+  CHECK(ex.per_call[0].cls == OutcomeClass::rate_limited);
+  CHECK(ex.overall.retry_after_ms == 7000);
+  CHECK_FALSE(ex.overall.counts_for_breaker());
+}
+
+TEST_CASE("classify_exchange: transport errors carry their kind and are scrubbed of secrets", "[exchange]") {
+  Profile p;
+  p.secrets = {"sekrit-key-123"};
+  HttpResponse r;
+  r.error = TransportError::connect;
+  r.error_message = "Failed to connect to sekrit-key-123.example port 443";
+  auto ex = classify_exchange(std::move(r), 1, 0, p);
+  CHECK(ex.per_call[0].outcome == Outcome::connect_failed);
+  CHECK(ex.per_call[0].never_sent());
+  CHECK(ex.per_call[0].message.find("sekrit") == std::string::npos);
+}
+
+TEST_CASE("classify_exchange: batch answers are matched by id, in any order", "[exchange]") {
+  auto ex = classify_exchange(
+      answer(200,
+             R"([{"jsonrpc":"2.0","id":2,"error":{"code":3,"message":"execution reverted"}},)"
+             R"({"jsonrpc":"2.0","id":0,"result":"0x1"}])"),
+      3, 0, empty_profile());
+  CHECK(ex.per_call[0].cls == OutcomeClass::success);
+  CHECK(ex.per_call[1].cls == OutcomeClass::provider_failure);  // missing from the batch
+  CHECK(ex.per_call[2].cls == OutcomeClass::deterministic);
+  CHECK(ex.overall.cls == OutcomeClass::provider_failure);
+}
+
+TEST_CASE("classify_exchange: one error object for a whole batch applies to every call", "[exchange]") {
+  auto ex = classify_exchange(
+      answer(200, R"({"jsonrpc":"2.0","id":null,"error":{"code":-32601,"message":"batch requests not supported"}})"), 2,
+      0, empty_profile());
+  CHECK(ex.per_call[0].cls == OutcomeClass::capability);
+  CHECK(ex.per_call[1].cls == OutcomeClass::capability);
+}
+
+TEST_CASE("classify_exchange: a rate-limit error in a 200 answer outranks the others", "[exchange]") {
+  auto ex = classify_exchange(
+      answer(200,
+             R"([{"jsonrpc":"2.0","id":0,"result":"0x1"},)"
+             R"({"jsonrpc":"2.0","id":1,"error":{"code":-32005,"message":"limit exceeded, try again in 3 seconds"}}])"),
+      2, 0, empty_profile());
+  CHECK(ex.overall.cls == OutcomeClass::rate_limited);
+  CHECK(ex.overall.retry_after_ms == 3000);
+}
+
+TEST_CASE("record_exchange: one attempt for the breaker and one sample per call", "[exchange]") {
+  FakeClock clock;
+  StateStore store(std::nullopt, clock, [](const std::string&) {});
+  HealthConfig health;
+  health.circuit_breaker.failure_threshold = 1;
+  health.circuit_breaker.jitter = 0;
+  std::vector<UpstreamCall> calls{{"eth_blockNumber", "[]"}, {"eth_gasPrice", "[]"}};
+  HttpResponse r;
+  r.error = TransportError::timeout;
+  r.latency_us = 2000;
+  auto ex = classify_exchange(std::move(r), 2, clock.now_ms(), Profile{});
+  record_exchange(store, health, "p/c/x#f", calls, ex, clock.now_ms(), 0.0);
+  const auto& ps = store.state().providers.at("p/c/x#f");
+  CHECK(ps.breaker.state == BreakerState::open);  // one exchange, one failure: threshold 1 opens it
+  CHECK(ps.methods.at("eth_blockNumber").size() == 1);
+  CHECK(ps.methods.at("eth_gasPrice").size() == 1);
+  CHECK(ps.methods.at("eth_gasPrice").front().outcome == Outcome::timeout);
+}
