@@ -10,6 +10,7 @@
 #include "cmd_probe.hpp"
 #include "cmd_profiles.hpp"
 #include "cmd_rank.hpp"
+#include "cmd_serve.hpp"
 #include "cmd_state.hpp"
 #include "output.hpp"
 
@@ -28,6 +29,7 @@ int main(int argc, char** argv) {
   rpcroute::cli::setup_profiles(app, exit_code);
   rpcroute::cli::setup_probe(app, exit_code);
   rpcroute::cli::setup_rank(app, exit_code);
+  rpcroute::cli::setup_serve(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

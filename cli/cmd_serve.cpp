@@ -1,0 +1,158 @@
+#include "cmd_serve.hpp"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "output.hpp"
+#include "server.hpp"
+
+namespace rpcroute::cli {
+
+void setup_serve(CLI::App& app, int& exit_code) {
+  auto opts = std::make_shared<ServeOptions>();
+  auto* sub = app.add_subcommand("serve", "Run the localhost sidecar: point your app's RPC URL at http://127.0.0.1:8545/rpc/CHAIN");
+  sub->add_option("--listen,-l", opts->listen, "Address and port (default 127.0.0.1:8545; port 0 picks one)");
+  sub->add_option("--profile,-p", opts->profiles,
+                  "Profile name or path; repeat to serve several (the first is the default; others on the search path "
+                  "are served under /rpc/profile/NAME/...)");
+  sub->add_option("--state", opts->state, "State file (default: $RPCROUTE_STATE or $XDG_STATE_HOME/rpcroute/state.json)");
+  sub->add_flag("--no-state", opts->no_state, "Keep state in memory only");
+  sub->add_option("--strategy,-s", opts->strategy, "Strategy for routes without a strategy segment (default: the profile's)");
+  sub->add_option("--log-format", opts->log_format, "Request log format: text or json")->check(CLI::IsMember({"text", "json"}));
+  sub->add_flag("-v,--verbose", opts->verbose, "Log one line per request on stderr (never URLs or keys)");
+  sub->add_flag("--allow-remote", opts->allow_remote, "Allow a non-loopback --listen address (needs a token)");
+  sub->add_option("--token", opts->token, "Bearer token required on every route but /healthz (default: $RPCROUTE_TOKEN)");
+  sub->add_option("--allow-origin", opts->allow_origins,
+                  "Extra browser origin allowed (repeatable; '*' allows any). localhost and 127.0.0.1 are always allowed");
+  sub->add_option("--max-body", opts->max_body, "Largest request body in bytes (default 8 MiB; larger: 413)");
+  sub->add_option("--max-batch", opts->max_batch, "Longest batch (default 100; longer: -32600)");
+  sub->add_option("--grace", opts->grace, "At SIGINT/SIGTERM, time to finish in-flight requests (default 10s)");
+  sub->add_option("--read-timeout", opts->read_timeout, "Time a client has to send one request (default 10s)");
+  sub->add_option("--idle-timeout", opts->idle_timeout, "Idle keep-alive connections close after this (default 60s)");
+  sub->add_flag("--no-probe", opts->no_probe, "No background polling of providers");
+  sub->add_option("--port-file", opts->port_file, "Write the bound port to this file once listening");
+  sub->callback([opts, &exit_code] { exit_code = run_serve(*opts); });
+}
+
+int run_serve(const ServeOptions& options) {
+  sidecar::ServerConfig config;
+  auto colon = options.listen.rfind(':');
+  if (colon == std::string::npos) {
+    print_error(fmt::format("bad --listen '{}' (use HOST:PORT)", options.listen));
+    return 2;
+  }
+  config.host = options.listen.substr(0, colon);
+  if (config.host.size() > 2 && config.host.front() == '[' && config.host.back() == ']') {
+    config.host = config.host.substr(1, config.host.size() - 2);
+  }
+  try {
+    auto port = std::stoul(options.listen.substr(colon + 1));
+    if (port > 65535) throw std::out_of_range("port");
+    config.port = static_cast<std::uint16_t>(port);
+  } catch (const std::exception&) {
+    print_error(fmt::format("bad port in --listen '{}'", options.listen));
+    return 2;
+  }
+  config.allow_remote = options.allow_remote;
+  config.token = options.token;
+  if (config.token.empty()) {
+    if (const char* t = std::getenv("RPCROUTE_TOKEN"); t != nullptr) config.token = t;
+  }
+  config.allow_origins = options.allow_origins;
+  config.max_body = options.max_body;
+  config.max_batch = options.max_batch;
+  config.verbose = options.verbose;
+  config.json_logs = options.log_format == "json";
+  config.background_probes = !options.no_probe;
+  for (auto [text, target, name] : {std::tuple{&options.grace, &config.grace_ms, "--grace"},
+                                    std::tuple{&options.read_timeout, &config.read_timeout_ms, "--read-timeout"},
+                                    std::tuple{&options.idle_timeout, &config.idle_timeout_ms, "--idle-timeout"}}) {
+    auto ms = parse_duration_ms(*text);
+    if (!ms) {
+      print_error(fmt::format("bad {} '{}' (use e.g. 10s or 2500ms)", name, *text));
+      return 2;
+    }
+    *target = *ms;
+  }
+  if (!options.strategy.empty()) {
+    config.strategy = parse_strategy(options.strategy);
+    if (!config.strategy) {
+      print_error(fmt::format("unknown strategy '{}' (expected one of: load_balanced, round_robin, random, weighted, "
+                              "priority, fastest, latency_weighted)",
+                              options.strategy));
+      return 2;
+    }
+  }
+
+  std::vector<Profile> profiles;
+  auto names = options.profiles.empty() ? std::vector<std::string>{""} : options.profiles;
+  for (const auto& name : names) {
+    auto p = load_selected_profile(name);
+    if (!p) {
+      print_error(p.error().message);
+      return 2;
+    }
+    for (const auto& q : profiles) {
+      if (q.name == p->name) {
+        print_error(fmt::format("profile '{}' given twice", p->name));
+        return 2;
+      }
+    }
+    profiles.push_back(std::move(*p));
+  }
+
+  SystemClock clock;
+  StateStore store(resolve_state_path(options.state, options.no_state), clock,
+                   [](const std::string& m) { print_warning(m); });
+  store.load();
+
+  asio::io_context io(1);
+  Engine engine(io);
+  sidecar::Server server(io, config, std::move(profiles), engine, store, clock);
+  auto port = server.listen();
+  if (!port) {
+    print_error(port.error().message);
+    return 2;
+  }
+  if (!options.port_file.empty()) {
+    auto tmp = options.port_file + ".tmp";
+    std::ofstream(tmp) << *port << "\n";
+    std::rename(tmp.c_str(), options.port_file.c_str());
+  }
+  fmt::print(stderr, "rpcroute: serving on http://{}:{}/rpc/<chain> (profile {}; state {})\n",
+             config.host.find(':') != std::string::npos ? "[" + config.host + "]" : config.host, *port,
+             names.front().empty() ? std::string(kDefaultProfile) : names.front(),
+             store.path() ? store.path()->string() : "in memory");
+
+  asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](const boost::system::error_code& ec, int) {
+    if (!ec) server.shutdown();
+  });
+  std::exception_ptr failure;
+  bool finished = false;
+  asio::co_spawn(io, server.run(), [&](std::exception_ptr e) {
+    failure = e;
+    finished = true;
+    signals.cancel();
+    io.stop();  // background loops and timers end with the context
+  });
+  io.run();
+  if (failure) {
+    try {
+      std::rethrow_exception(failure);
+    } catch (const std::exception& e) {
+      print_error(fmt::format("internal error: {}", e.what()));
+    }
+    return 4;
+  }
+  (void)finished;
+  fmt::print(stderr, "rpcroute: stopped\n");
+  return 0;
+}
+
+}  // namespace rpcroute::cli

@@ -1,0 +1,32 @@
+#pragma once
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace rpcroute::cli {
+
+struct ServeOptions {
+  std::string listen = "127.0.0.1:8545";
+  std::vector<std::string> profiles;
+  std::string state;
+  bool no_state = false;
+  std::string strategy;
+  std::string log_format = "text";
+  bool verbose = false;
+  bool allow_remote = false;
+  std::string token;
+  std::vector<std::string> allow_origins;
+  std::size_t max_body = 8 * 1024 * 1024;
+  std::size_t max_batch = 100;
+  std::string grace = "10s";
+  std::string read_timeout = "10s";
+  std::string idle_timeout = "60s";
+  bool no_probe = false;
+  std::string port_file;
+};
+
+void setup_serve(CLI::App& app, int& exit_code);
+[[nodiscard]] int run_serve(const ServeOptions& options);
+
+}  // namespace rpcroute::cli

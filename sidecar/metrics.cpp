@@ -1,0 +1,128 @@
+#include "metrics.hpp"
+
+#include <fmt/format.h>
+
+namespace rpcroute::sidecar {
+
+namespace {
+
+std::string label(std::string_view v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out.push_back('\\');
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+std::string_view status_name(CallOutcome::Status s) {
+  switch (s) {
+    case CallOutcome::Status::result: return "result";
+    case CallOutcome::Status::rpc_error: return "rpc_error";
+    case CallOutcome::Status::unavailable: return "unavailable";
+    case CallOutcome::Status::invalid: return "invalid";
+    case CallOutcome::Status::local: return "local";
+  }
+  return "?";
+}
+
+}  // namespace
+
+void Metrics::on_call(const std::string& profile, const std::string& chain, std::string_view method,
+                      const CallOutcome& out) {
+  // Method names come from clients: cap how many distinct ones become label values.
+  std::string m(method);
+  if (!methods_seen_.count(m)) {
+    if (methods_seen_.size() >= 256 || m.size() > 64) {
+      m = "other";
+    } else {
+      methods_seen_[m] = true;
+    }
+  }
+  ++calls_[{profile, chain, m, out.provider.empty() ? "-" : out.provider, std::string(status_name(out.status))}];
+  for (const auto& a : out.attempts) {
+    ++attempts_[{profile, chain, a.provider, std::string(outcome_name(a.result.outcome))}];
+    auto& h = latency_[{profile, chain, a.provider}];
+    for (std::size_t i = 0; i < kBucketsMs.size(); ++i) {
+      if (a.latency_ms <= kBucketsMs[i]) ++h.buckets[i];
+    }
+    ++h.count;
+    h.sum_s += a.latency_ms / 1000.0;
+  }
+}
+
+std::string Metrics::render(const std::vector<const Profile*>& profiles, const State& state, std::int64_t now_ms) const {
+  std::string out;
+  auto it = std::back_inserter(out);
+  fmt::format_to(it, "# HELP rpcroute_requests_total JSON-RPC calls answered, by how they ended.\n");
+  fmt::format_to(it, "# TYPE rpcroute_requests_total counter\n");
+  for (const auto& [k, v] : calls_) {
+    const auto& [profile, chain, method, provider, status] = k;
+    fmt::format_to(it, "rpcroute_requests_total{{profile=\"{}\",chain=\"{}\",method=\"{}\",provider=\"{}\",outcome=\"{}\"}} {}\n",
+                   label(profile), label(chain), label(method), label(provider), status, v);
+  }
+  fmt::format_to(it, "# HELP rpcroute_attempts_total Upstream attempts, by provider and outcome.\n");
+  fmt::format_to(it, "# TYPE rpcroute_attempts_total counter\n");
+  for (const auto& [k, v] : attempts_) {
+    const auto& [profile, chain, provider, outcome] = k;
+    fmt::format_to(it, "rpcroute_attempts_total{{profile=\"{}\",chain=\"{}\",provider=\"{}\",outcome=\"{}\"}} {}\n",
+                   label(profile), label(chain), label(provider), outcome, v);
+  }
+  fmt::format_to(it, "# HELP rpcroute_upstream_latency_seconds Upstream round trip per attempt.\n");
+  fmt::format_to(it, "# TYPE rpcroute_upstream_latency_seconds histogram\n");
+  for (const auto& [k, h] : latency_) {
+    const auto& [profile, chain, provider] = k;
+    auto labels = fmt::format("profile=\"{}\",chain=\"{}\",provider=\"{}\"", label(profile), label(chain), label(provider));
+    for (std::size_t i = 0; i < kBucketsMs.size(); ++i) {
+      fmt::format_to(it, "rpcroute_upstream_latency_seconds_bucket{{{},le=\"{}\"}} {}\n", labels, kBucketsMs[i] / 1000.0,
+                     h.buckets[i]);
+    }
+    fmt::format_to(it, "rpcroute_upstream_latency_seconds_bucket{{{},le=\"+Inf\"}} {}\n", labels, h.count);
+    fmt::format_to(it, "rpcroute_upstream_latency_seconds_sum{{{}}} {}\n", labels, h.sum_s);
+    fmt::format_to(it, "rpcroute_upstream_latency_seconds_count{{{}}} {}\n", labels, h.count);
+  }
+  fmt::format_to(it, "# HELP rpcroute_http_responses_total HTTP answers of the sidecar by status.\n");
+  fmt::format_to(it, "# TYPE rpcroute_http_responses_total counter\n");
+  for (const auto& [status, v] : http_) fmt::format_to(it, "rpcroute_http_responses_total{{status=\"{}\"}} {}\n", status, v);
+  fmt::format_to(it, "# HELP rpcroute_in_flight_requests HTTP requests being answered now.\n");
+  fmt::format_to(it, "# TYPE rpcroute_in_flight_requests gauge\nrpcroute_in_flight_requests {}\n", in_flight_);
+
+  fmt::format_to(it, "# HELP rpcroute_breaker_state Circuit breaker per provider: 0 closed, 1 half-open, 2 open.\n");
+  fmt::format_to(it, "# TYPE rpcroute_breaker_state gauge\n");
+  std::string limited = "# HELP rpcroute_rate_limited 1 while the provider is marked rate-limited.\n# TYPE rpcroute_rate_limited gauge\n";
+  std::string heights = "# HELP rpcroute_provider_height Last block height seen from the provider.\n# TYPE rpcroute_provider_height gauge\n";
+  std::string marks = "# HELP rpcroute_high_water_mark Greatest block height returned to clients.\n# TYPE rpcroute_high_water_mark gauge\n";
+  for (const auto* p : profiles) {
+    for (const auto& c : p->chains) {
+      for (const auto& pr : c.providers) {
+        auto labels = fmt::format("profile=\"{}\",chain=\"{}\",provider=\"{}\"", label(p->name), label(c.name), label(pr.id));
+        auto found = state.providers.find(provider_key(p->name, c.name, pr));
+        int breaker = 0;
+        bool rl = false;
+        std::uint64_t height = 0;
+        if (found != state.providers.end()) {
+          auto eff = found->second.breaker.effective_state(now_ms);
+          breaker = eff == BreakerState::open ? 2 : eff == BreakerState::half_open ? 1 : 0;
+          rl = found->second.rate_limited(now_ms);
+          height = found->second.height.block;
+        }
+        fmt::format_to(it, "rpcroute_breaker_state{{{}}} {}\n", labels, breaker);
+        limited += fmt::format("rpcroute_rate_limited{{{}}} {}\n", labels, rl ? 1 : 0);
+        heights += fmt::format("rpcroute_provider_height{{{}}} {}\n", labels, height);
+      }
+      auto cs = state.chains.find(chain_key(p->name, c.name));
+      marks += fmt::format("rpcroute_high_water_mark{{profile=\"{}\",chain=\"{}\"}} {}\n", label(p->name), label(c.name),
+                           cs == state.chains.end() ? 0 : cs->second.high_water.block);
+    }
+  }
+  out += limited;
+  out += heights;
+  out += marks;
+  return out;
+}
+
+}  // namespace rpcroute::sidecar

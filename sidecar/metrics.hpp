@@ -1,0 +1,46 @@
+#pragma once
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "rpcroute/config.hpp"
+#include "rpcroute/router.hpp"
+#include "rpcroute/state.hpp"
+
+namespace rpcroute::sidecar {
+
+/// Counters and histograms of the sidecar, rendered in the Prometheus text format.
+class Metrics {
+ public:
+  void on_call(const std::string& profile, const std::string& chain, std::string_view method, const CallOutcome& out);
+  void on_http(int status) { ++http_[status]; }
+  void in_flight(int delta) { in_flight_ += delta; }
+  [[nodiscard]] std::int64_t in_flight() const { return in_flight_; }
+
+  /// Everything, with breaker, rate-limit and height gauges read from the state.
+  [[nodiscard]] std::string render(const std::vector<const Profile*>& profiles, const State& state,
+                                   std::int64_t now_ms) const;
+
+ private:
+  static constexpr std::array<double, 14> kBucketsMs{0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000};
+  struct Histogram {
+    std::array<std::uint64_t, kBucketsMs.size()> buckets{};
+    std::uint64_t count = 0;
+    double sum_s = 0;
+  };
+  using CallKey = std::tuple<std::string, std::string, std::string, std::string, std::string>;  // profile chain method provider status
+  using AttemptKey = std::tuple<std::string, std::string, std::string, std::string>;  // profile chain provider outcome
+  using ProviderKey = std::tuple<std::string, std::string, std::string>;
+
+  std::map<CallKey, std::uint64_t> calls_;
+  std::map<AttemptKey, std::uint64_t> attempts_;
+  std::map<ProviderKey, Histogram> latency_;
+  std::map<int, std::uint64_t> http_;
+  std::int64_t in_flight_ = 0;
+  std::map<std::string, bool, std::less<>> methods_seen_;
+};
+
+}  // namespace rpcroute::sidecar

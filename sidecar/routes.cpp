@@ -1,0 +1,95 @@
+#include "routes.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace rpcroute::sidecar {
+
+namespace {
+
+bool segment_ok(std::string_view s) {
+  return !s.empty() && s.size() <= 128 && std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+           c == '.';
+  });
+}
+
+Route not_found(std::string problem) {
+  Route r;
+  r.problem = std::move(problem);
+  return r;
+}
+
+}  // namespace
+
+std::string_view route_shapes_json() {
+  return R"(["POST /","POST /rpc/:chain","POST /rpc/:strategy/:chain","POST /rpc/provider/:provider_id/:chain",)"
+         R"("POST /rpc/profile/:profile/:chain","POST /rpc/profile/:profile/:strategy/:chain",)"
+         R"("GET /healthz","GET /status","GET /metrics"])";
+}
+
+Route parse_route(std::string_view target) {
+  if (auto q = target.find_first_of("?#"); q != std::string_view::npos) target = target.substr(0, q);
+  if (target.empty() || target.front() != '/') return not_found("the path must start with '/'");
+  if (target.size() > 1024) return not_found("the path is too long");
+  std::vector<std::string_view> parts;
+  std::string_view rest = target.substr(1);
+  while (!rest.empty()) {
+    auto slash = rest.find('/');
+    auto part = rest.substr(0, slash);
+    if (!part.empty()) {
+      if (!segment_ok(part)) return not_found(fmt::format("'{}' is not a valid path segment", part.substr(0, 64)));
+      parts.push_back(part);
+    }
+    if (slash == std::string_view::npos) break;
+    rest.remove_prefix(slash + 1);
+    if (parts.size() > 6) return not_found("too many path segments");
+  }
+
+  Route r;
+  if (parts.empty()) {
+    r.kind = RouteKind::rpc;
+    return r;
+  }
+  if (parts.size() == 1) {
+    if (parts[0] == "healthz") r.kind = RouteKind::healthz;
+    else if (parts[0] == "status") r.kind = RouteKind::status;
+    else if (parts[0] == "metrics") r.kind = RouteKind::metrics;
+    else return not_found(fmt::format("no route '{}'", target));
+    return r;
+  }
+  if (parts[0] != "rpc") return not_found(fmt::format("no route '{}'", target));
+  std::size_t i = 1;
+  if (parts[i] == "profile") {
+    if (parts.size() < 4) return not_found("/rpc/profile/ needs a profile and a chain");
+    r.target.profile = std::string(parts[2]);
+    i = 3;
+  } else if (parts[i] == "provider") {
+    if (parts.size() != 4) return not_found("/rpc/provider/ needs a provider id and a chain");
+    r.target.provider = std::string(parts[2]);
+    r.target.chain = std::string(parts[3]);
+    r.kind = RouteKind::rpc;
+    return r;
+  }
+  std::size_t left = parts.size() - i;
+  if (left == 2) {
+    auto s = parse_strategy(parts[i]);
+    if (!s) {
+      return not_found(fmt::format("unknown strategy '{}' (load-balanced, round-robin, random, weighted, priority, "
+                                   "fastest, latency-weighted)",
+                                   parts[i]));
+    }
+    r.target.strategy = s;
+    r.target.chain = std::string(parts[i + 1]);
+  } else if (left == 1) {
+    r.target.chain = std::string(parts[i]);
+  } else {
+    return not_found(fmt::format("no route '{}'", target));
+  }
+  r.kind = RouteKind::rpc;
+  return r;
+}
+
+}  // namespace rpcroute::sidecar

@@ -1,0 +1,601 @@
+// The sidecar's HTTP side. Beast-heavy code stays in this one translation unit: it compiles slowly.
+#include "server.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <fmt/format.h>
+
+#include "routes.hpp"
+#include "rpcroute/exchange.hpp"
+#include "rpcroute/json.hpp"
+#include "rpcroute/jsonrpc.hpp"
+#include "rpcroute/plan_report.hpp"
+#include "rpcroute/probe.hpp"
+
+namespace rpcroute::sidecar {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using HttpRequest_ = http::request<http::string_body>;
+using HttpResponse_ = http::response<http::string_body>;
+
+struct Connection {
+  beast::tcp_stream* stream = nullptr;
+  bool busy = false;
+};
+
+namespace {
+
+/// Beast 1.74 speaks boost::string_view.
+std::string_view sv(beast::string_view s) { return {s.data(), s.size()}; }
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
+  return out;
+}
+
+/// "localhost:8545" → "localhost"; "[::1]:8545" → "::1".
+std::string host_only(std::string_view host) {
+  if (!host.empty() && host.front() == '[') {
+    auto close = host.find(']');
+    return lower(host.substr(1, close == std::string_view::npos ? std::string_view::npos : close - 1));
+  }
+  auto colon = host.rfind(':');
+  if (colon != std::string_view::npos && host.find(':') == colon) host = host.substr(0, colon);
+  return lower(host);
+}
+
+bool loopback_name(std::string_view h) {
+  return h == "localhost" || h == "127.0.0.1" || h == "::1" || h.ends_with(".localhost") ||
+         (h.starts_with("127.") && h.find_first_not_of("0123456789.") == std::string_view::npos);
+}
+
+/// Default allow-list: http(s)://localhost:*, 127.0.0.1:*, [::1]:*.
+bool origin_allowed(std::string_view origin, const std::vector<std::string>& extra) {
+  for (const auto& o : extra) {
+    if (o == "*" || lower(o) == lower(origin)) return true;
+  }
+  auto o = lower(origin);
+  std::string_view rest;
+  if (o.starts_with("http://")) rest = std::string_view(o).substr(7);
+  else if (o.starts_with("https://")) rest = std::string_view(o).substr(8);
+  else return false;
+  if (rest.find('/') != std::string_view::npos) return false;
+  return loopback_name(host_only(rest));
+}
+
+bool constant_time_equal(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char d = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) d |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return d == 0;
+}
+
+std::string iso_now() {
+  auto now = std::chrono::system_clock::now();
+  auto t = std::chrono::system_clock::to_time_t(now);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                     tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
+}
+
+std::string json_error_body(std::string_view message, std::string_view extra_key = {}, std::string_view extra_raw = {}) {
+  json::Writer w;
+  w.begin_object();
+  w.key("error");
+  w.value(message);
+  if (!extra_key.empty()) {
+    w.key(extra_key);
+    w.raw(extra_raw);
+  }
+  w.end_object();
+  return w.take();
+}
+
+}  // namespace
+
+struct Request {
+  const HttpRequest_* http = nullptr;
+  std::string remote;
+};
+
+struct Server::Reply {
+  http::status status = http::status::ok;
+  std::string body;
+  std::string content_type = "application/json";
+  std::vector<std::pair<std::string, std::string>> headers;
+  // For the log line.
+  std::string rpc_method;
+  std::string provider;
+  std::size_t attempts = 0;
+};
+
+Server::Server(asio::io_context& io, ServerConfig config, std::vector<Profile> profiles, Engine& engine,
+               StateStore& store, const Clock& clock)
+    : io_(io),
+      config_(std::move(config)),
+      engine_(engine),
+      store_(store),
+      clock_(clock),
+      acceptor_(io),
+      wake_(io) {
+  request_prefix_ = Random().engine()() & 0xffffffffULL;
+  for (auto& p : profiles) {
+    if (default_profile_.empty()) default_profile_ = p.name;
+    auto rt = std::make_unique<ProfileRuntime>();
+    rt->profile = std::move(p);
+    rt->router = std::make_unique<Router>(rt->profile, engine_, store_, clock_, rng_);
+    auto name = rt->profile.name;
+    profiles_.emplace(std::move(name), std::move(rt));
+  }
+}
+
+Server::~Server() = default;
+
+Result<std::uint16_t> Server::listen() {
+  boost::system::error_code ec;
+  auto address = asio::ip::make_address(config_.host == "localhost" ? "127.0.0.1" : config_.host, ec);
+  if (ec) return fail(fmt::format("bad --listen address '{}'", config_.host));
+  if (!address.is_loopback() && !config_.allow_remote) {
+    return fail(fmt::format("refusing to listen on {} (not loopback) without --allow-remote and a token", config_.host));
+  }
+  if (!address.is_loopback() && config_.token.empty()) {
+    return fail("--allow-remote needs a bearer token (--token or $RPCROUTE_TOKEN)");
+  }
+  tcp::endpoint endpoint(address, config_.port);
+  acceptor_.open(endpoint.protocol(), ec);
+  if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor_.bind(endpoint, ec);
+  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return fail(fmt::format("cannot listen on {}:{}: {}", config_.host, config_.port, ec.message()));
+  port_ = acceptor_.local_endpoint().port();
+  return port_;
+}
+
+Server::ProfileRuntime* Server::runtime(const std::string& name) {
+  const std::string& key = name.empty() ? default_profile_ : name;
+  if (auto it = profiles_.find(key); it != profiles_.end()) return it->second.get();
+  if (name.empty() || unloadable_.count(name) || profiles_.size() > 64) return nullptr;
+  // Profiles on the search path are loaded on first use, by name only (never a path from a URL).
+  auto loaded = find_profile(name);
+  if (!loaded || (loaded->source == "embedded" && name != kDefaultProfile)) {
+    if (!loaded) log(fmt::format("profile '{}' not served: {}", name, loaded.error().message));
+    unloadable_.insert(name);
+    return nullptr;
+  }
+  auto rt = std::make_unique<ProfileRuntime>();
+  rt->profile = std::move(*loaded);
+  rt->router = std::make_unique<Router>(rt->profile, engine_, store_, clock_, rng_);
+  auto* raw = rt.get();
+  profiles_.emplace(name, std::move(rt));
+  return raw;
+}
+
+void Server::log(const std::string& line) { fmt::print(stderr, "{}\n", line); }
+
+void Server::flush_state() {
+  if (!store_.dirty()) return;
+  if (auto r = store_.save(); !r) log(fmt::format("rpcroute: warning: state not saved: {}", r.error().message));
+}
+
+asio::awaitable<void> Server::flush_loop() {
+  ++background_;
+  asio::steady_timer timer(io_);
+  while (!draining_) {
+    timer.expires_after(std::chrono::milliseconds(config_.flush_interval_ms));
+    boost::system::error_code ec;
+    co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    flush_state();
+  }
+  --background_;
+}
+
+asio::awaitable<void> Server::poll_provider(ProfileRuntime* rt, const Chain* chain, const Provider* provider) {
+  ++background_;
+  asio::steady_timer timer(io_);
+  const auto key = provider_key(rt->profile.name, chain->name, *provider);
+  const auto interval = std::clamp<std::int64_t>(chain->block_time_ms, 1'000, 30'000);
+  const auto timeout = std::min<std::int64_t>(provider->timeout_ms, 5'000);
+  // First a full probe (chain id, archive, batch), then the head at the chain's block time.
+  ProbeReport first = co_await probe_provider(engine_, rt->profile, *chain, *provider, &store_, clock_, rng_, timeout);
+  std::int64_t wait = first.reachable ? interval : interval * 2;
+  static constexpr std::string_view kParams = "[]";
+  std::vector<UpstreamCall> calls{{"eth_blockNumber", kParams}};
+  while (!draining_) {
+    timer.expires_after(std::chrono::milliseconds(wait));
+    boost::system::error_code ec;
+    co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    if (draining_) break;
+    Exchange ex = co_await send_exchange(engine_, *provider, calls, timeout, clock_, rt->profile);
+    const auto now = clock_.now_ms();
+    record_exchange(store_, rt->profile.health, key, calls, ex, now, rng_.uniform());
+    if (ex.per_call[0].cls == OutcomeClass::success) {
+      if (auto h = jsonrpc::parse_quantity(*ex.replies[0]->result)) {
+        store_.record(HeightEvent{key, Height{*h, now}}, rt->profile.health);
+      }
+      wait = interval;
+    } else {
+      wait = std::min<std::int64_t>(wait * 2, 60'000);  // back off while it fails
+    }
+  }
+  --background_;
+}
+
+asio::awaitable<void> Server::accept_loop() {
+  for (;;) {
+    boost::system::error_code ec;
+    tcp::socket socket = co_await acceptor_.async_accept(asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) {
+      if (draining_ || ec == asio::error::operation_aborted) co_return;
+      continue;  // e.g. EMFILE: keep serving the connections we have
+    }
+    socket.set_option(tcp::no_delay(true), ec);
+    asio::co_spawn(io_, serve_connection(std::move(socket)), asio::detached);
+  }
+}
+
+asio::awaitable<void> Server::run() {
+  asio::co_spawn(io_, flush_loop(), asio::detached);
+  if (config_.background_probes) {
+    for (auto& [name, rt] : profiles_) {
+      for (const auto& chain : rt->profile.chains) {
+        for (const auto& provider : chain.providers) {
+          asio::co_spawn(io_, poll_provider(rt.get(), &chain, &provider), asio::detached);
+        }
+      }
+    }
+  }
+  co_await accept_loop();
+
+  // Draining: wait for in-flight requests, within the grace period.
+  asio::steady_timer timer(io_);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.grace_ms);
+  while (metrics_.in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
+    timer.expires_after(std::chrono::milliseconds(20));
+    boost::system::error_code ec;
+    co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+  for (auto* c : connections_) {
+    boost::system::error_code ec;
+    c->stream->socket().shutdown(tcp::socket::shutdown_both, ec);
+    c->stream->socket().close(ec);
+  }
+  flush_state();
+}
+
+void Server::shutdown() {
+  if (draining_) return;
+  draining_ = true;
+  boost::system::error_code ec;
+  acceptor_.close(ec);
+  // Idle keep-alive connections have nothing to finish: close them now.
+  for (auto* c : connections_) {
+    if (!c->busy) {
+      c->stream->socket().shutdown(tcp::socket::shutdown_both, ec);
+      c->stream->socket().close(ec);
+    }
+  }
+}
+
+asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
+  std::string remote;
+  {
+    boost::system::error_code ec;
+    auto ep = socket.remote_endpoint(ec);
+    if (!ec) remote = fmt::format("{}:{}", ep.address().to_string(), ep.port());
+  }
+  beast::tcp_stream stream(std::move(socket));
+  Connection conn{&stream, false};
+  connections_.insert(&conn);
+  beast::flat_buffer buffer;
+  buffer.max_size(config_.max_body + 64 * 1024);
+
+  for (;;) {
+    if (draining_) break;
+    boost::system::error_code ec;
+    // Wait for the next request as long as an idle connection may live, then give it the read
+    // timeout for its headers and body (slow clients cannot hold a connection forever).
+    if (buffer.size() == 0) {
+      stream.expires_after(std::chrono::milliseconds(config_.idle_timeout_ms));
+      auto n = co_await stream.async_read_some(buffer.prepare(16 * 1024), asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) break;
+      buffer.commit(n);
+    }
+    conn.busy = true;
+    metrics_.in_flight(+1);
+    http::request_parser<http::string_body> parser;
+    parser.body_limit(config_.max_body);
+    parser.header_limit(32 * 1024);
+    stream.expires_after(std::chrono::milliseconds(config_.read_timeout_ms));
+    co_await http::async_read(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) {
+      std::optional<http::status> status;
+      if (ec == http::error::body_limit) status = http::status::payload_too_large;
+      else if (ec == http::error::header_limit) status = http::status::request_header_fields_too_large;
+      else if (ec == beast::error::timeout) status = http::status::request_timeout;
+      else if (ec != http::error::end_of_stream && ec != asio::error::eof && ec != asio::error::connection_reset &&
+               ec != asio::error::operation_aborted)
+        status = http::status::bad_request;
+      if (status) {
+        HttpResponse_ res{*status, 11};
+        res.set(http::field::content_type, "application/json");
+        res.set(http::field::connection, "close");
+        res.body() = json_error_body(ec == http::error::body_limit
+                                         ? fmt::format("request body larger than {} bytes", config_.max_body)
+                                         : ec.message());
+        res.prepare_payload();
+        metrics_.on_http(static_cast<int>(*status));
+        stream.expires_after(std::chrono::seconds(5));
+        co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
+        if (config_.verbose) log(fmt::format("{} {} - {} {}", iso_now(), remote, static_cast<int>(*status), ec.message()));
+      }
+      metrics_.in_flight(-1);
+      break;
+    }
+    auto req = parser.release();
+    const auto started = steady_us();
+    Request request{&req, remote};
+    Reply reply = co_await answer(request);
+
+    HttpResponse_ res{reply.status, req.version()};
+    res.set(http::field::server, "rpcroute");
+    if (!reply.body.empty() || reply.status != http::status::no_content) res.set(http::field::content_type, reply.content_type);
+    for (auto& [k, v] : reply.headers) res.set(k, v);
+    res.body() = std::move(reply.body);
+    res.keep_alive(req.keep_alive() && !draining_);
+    res.prepare_payload();
+    metrics_.on_http(static_cast<int>(reply.status));
+    stream.expires_after(std::chrono::milliseconds(config_.read_timeout_ms));
+    co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
+    metrics_.in_flight(-1);
+    conn.busy = false;
+    if (config_.verbose) {
+      const double ms = static_cast<double>(steady_us() - started) / 1000.0;
+      std::string target(req.target().substr(0, 200));
+      if (config_.json_logs) {
+        json::Writer w;
+        w.begin_object();
+        w.key("ts");
+        w.value(iso_now());
+        w.key("remote");
+        w.value(remote);
+        w.key("method");
+        w.value(std::string(req.method_string()));
+        w.key("path");
+        w.value(target);
+        w.key("status");
+        w.value(static_cast<int>(res.result_int()));
+        w.key("rpc_method");
+        w.value(reply.rpc_method);
+        w.key("provider");
+        w.value(reply.provider);
+        w.key("attempts");
+        w.value(static_cast<std::int64_t>(reply.attempts));
+        w.key("ms");
+        w.value(ms);
+        w.end_object();
+        log(w.take());
+      } else {
+        log(fmt::format("{} {} {} {} {} {} provider={} attempts={} {:.2f}ms", iso_now(), remote,
+                        std::string(req.method_string()), target, res.result_int(),
+                        reply.rpc_method.empty() ? "-" : reply.rpc_method, reply.provider.empty() ? "-" : reply.provider,
+                        reply.attempts, ms));
+      }
+    }
+    if (ec || !res.keep_alive()) break;
+  }
+  connections_.erase(&conn);
+  boost::system::error_code ignored;
+  stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+}
+
+asio::awaitable<Server::Reply> Server::answer(const Request& request) {
+  const auto& req = *request.http;
+  Reply reply;
+  auto error = [&](http::status status, std::string message) {
+    reply.status = status;
+    reply.body = json_error_body(message);
+  };
+
+  // DNS rebinding: only loopback names, unless remote access was asked for.
+  if (!config_.allow_remote) {
+    auto host = sv(req[http::field::host]);
+    if (!host.empty() && !loopback_name(host_only(host)) && host_only(host) != lower(config_.host)) {
+      error(http::status::forbidden, "Host header is not a loopback name");
+      co_return reply;
+    }
+  }
+  auto origin = sv(req[http::field::origin]);
+  if (!origin.empty()) {
+    if (!origin_allowed(origin, config_.allow_origins)) {
+      error(http::status::forbidden, fmt::format("origin {} is not allowed (see --allow-origin)", std::string(origin.substr(0, 200))));
+      co_return reply;
+    }
+    reply.headers.emplace_back("Access-Control-Allow-Origin", std::string(origin));
+    reply.headers.emplace_back("Vary", "Origin");
+    reply.headers.emplace_back("Access-Control-Expose-Headers",
+                               "X-Rpcroute-Provider, X-Rpcroute-Upstream-Latency, X-Rpcroute-Attempts, "
+                               "X-Rpcroute-Strategy, X-Rpcroute-Cache, X-Rpcroute-Request-Id");
+  }
+  if (req.method() == http::verb::options) {
+    reply.status = http::status::no_content;
+    reply.headers.emplace_back("Access-Control-Allow-Methods", "POST, GET, OPTIONS");
+    reply.headers.emplace_back("Access-Control-Allow-Headers", "Content-Type, Authorization");
+    reply.headers.emplace_back("Access-Control-Max-Age", "600");
+    co_return reply;
+  }
+  auto route = parse_route(sv(req.target()));
+  if (!config_.token.empty() && route.kind != RouteKind::healthz) {
+    auto auth = sv(req[http::field::authorization]);
+    if (!constant_time_equal(auth, "Bearer " + config_.token)) {
+      error(http::status::unauthorized, "missing or wrong bearer token");
+      reply.headers.emplace_back("WWW-Authenticate", "Bearer");
+      co_return reply;
+    }
+  }
+  if (route.kind == RouteKind::not_found) {
+    reply.status = http::status::not_found;
+    reply.body = json_error_body(route.problem, "routes", route_shapes_json());
+    co_return reply;
+  }
+  const bool is_get = req.method() == http::verb::get || req.method() == http::verb::head;
+  if (route.kind != RouteKind::rpc) {
+    if (!is_get) {
+      error(http::status::method_not_allowed, "use GET");
+      reply.headers.emplace_back("Allow", "GET");
+      co_return reply;
+    }
+    const auto now = clock_.now_ms();
+    if (route.kind == RouteKind::metrics) {
+      std::vector<const Profile*> list;
+      for (auto& [name, rt] : profiles_) list.push_back(&rt->profile);
+      reply.body = metrics_.render(list, store_.state(), now);
+      reply.content_type = "text/plain; version=0.0.4";
+      co_return reply;
+    }
+    json::Writer w;
+    w.begin_object();
+    bool all_ok = true;
+    if (route.kind == RouteKind::status) {
+      w.key("profiles");
+      w.begin_array();
+      for (auto& [name, rt] : profiles_) {
+        for (const auto& chain : rt->profile.chains) {
+          RouteOptions opts;
+          opts.strategy = config_.strategy;
+          auto plan = rt->router->plan(chain, "eth_blockNumber", "[]", opts);
+          write_plan_json(w, rt->profile, chain, "eth_blockNumber", plan, now, false);
+        }
+      }
+      w.end_array();
+      w.key("in_flight");
+      w.value(metrics_.in_flight());
+    } else {
+      w.key("chains");
+      w.begin_array();
+      for (auto& [name, rt] : profiles_) {
+        for (const auto& chain : rt->profile.chains) {
+          auto plan = rt->router->plan(chain, "eth_blockNumber", "[]", {});
+          w.begin_object();
+          w.key("profile");
+          w.value(name);
+          w.key("chain");
+          w.value(chain.name);
+          w.key("usable");
+          w.value(static_cast<std::int64_t>(plan.candidates.size()));
+          w.end_object();
+          all_ok = all_ok && !plan.candidates.empty();
+        }
+      }
+      w.end_array();
+      w.key("status");
+      w.value(all_ok ? "ok" : "degraded");
+      if (!all_ok) reply.status = http::status::service_unavailable;
+    }
+    w.end_object();
+    reply.body = w.take();
+    co_return reply;
+  }
+
+  if (req.method() != http::verb::post) {
+    error(http::status::method_not_allowed, "JSON-RPC routes take POST");
+    reply.headers.emplace_back("Allow", "POST, OPTIONS");
+    co_return reply;
+  }
+  ProfileRuntime* rt = runtime(route.target.profile);
+  if (rt == nullptr) {
+    error(http::status::not_found, fmt::format("unknown profile '{}'", route.target.profile));
+    co_return reply;
+  }
+  const Chain* chain = route.target.chain.empty() ? &rt->profile.chains.front() : rt->profile.find_chain(route.target.chain);
+  if (chain == nullptr) {
+    json::Writer names;
+    names.begin_array();
+    for (const auto& c : rt->profile.chains) names.value(c.name);
+    names.end_array();
+    reply.status = http::status::not_found;
+    reply.body = json_error_body(fmt::format("unknown chain '{}' in profile '{}'", route.target.chain, rt->profile.name),
+                                 "chains", names.str());
+    co_return reply;
+  }
+  if (route.target.provider && chain->find_provider(*route.target.provider) == nullptr) {
+    error(http::status::not_found, fmt::format("unknown provider '{}' on chain {}", *route.target.provider, chain->name));
+    co_return reply;
+  }
+
+  auto parsed = jsonrpc::parse_body(req.body());
+  if (!parsed) {
+    reply.body = jsonrpc::make_error("null", parsed.error().code, parsed.error().message);
+    co_return reply;
+  }
+  if (parsed->calls.size() > config_.max_batch) {
+    reply.body = jsonrpc::make_error("null", jsonrpc::kInvalidRequest,
+                                     fmt::format("invalid request: a batch of {} exceeds the limit of {} (--max-batch)",
+                                                 parsed->calls.size(), config_.max_batch));
+    co_return reply;
+  }
+  RouteOptions options;
+  options.strategy = route.target.strategy ? route.target.strategy : config_.strategy;
+  options.provider = route.target.provider;
+  const std::string request_id = fmt::format("{:08x}{:08x}", request_prefix_, ++request_counter_);
+  std::vector<CallOutcome> outs = co_await rt->router->route(*chain, parsed->calls, options);
+
+  std::string providers;
+  double latency = 0;
+  std::size_t attempts = 0;
+  std::size_t unavailable = 0;
+  std::size_t routed = 0;
+  std::int64_t retry_after = -1;
+  Strategy strategy = outs.empty() ? Strategy::load_balanced : outs.front().strategy;
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    const auto& o = outs[i];
+    metrics_.on_call(rt->profile.name, chain->name, parsed->calls[i].method, o);
+    attempts += o.attempts.size();
+    latency = std::max(latency, o.upstream_latency_ms);
+    if (!o.provider.empty() && providers.find(o.provider) == std::string::npos) {
+      providers += providers.empty() ? o.provider : "," + o.provider;
+    }
+    if (o.status != CallOutcome::Status::invalid && o.status != CallOutcome::Status::local) ++routed;
+    if (o.status == CallOutcome::Status::unavailable) {
+      ++unavailable;
+      if (o.retry_after_ms >= 0) retry_after = retry_after < 0 ? o.retry_after_ms : std::min(retry_after, o.retry_after_ms);
+    }
+  }
+  if (parsed->batch) {
+    std::string body = "[";
+    for (const auto& o : outs) {
+      if (o.response.empty()) continue;
+      if (body.size() > 1) body.push_back(',');
+      body += o.response;
+    }
+    body.push_back(']');
+    reply.body = body.size() > 2 ? std::move(body) : std::string();
+  } else {
+    reply.body = outs.front().response;
+    reply.rpc_method = parsed->calls.front().method;
+  }
+  if (reply.body.empty()) reply.status = http::status::no_content;  // notifications only
+  if (routed > 0 && unavailable == routed) {
+    reply.status = http::status::service_unavailable;
+    if (retry_after >= 0) reply.headers.emplace_back("Retry-After", std::to_string((retry_after + 999) / 1000));
+  }
+  reply.provider = providers;
+  reply.attempts = attempts;
+  reply.headers.emplace_back("X-Rpcroute-Provider", providers.empty() ? "-" : providers);
+  reply.headers.emplace_back("X-Rpcroute-Upstream-Latency", fmt::format("{:.3f}", latency));
+  reply.headers.emplace_back("X-Rpcroute-Attempts", std::to_string(attempts));
+  reply.headers.emplace_back("X-Rpcroute-Strategy", std::string(strategy_name(strategy)));
+  reply.headers.emplace_back("X-Rpcroute-Cache", "MISS");
+  reply.headers.emplace_back("X-Rpcroute-Request-Id", request_id);
+  co_return reply;
+}
+
+}  // namespace rpcroute::sidecar

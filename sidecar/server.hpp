@@ -1,0 +1,95 @@
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "metrics.hpp"
+#include "rpcroute/asio_compat.hpp"
+#include "rpcroute/clock.hpp"
+#include "rpcroute/config.hpp"
+#include "rpcroute/router.hpp"
+#include "rpcroute/state.hpp"
+#include "rpcroute/transport.hpp"
+
+namespace rpcroute::sidecar {
+
+struct ServerConfig {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 8545;
+  bool allow_remote = false;
+  std::string token;                         // bearer token; required when allow_remote
+  std::vector<std::string> allow_origins;    // extra browser origins ("*" allows any)
+  std::size_t max_body = 8 * 1024 * 1024;
+  std::size_t max_batch = 100;
+  std::int64_t read_timeout_ms = 10'000;     // one request's headers and body
+  std::int64_t idle_timeout_ms = 60'000;     // a keep-alive connection with nothing to do
+  std::int64_t grace_ms = 10'000;            // to finish in-flight requests at shutdown
+  std::int64_t flush_interval_ms = 5'000;    // state file
+  std::optional<Strategy> strategy;          // for routes without a strategy segment
+  bool verbose = false;                      // a log line per request
+  bool json_logs = false;
+  bool background_probes = true;
+};
+
+struct Connection;
+struct Request;
+
+/// The localhost sidecar of DESIGN.md section 11: Beast HTTP/1.1 on the io_context that also drives
+/// the curl engine; one Router per profile; state flushed periodically and at shutdown.
+class Server {
+ public:
+  Server(asio::io_context& io, ServerConfig config, std::vector<Profile> profiles, Engine& engine, StateStore& store,
+         const Clock& clock);
+  ~Server();
+
+  /// Binds and listens. The port is known afterwards (port 0 picks one).
+  [[nodiscard]] Result<std::uint16_t> listen();
+  /// Accepts, probes and flushes until shutdown() has drained; then flushes the state a last time.
+  [[nodiscard]] asio::awaitable<void> run();
+  /// Stops accepting and lets in-flight requests finish within the grace period.
+  void shutdown();
+
+  [[nodiscard]] std::uint16_t port() const { return port_; }
+
+ private:
+  struct ProfileRuntime {
+    Profile profile;
+    std::unique_ptr<Router> router;
+  };
+
+  ProfileRuntime* runtime(const std::string& name);  // empty: the default profile
+  asio::awaitable<void> accept_loop();
+  asio::awaitable<void> flush_loop();
+  asio::awaitable<void> poll_provider(ProfileRuntime* rt, const Chain* chain, const Provider* provider);
+  void flush_state();
+  void log(const std::string& line);
+
+  asio::io_context& io_;
+  ServerConfig config_;
+  Engine& engine_;
+  StateStore& store_;
+  const Clock& clock_;
+  Random rng_;
+  asio::ip::tcp::acceptor acceptor_;
+  std::uint16_t port_ = 0;
+  std::string default_profile_;
+  std::map<std::string, std::unique_ptr<ProfileRuntime>, std::less<>> profiles_;
+  std::set<std::string, std::less<>> unloadable_;
+  Metrics metrics_;
+  std::set<Connection*> connections_;
+  bool draining_ = false;
+  std::uint64_t request_counter_ = 0;
+  std::uint64_t request_prefix_ = 0;
+  asio::steady_timer wake_;  // wakes the background loops at shutdown
+  int background_ = 0;       // loops still running
+
+  asio::awaitable<void> serve_connection(asio::ip::tcp::socket socket);
+  struct Reply;
+  asio::awaitable<Reply> answer(const Request& request);
+};
+
+}  // namespace rpcroute::sidecar
