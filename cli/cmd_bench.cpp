@@ -6,6 +6,7 @@
 #include <array>
 #include <charconv>
 #include <cstdint>
+#include <deque>
 #include <exception>
 #include <limits>
 #include <memory>
@@ -42,11 +43,11 @@ void setup_bench(CLI::App& app, int& exit_code) {
                       "eth_getBalance, eth_getTransactionCount, eth_getLogs, eth_gasPrice)")
           ->delimiter(',');
   sub->add_option("--requests,-n", opts->requests, "Requests per provider and method (default 20)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 1'000'000'000));
   sub->add_option("--duration,-d", opts->duration,
                   "Run each method for this long instead of --requests: 10 (seconds), 10s, 1500ms");
   sub->add_option("--concurrency,-k", opts->concurrency, "Requests in flight per provider (default 4)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 1'000'000'000));
   sub->add_option("--timeout,-t", opts->timeout, "Per request: 5s, 2500ms or milliseconds (default: the provider's timeout_ms)");
   sub->add_option("--state", opts->state, "State file (default: $RPCROUTE_STATE or $XDG_STATE_HOME/rpcroute/state.json)");
   sub->add_flag("--no-state", opts->no_state, "Neither read nor write the state file (nothing is recorded)");
@@ -94,10 +95,21 @@ constexpr std::size_t kMaxMessages = 5;
 
 [[nodiscard]] bool is_answer(Outcome o) { return o == Outcome::success || o == Outcome::rpc_error; }
 
+/// curl says "... after 3 ms: ..." for each failed connect; without the time, equal failures group.
+[[nodiscard]] std::string without_elapsed(std::string text) {
+  constexpr std::string_view kAfter = " after ";
+  for (auto at = text.find(kAfter); at != std::string::npos; at = text.find(kAfter, at + 1)) {
+    auto end = at + kAfter.size();
+    while (end < text.size() && text[end] >= '0' && text[end] <= '9') ++end;
+    if (end > at + kAfter.size() && text.compare(end, 3, " ms") == 0) text.erase(at, end + 3 - at);
+  }
+  return text;
+}
+
 [[nodiscard]] std::string message_of(const Classification& c, const Profile& profile) {
   // Classification messages are scrubbed already; a provider's own error text is scrubbed again
   // here because it can echo the request URL.
-  return profile.scrub(c.message.empty() ? std::string(outcome_name(c.outcome)) : c.message);
+  return without_elapsed(profile.scrub(c.message.empty() ? std::string(outcome_name(c.outcome)) : c.message));
 }
 
 /// What one provider did on one method.
@@ -286,7 +298,8 @@ class Bench {
         warmups_(plan.providers.size()),
         tallies_(plan.methods.size(), std::vector<Tally>(plan.providers.size())),
         params_(plan.methods.size(), std::vector<std::string>(plan.providers.size())),
-        heights_(plan.providers.size(), 0) {
+        heights_(plan.providers.size(), 0),
+        unrecorded_(plan.providers.size()) {
     for (const auto* p : plan.providers) keys_.push_back(provider_key(plan.profile->name, plan.chain->name, *p));
   }
 
@@ -315,6 +328,7 @@ class Bench {
       }
       co_await group.wait();
       if (failure_) std::rethrow_exception(failure_);
+      if (store_ != nullptr) record_method(m);
     }
     progress_.clear();
   }
@@ -340,8 +354,8 @@ class Bench {
     w.latency_ms = first.latency_ms();
     w.connect_ms = static_cast<double>(first.http.connect_us) / 1000.0;
     w.ok = first.per_call.front().cls == OutcomeClass::success;
-    if (w.ok) {
-      w.chain_id = jsonrpc::parse_quantity(*first.replies.front()->result);
+    if (const auto* reply = first.replies.front(); w.ok && reply != nullptr && reply->result) {
+      w.chain_id = jsonrpc::parse_quantity(*reply->result);
     } else {
       w.message = message_of(first.per_call.front(), *plan_.profile);
     }
@@ -351,8 +365,8 @@ class Bench {
       WaitGroup group(io_);
       for (int k = 1; k < plan_.workers(); ++k) spawn(open_connection(p), group);
       Exchange head = co_await send_exchange(engine_, provider, kBlockNumberCall, timeout, clock_, *plan_.profile);
-      if (head.per_call.front().cls == OutcomeClass::success) {
-        w.head = jsonrpc::parse_quantity(*head.replies.front()->result);
+      if (const auto* reply = head.replies.front(); reply != nullptr && reply->result) {
+        w.head = jsonrpc::parse_quantity(*reply->result);
       }
       co_await group.wait();
     }
@@ -376,27 +390,59 @@ class Bench {
       ++tally.issued;
       Exchange ex = co_await send_exchange(engine_, provider, calls, timeout, clock_, *plan_.profile);
       tally.add(ex, *plan_.profile);
-      if (store_ != nullptr) record(p, calls, ex);
+      if (store_ != nullptr) keep_for_record(m, p, std::move(ex));
       progress_.tick(++done_);
     }
     tally.finished_us = std::max(tally.finished_us, steady_us());
   }
 
-  void record(std::size_t p, std::span<const UpstreamCall> calls, const Exchange& ex) {
+  /// Keeps the exchange to be recorded when the method is done. The state holds the newest
+  /// kMaxSamplesPerMethod samples of a method, so only that many are kept: holding every exchange of
+  /// a long --duration run against a fast node as pending state events would cost memory without
+  /// bound, and the older ones would be pushed out of the state again anyway.
+  void keep_for_record(std::size_t m, std::size_t p, Exchange ex) {
     const auto now = clock_.now_ms();
-    const auto& health = plan_.profile->health;
-    record_exchange(*store_, health, keys_[p], calls, ex, now, rng_.uniform());
-    // Heights are learned from eth_blockNumber as the router learns them; one that was already
-    // recorded in this run adds nothing but state-file churn.
-    if (calls.front().method != "eth_blockNumber" || ex.per_call.front().cls != OutcomeClass::success) return;
+    if (plan_.methods[m] == "eth_blockNumber") record_height(p, ex, now);
+    ex.http.body.clear();
+    ex.http.body.shrink_to_fit();
+    ex.replies.assign(ex.replies.size(), nullptr);
+    ex.response.reset();
+    auto& kept = unrecorded_[p];
+    kept.push_back({now, std::move(ex)});
+    if (kept.size() > kMaxSamplesPerMethod) kept.pop_front();
+  }
+
+  /// Records the method's kept exchanges as the router records its own, in the order they ended.
+  void record_method(std::size_t m) {
+    for (std::size_t p = 0; p < plan_.providers.size(); ++p) {
+      const std::array<UpstreamCall, 1> calls = {UpstreamCall{plan_.methods[m], params_[m][p]}};
+      for (const auto& [t_ms, ex] : unrecorded_[p]) {
+        record_exchange(*store_, plan_.profile->health, keys_[p], calls, ex, t_ms, rng_.uniform());
+      }
+      unrecorded_[p].clear();
+    }
+  }
+
+  /// Heights are learned from eth_blockNumber as the router learns them, but only from a provider
+  /// whose warm-up confirmed the chain id: a provider of another chain would otherwise raise the
+  /// high-water mark and make every other provider look lagging. A height already recorded in this
+  /// run adds nothing.
+  void record_height(std::size_t p, const Exchange& ex, std::int64_t now) {
+    if (warmups_[p].chain_id != plan_.chain->chain_id) return;
     const auto* reply = ex.replies.front();
-    if (reply == nullptr || !reply->result) return;
+    if (ex.per_call.front().cls != OutcomeClass::success || reply == nullptr || !reply->result) return;
     if (auto h = jsonrpc::parse_quantity(*reply->result); h && *h > heights_[p]) {
       heights_[p] = *h;
+      const auto& health = plan_.profile->health;
       store_->record(HeightEvent{keys_[p], Height{*h, now}}, health);
       store_->record(HighWaterEvent{chain_key(plan_.profile->name, plan_.chain->name), Height{*h, now}}, health);
     }
   }
+
+  struct Unrecorded {
+    std::int64_t t_ms;
+    Exchange exchange;  // without the body: only what record_exchange reads
+  };
 
   const Plan& plan_;
   asio::io_context& io_;
@@ -409,6 +455,7 @@ class Bench {
   std::vector<std::vector<Tally>> tallies_;
   std::vector<std::vector<std::string>> params_;  // [method][provider]; the calls point into it
   std::vector<std::uint64_t> heights_;
+  std::vector<std::deque<Unrecorded>> unrecorded_;  // per provider, for the method running now
   Progress progress_;
   std::size_t done_ = 0;
   std::exception_ptr failure_;
@@ -486,22 +533,45 @@ std::string render_text(const Plan& plan, const Bench& bench) {
   Table warm({"PROVIDER", "LATENCY", "CONNECT", "STATUS"});
   for (std::size_t p = 0; p < plan.providers.size(); ++p) {
     const auto& w = bench.warmups()[p];
-    warm.add({plan.providers[p]->id, format_ms(w.latency_ms), format_ms(w.connect_ms), w.ok ? "ok" : w.message});
+    warm.add({plan.providers[p]->id, format_ms(w.latency_ms), w.connect_ms > 0 ? format_ms(w.connect_ms) : "-",
+              w.ok ? "ok" : w.message});
   }
   out += warm.render();
 
-  std::string errors;
-  for (std::size_t m = 0; m < plan.methods.size(); ++m) {
-    for (std::size_t p = 0; p < plan.providers.size(); ++p) {
+  // Each distinct message once per provider, over all methods.
+  struct ErrorLine {
+    std::size_t provider;
+    std::string message;
+    int count = 0;
+    std::vector<std::string_view> methods;
+  };
+  std::vector<ErrorLine> lines;
+  auto add_line = [&](std::size_t p, std::size_t m, const std::string& message, int n) {
+    auto it = std::find_if(lines.begin(), lines.end(),
+                           [&](const ErrorLine& l) { return l.provider == p && l.message == message; });
+    if (it == lines.end()) it = lines.insert(lines.end(), ErrorLine{p, message, 0, {}});
+    it->count += n;
+    if (it->methods.empty() || it->methods.back() != plan.methods[m]) it->methods.push_back(plan.methods[m]);
+  };
+  for (std::size_t p = 0; p < plan.providers.size(); ++p) {
+    for (std::size_t m = 0; m < plan.methods.size(); ++m) {
       const auto& t = tallies[m][p];
-      for (const auto& [message, n] : t.messages) {
-        errors += fmt::format("  {} {}: {} ×{}\n", plan.providers[p]->id, plan.methods[m], message, n);
-      }
-      if (t.other_messages > 0) {
-        errors += fmt::format("  {} {}: {} more with other messages\n", plan.providers[p]->id, plan.methods[m],
-                              t.other_messages);
-      }
+      for (const auto& [message, n] : t.messages) add_line(p, m, message, n);
+      if (t.other_messages > 0) add_line(p, m, "other errors", t.other_messages);
     }
+  }
+  std::string errors;
+  for (const auto& l : lines) {
+    std::string where;
+    if (plan.methods.size() == 1) {
+      where = "";
+    } else if (l.methods.size() == plan.methods.size()) {
+      where = " (every method)";
+    } else {
+      for (auto m : l.methods) where += fmt::format("{}{}", where.empty() ? " (" : ", ", m);
+      where += ")";
+    }
+    errors += fmt::format("  {}: {} ×{}{}\n", plan.providers[l.provider]->id, l.message, l.count, where);
   }
   if (!errors.empty()) out += "\nerrors\n" + errors;
   return out;
