@@ -1,5 +1,6 @@
 #include "cmd_bench.hpp"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,8 +18,6 @@
 #include <utility>
 #include <vector>
 
-#include <fmt/format.h>
-
 #include "output.hpp"
 #include "rpcroute/clock.hpp"
 #include "rpcroute/exchange.hpp"
@@ -31,27 +30,37 @@ namespace rpcroute::cli {
 
 void setup_bench(CLI::App& app, int& exit_code) {
   auto opts = std::make_shared<BenchOptions>();
-  auto* sub = app.add_subcommand(
-      "bench", "Measure every provider of a chain on a set of methods, concurrently; seeds the latency metrics");
-  sub->add_option("--profile,-p", opts->profile, "Profile name or path (default: $RPCROUTE_PROFILE or 'public')");
-  sub->add_option("--chain,-c", opts->chain, "Chain name or decimal chain id (default: the profile's first chain)");
-  sub->add_option("--providers", opts->providers, "Only these provider ids, comma-separated (default: all)")
+  auto* sub = app.add_subcommand("bench",
+                                 "Measure every provider of a chain on a set of methods, "
+                                 "concurrently; seeds the latency metrics");
+  sub->add_option("--profile,-p", opts->profile,
+                  "Profile name or path (default: $RPCROUTE_PROFILE or 'public')");
+  sub->add_option("--chain,-c", opts->chain,
+                  "Chain name or decimal chain id (default: the profile's first chain)");
+  sub->add_option("--providers", opts->providers,
+                  "Only these provider ids, comma-separated (default: all)")
       ->delimiter(',');
   auto* methods =
       sub->add_option("--methods", opts->methods,
-                      "Methods, comma-separated (default: eth_blockNumber, eth_chainId, eth_getBlockByNumber, "
+                      "Methods, comma-separated (default: eth_blockNumber, eth_chainId, "
+                      "eth_getBlockByNumber, "
                       "eth_getBalance, eth_getTransactionCount, eth_getLogs, eth_gasPrice)")
           ->delimiter(',');
   sub->add_option("--requests,-n", opts->requests, "Requests per provider and method (default 20)")
       ->check(CLI::Range(1, 1'000'000'000));
   sub->add_option("--duration,-d", opts->duration,
                   "Run each method for this long instead of --requests: 10 (seconds), 10s, 1500ms");
-  sub->add_option("--concurrency,-k", opts->concurrency, "Requests in flight per provider (default 4)")
+  sub->add_option("--concurrency,-k", opts->concurrency,
+                  "Requests in flight per provider (default 4)")
       ->check(CLI::Range(1, 1'000'000'000));
-  sub->add_option("--timeout,-t", opts->timeout, "Per request: 5s, 2500ms or milliseconds (default: the provider's timeout_ms)");
-  sub->add_option("--state", opts->state, "State file (default: $RPCROUTE_STATE or $XDG_STATE_HOME/rpcroute/state.json)");
-  sub->add_flag("--no-state", opts->no_state, "Neither read nor write the state file (nothing is recorded)");
-  sub->add_flag("--no-record", opts->no_record, "Measure only; do not record the samples in the state file");
+  sub->add_option("--timeout,-t", opts->timeout,
+                  "Per request: 5s, 2500ms or milliseconds (default: the provider's timeout_ms)");
+  sub->add_option("--state", opts->state,
+                  "State file (default: $RPCROUTE_STATE or $XDG_STATE_HOME/rpcroute/state.json)");
+  sub->add_flag("--no-state", opts->no_state,
+                "Neither read nor write the state file (nothing is recorded)");
+  sub->add_flag("--no-record", opts->no_record,
+                "Measure only; do not record the samples in the state file");
   sub->add_flag("--json", opts->json, "Print the figures as JSON");
   sub->callback([opts, methods, &exit_code] {
     opts->methods_given = methods->count() > 0;
@@ -61,11 +70,12 @@ void setup_bench(CLI::App& app, int& exit_code) {
 
 namespace {
 
-// A fixed address every chain has, so eth_getBalance and eth_getTransactionCount ask the same on all.
+// An address that exists on every chain: eth_getBalance and eth_getTransactionCount ask the same
+// question everywhere.
 constexpr std::string_view kFixedAddress = "0x0000000000000000000000000000000000000000";
 
 constexpr std::array<std::string_view, 7> kDefaultMix = {
-    "eth_blockNumber",        "eth_chainId", "eth_getBlockByNumber", "eth_getBalance",
+    "eth_blockNumber",         "eth_chainId", "eth_getBlockByNumber", "eth_getBalance",
     "eth_getTransactionCount", "eth_getLogs", "eth_gasPrice",
 };
 
@@ -78,7 +88,8 @@ std::string method_params(std::string_view method, std::optional<std::uint64_t> 
   }
   if (method == "eth_getLogs") {
     if (!head) return R"([{"fromBlock":"latest","toBlock":"latest"}])";
-    return fmt::format(R"([{{"fromBlock":"0x{:x}","toBlock":"0x{:x}"}}])", *head >= 3 ? *head - 3 : 0, *head);
+    return fmt::format(R"([{{"fromBlock":"0x{:x}","toBlock":"0x{:x}"}}])",
+                       *head >= 3 ? *head - 3 : 0, *head);
   }
   return "[]";
 }
@@ -87,9 +98,9 @@ constexpr std::array<UpstreamCall, 1> kChainIdCall = {UpstreamCall{"eth_chainId"
 constexpr std::array<UpstreamCall, 1> kBlockNumberCall = {UpstreamCall{"eth_blockNumber", "[]"}};
 
 // Error classes in the order they are listed.
-constexpr std::array<OutcomeClass, 5> kErrorClasses = {OutcomeClass::provider_failure, OutcomeClass::rate_limited,
-                                                       OutcomeClass::capability, OutcomeClass::deterministic,
-                                                       OutcomeClass::unknown};
+constexpr std::array<OutcomeClass, 5> kErrorClasses = {
+    OutcomeClass::provider_failure, OutcomeClass::rate_limited, OutcomeClass::capability,
+    OutcomeClass::deterministic, OutcomeClass::unknown};
 constexpr std::size_t kClassCount = static_cast<std::size_t>(OutcomeClass::unknown) + 1;
 constexpr std::size_t kMaxMessages = 5;
 
@@ -107,9 +118,9 @@ constexpr std::size_t kMaxMessages = 5;
 }
 
 [[nodiscard]] std::string message_of(const Classification& c, const Profile& profile) {
-  // Classification messages are scrubbed already; a provider's own error text is scrubbed again
-  // here because it can echo the request URL.
-  return without_elapsed(profile.scrub(c.message.empty() ? std::string(outcome_name(c.outcome)) : c.message));
+  // A provider's own error text reaches us unscrubbed and may echo the request URL with its key.
+  return without_elapsed(
+      profile.scrub(c.message.empty() ? std::string(outcome_name(c.outcome)) : c.message));
 }
 
 /// What one provider did on one method.
@@ -214,8 +225,12 @@ class WaitGroup {
 class Progress {
  public:
   Progress() : enabled_(::isatty(::fileno(stderr)) != 0) {}
+  ~Progress() { clear(); }
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
 
-  void begin(std::string label, std::size_t total, std::int64_t start_us, std::int64_t deadline_us) {
+  void begin(std::string label, std::size_t total, std::int64_t start_us,
+             std::int64_t deadline_us) {
     label_ = std::move(label);
     total_ = total;
     start_us_ = start_us;
@@ -253,8 +268,8 @@ class Progress {
       count = fmt::format("{}/{}", done, total_);
     }
     const auto filled = static_cast<std::size_t>(std::clamp(fraction, 0.0, 1.0) * kWidth);
-    fmt::print(stderr, "\r\x1b[K{} [{}{}] {}", label_, std::string(filled, '#'), std::string(kWidth - filled, '.'),
-               count);
+    fmt::print(stderr, "\r\x1b[K{} [{}{}] {}", label_, std::string(filled, '#'),
+               std::string(kWidth - filled, '.'), count);
     std::fflush(stderr);
     drawn_ = true;
   }
@@ -279,16 +294,21 @@ struct Plan {
   int concurrency = 4;
   std::optional<std::int64_t> timeout_ms;
 
-  [[nodiscard]] std::int64_t timeout_for(const Provider& p) const { return timeout_ms.value_or(p.timeout_ms); }
+  [[nodiscard]] std::int64_t timeout_for(const Provider& p) const {
+    return timeout_ms.value_or(p.timeout_ms);
+  }
   /// Workers per provider: no more than there are requests to send.
-  [[nodiscard]] int workers() const { return duration_ms ? concurrency : std::min(concurrency, requests); }
+  [[nodiscard]] int workers() const {
+    return duration_ms ? concurrency : std::min(concurrency, requests);
+  }
 };
 
 /// Runs the plan on one io_context and one Engine: warm-up, then each method in turn with every
 /// provider at once.
 class Bench {
  public:
-  Bench(const Plan& plan, asio::io_context& io, Engine& engine, const Clock& clock, Random& rng, StateStore* store)
+  Bench(const Plan& plan, asio::io_context& io, Engine& engine, const Clock& clock, Random& rng,
+        StateStore* store)
       : plan_(plan),
         io_(io),
         engine_(engine),
@@ -300,7 +320,8 @@ class Bench {
         params_(plan.methods.size(), std::vector<std::string>(plan.providers.size())),
         heights_(plan.providers.size(), 0),
         unrecorded_(plan.providers.size()) {
-    for (const auto* p : plan.providers) keys_.push_back(provider_key(plan.profile->name, plan.chain->name, *p));
+    for (const auto* p : plan.providers)
+      keys_.push_back(provider_key(plan.profile->name, plan.chain->name, *p));
   }
 
   asio::awaitable<void> run() {
@@ -315,7 +336,8 @@ class Bench {
     if (failure_) std::rethrow_exception(failure_);
 
     for (std::size_t m = 0; m < plan_.methods.size(); ++m) {
-      for (std::size_t p = 0; p < providers; ++p) params_[m][p] = method_params(plan_.methods[m], warmups_[p].head);
+      for (std::size_t p = 0; p < providers; ++p)
+        params_[m][p] = method_params(plan_.methods[m], warmups_[p].head);
       const auto start = steady_us();
       const std::int64_t deadline = plan_.duration_ms ? start + *plan_.duration_ms * 1000 : 0;
       for (auto& t : tallies_[m]) t.started_us = start;
@@ -350,7 +372,8 @@ class Bench {
     const Provider& provider = *plan_.providers[p];
     const auto timeout = plan_.timeout_for(provider);
     auto& w = warmups_[p];
-    Exchange first = co_await send_exchange(engine_, provider, kChainIdCall, timeout, clock_, *plan_.profile);
+    Exchange first =
+        co_await send_exchange(engine_, provider, kChainIdCall, timeout, clock_, *plan_.profile);
     w.latency_ms = first.latency_ms();
     w.connect_ms = static_cast<double>(first.http.connect_us) / 1000.0;
     w.ok = first.per_call.front().cls == OutcomeClass::success;
@@ -364,7 +387,8 @@ class Bench {
       // pays for a connection set-up, and learn the head for eth_getLogs.
       WaitGroup group(io_);
       for (int k = 1; k < plan_.workers(); ++k) spawn(open_connection(p), group);
-      Exchange head = co_await send_exchange(engine_, provider, kBlockNumberCall, timeout, clock_, *plan_.profile);
+      Exchange head = co_await send_exchange(engine_, provider, kBlockNumberCall, timeout, clock_,
+                                             *plan_.profile);
       if (const auto* reply = head.replies.front(); reply != nullptr && reply->result) {
         w.head = jsonrpc::parse_quantity(*reply->result);
       }
@@ -375,8 +399,8 @@ class Bench {
 
   asio::awaitable<void> open_connection(std::size_t p) {
     const Provider& provider = *plan_.providers[p];
-    Exchange ex =
-        co_await send_exchange(engine_, provider, kChainIdCall, plan_.timeout_for(provider), clock_, *plan_.profile);
+    Exchange ex = co_await send_exchange(engine_, provider, kChainIdCall,
+                                         plan_.timeout_for(provider), clock_, *plan_.profile);
     (void)ex;
   }
 
@@ -388,7 +412,8 @@ class Bench {
     for (;;) {
       if (deadline_us > 0 ? steady_us() >= deadline_us : tally.issued >= plan_.requests) break;
       ++tally.issued;
-      Exchange ex = co_await send_exchange(engine_, provider, calls, timeout, clock_, *plan_.profile);
+      Exchange ex =
+          co_await send_exchange(engine_, provider, calls, timeout, clock_, *plan_.profile);
       tally.add(ex, *plan_.profile);
       if (store_ != nullptr) keep_for_record(m, p, std::move(ex));
       progress_.tick(++done_);
@@ -397,8 +422,8 @@ class Bench {
   }
 
   /// Keeps the exchange to be recorded when the method is done. The state holds the newest
-  /// kMaxSamplesPerMethod samples of a method, so only that many are kept: holding every exchange of
-  /// a long --duration run against a fast node as pending state events would cost memory without
+  /// kMaxSamplesPerMethod samples of a method, so only that many are kept: holding every exchange
+  /// of a long --duration run against a fast node as pending state events would cost memory without
   /// bound, and the older ones would be pushed out of the state again anyway.
   void keep_for_record(std::size_t m, std::size_t p, Exchange ex) {
     const auto now = clock_.now_ms();
@@ -430,12 +455,15 @@ class Bench {
   void record_height(std::size_t p, const Exchange& ex, std::int64_t now) {
     if (warmups_[p].chain_id != plan_.chain->chain_id) return;
     const auto* reply = ex.replies.front();
-    if (ex.per_call.front().cls != OutcomeClass::success || reply == nullptr || !reply->result) return;
+    if (ex.per_call.front().cls != OutcomeClass::success || reply == nullptr || !reply->result)
+      return;
     if (auto h = jsonrpc::parse_quantity(*reply->result); h && *h > heights_[p]) {
       heights_[p] = *h;
       const auto& health = plan_.profile->health;
       store_->record(HeightEvent{keys_[p], Height{*h, now}}, health);
-      store_->record(HighWaterEvent{chain_key(plan_.profile->name, plan_.chain->name), Height{*h, now}}, health);
+      store_->record(
+          HighWaterEvent{chain_key(plan_.profile->name, plan_.chain->name), Height{*h, now}},
+          health);
     }
   }
 
@@ -479,7 +507,8 @@ std::vector<std::size_t> order_by_p50(const std::vector<Figures>& figures) {
   auto key = [&](std::size_t i) {
     return figures[i].has_latency ? figures[i].p50 : std::numeric_limits<double>::infinity();
   };
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return key(a) < key(b); });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return key(a) < key(b); });
   return order;
 }
 
@@ -494,19 +523,23 @@ std::string errors_cell(const Tally& t) {
   return cell.empty() ? "-" : cell;
 }
 
-std::string per_s_cell(double v) { return v >= 100 ? fmt::format("{:.0f}", v) : fmt::format("{:.1f}", v); }
+std::string per_s_cell(double v) {
+  return v >= 100 ? fmt::format("{:.0f}", v) : fmt::format("{:.1f}", v);
+}
 
 std::string method_heading(const Plan& plan, std::string_view method) {
   if (plan.duration_ms) {
     return fmt::format("{} ({} per provider, concurrency {})", method,
                        format_ms(static_cast<double>(*plan.duration_ms)), plan.concurrency);
   }
-  return fmt::format("{} ({} requests per provider, concurrency {})", method, plan.requests, plan.workers());
+  return fmt::format("{} ({} requests per provider, concurrency {})", method, plan.requests,
+                     plan.workers());
 }
 
 std::string render_text(const Plan& plan, const Bench& bench) {
-  std::string out = fmt::format("chain {} ({}), {} provider{}\n", plan.chain->name, plan.chain->chain_id,
-                                plan.providers.size(), plan.providers.size() == 1 ? "" : "s");
+  std::string out =
+      fmt::format("chain {} ({}), {} provider{}\n", plan.chain->name, plan.chain->chain_id,
+                  plan.providers.size(), plan.providers.size() == 1 ? "" : "s");
   const auto& tallies = bench.tallies();
   for (std::size_t m = 0; m < plan.methods.size(); ++m) {
     std::vector<Figures> figures;
@@ -517,11 +550,11 @@ std::string render_text(const Plan& plan, const Bench& bench) {
       const auto& t = tallies[m][p];
       const auto& f = figures[p];
       auto ms = [&](double v) { return f.has_latency ? format_ms(v) : std::string("-"); };
-      table.add({plan.providers[p]->id, std::to_string(t.ok), errors_cell(t), ms(f.p50), ms(f.p90), ms(f.p99),
-                 ms(f.min), ms(f.max), per_s_cell(f.per_s)});
+      table.add({plan.providers[p]->id, std::to_string(t.ok), errors_cell(t), ms(f.p50), ms(f.p90),
+                 ms(f.p99), ms(f.min), ms(f.max), per_s_cell(f.per_s)});
       if (t.rate_limited > 0) {
-        notes += fmt::format("  {}: rate-limited {} of {} (not counted as latency)\n", plan.providers[p]->id,
-                             t.rate_limited, t.issued);
+        notes += fmt::format("  {}: rate-limited {} of {} (not counted as latency)\n",
+                             plan.providers[p]->id, t.rate_limited, t.issued);
       }
     }
     out += "\n" + method_heading(plan, plan.methods[m]) + "\n";
@@ -533,8 +566,8 @@ std::string render_text(const Plan& plan, const Bench& bench) {
   Table warm({"PROVIDER", "LATENCY", "CONNECT", "STATUS"});
   for (std::size_t p = 0; p < plan.providers.size(); ++p) {
     const auto& w = bench.warmups()[p];
-    warm.add({plan.providers[p]->id, format_ms(w.latency_ms), w.connect_ms > 0 ? format_ms(w.connect_ms) : "-",
-              w.ok ? "ok" : w.message});
+    warm.add({plan.providers[p]->id, format_ms(w.latency_ms),
+              w.connect_ms > 0 ? format_ms(w.connect_ms) : "-", w.ok ? "ok" : w.message});
   }
   out += warm.render();
 
@@ -547,11 +580,13 @@ std::string render_text(const Plan& plan, const Bench& bench) {
   };
   std::vector<ErrorLine> lines;
   auto add_line = [&](std::size_t p, std::size_t m, const std::string& message, int n) {
-    auto it = std::find_if(lines.begin(), lines.end(),
-                           [&](const ErrorLine& l) { return l.provider == p && l.message == message; });
+    auto it = std::find_if(lines.begin(), lines.end(), [&](const ErrorLine& l) {
+      return l.provider == p && l.message == message;
+    });
     if (it == lines.end()) it = lines.insert(lines.end(), ErrorLine{p, message, 0, {}});
     it->count += n;
-    if (it->methods.empty() || it->methods.back() != plan.methods[m]) it->methods.push_back(plan.methods[m]);
+    if (it->methods.empty() || it->methods.back() != plan.methods[m])
+      it->methods.push_back(plan.methods[m]);
   };
   for (std::size_t p = 0; p < plan.providers.size(); ++p) {
     for (std::size_t m = 0; m < plan.methods.size(); ++m) {
@@ -571,7 +606,8 @@ std::string render_text(const Plan& plan, const Bench& bench) {
       for (auto m : l.methods) where += fmt::format("{}{}", where.empty() ? " (" : ", ", m);
       where += ")";
     }
-    errors += fmt::format("  {}: {} ×{}{}\n", plan.providers[l.provider]->id, l.message, l.count, where);
+    errors +=
+        fmt::format("  {}: {} ×{}{}\n", plan.providers[l.provider]->id, l.message, l.count, where);
   }
   if (!errors.empty()) out += "\nerrors\n" + errors;
   return out;
@@ -585,9 +621,15 @@ std::string render_json(const Plan& plan, const Bench& bench, bool recorded) {
   w.key("chain_id");
   w.value(static_cast<std::uint64_t>(plan.chain->chain_id));
   w.key("requests_per_method");
-  if (plan.duration_ms) w.null(); else w.value(plan.requests);
+  if (plan.duration_ms)
+    w.null();
+  else
+    w.value(plan.requests);
   w.key("duration_s");
-  if (plan.duration_ms) w.value(static_cast<double>(*plan.duration_ms) / 1000.0); else w.null();
+  if (plan.duration_ms)
+    w.value(static_cast<double>(*plan.duration_ms) / 1000.0);
+  else
+    w.null();
   w.key("concurrency");
   w.value(plan.concurrency);
   w.key("recorded");
@@ -606,7 +648,10 @@ std::string render_json(const Plan& plan, const Bench& bench, bool recorded) {
     w.key("ok");
     w.value(wu.ok);
     w.key("chain_id");
-    if (wu.chain_id) w.value(*wu.chain_id); else w.null();
+    if (wu.chain_id)
+      w.value(*wu.chain_id);
+    else
+      w.null();
     if (!wu.ok) {
       w.key("message");
       w.value(wu.message);
@@ -648,7 +693,10 @@ std::string render_json(const Plan& plan, const Bench& bench, bool recorded) {
       w.value(t.rate_limited);
       auto ms = [&](const char* key, double v) {
         w.key(key);
-        if (f.has_latency) w.value(v); else w.null();
+        if (f.has_latency)
+          w.value(v);
+        else
+          w.null();
       };
       ms("p50_ms", f.p50);
       ms("p90_ms", f.p90);
@@ -681,11 +729,14 @@ int run_bench(const BenchOptions& options) {
   }
   Plan plan;
   plan.profile = &*profile;
-  plan.chain = options.chain.empty() ? &profile->chains.front() : profile->find_chain(options.chain);
+  plan.chain =
+      options.chain.empty() ? &profile->chains.front() : profile->find_chain(options.chain);
   if (plan.chain == nullptr) {
     std::string names;
-    for (const auto& c : profile->chains) names += fmt::format("{}{} ({})", names.empty() ? "" : ", ", c.name, c.chain_id);
-    print_error(fmt::format("unknown chain '{}' in profile '{}' (chains: {})", options.chain, profile->name, names));
+    for (const auto& c : profile->chains)
+      names += fmt::format("{}{} ({})", names.empty() ? "" : ", ", c.name, c.chain_id);
+    print_error(fmt::format("unknown chain '{}' in profile '{}' (chains: {})", options.chain,
+                            profile->name, names));
     return 2;
   }
   const Chain& chain = *plan.chain;
@@ -694,11 +745,14 @@ int run_bench(const BenchOptions& options) {
     const Provider* p = chain.find_provider(id);
     if (p == nullptr) {
       std::string ids;
-      for (const auto& q : chain.providers) ids += fmt::format("{}{}", ids.empty() ? "" : ", ", q.id);
-      print_error(fmt::format("unknown provider '{}' on chain {} (providers: {})", id, chain.name, ids));
+      for (const auto& q : chain.providers)
+        ids += fmt::format("{}{}", ids.empty() ? "" : ", ", q.id);
+      print_error(
+          fmt::format("unknown provider '{}' on chain {} (providers: {})", id, chain.name, ids));
       return 2;
     }
-    if (std::find(plan.providers.begin(), plan.providers.end(), p) == plan.providers.end()) plan.providers.push_back(p);
+    if (std::find(plan.providers.begin(), plan.providers.end(), p) == plan.providers.end())
+      plan.providers.push_back(p);
   }
   if (options.providers.empty()) {
     for (const auto& p : chain.providers) plan.providers.push_back(&p);
@@ -709,7 +763,8 @@ int run_bench(const BenchOptions& options) {
   }
   if (options.methods_given) {
     for (const auto& m : options.methods) {
-      if (!m.empty() && std::find(plan.methods.begin(), plan.methods.end(), m) == plan.methods.end()) {
+      if (!m.empty() &&
+          std::find(plan.methods.begin(), plan.methods.end(), m) == plan.methods.end()) {
         plan.methods.push_back(m);
       }
     }
@@ -725,7 +780,8 @@ int run_bench(const BenchOptions& options) {
   if (!options.duration.empty()) {
     plan.duration_ms = parse_duration_s(options.duration);
     if (!plan.duration_ms || *plan.duration_ms <= 0) {
-      print_error(fmt::format("bad --duration '{}' (use e.g. 10, 10s or 1500ms)", options.duration));
+      print_error(
+          fmt::format("bad --duration '{}' (use e.g. 10, 10s or 1500ms)", options.duration));
       return 2;
     }
   }
@@ -761,12 +817,14 @@ int run_bench(const BenchOptions& options) {
     });
     io.run();
     if (!failure) {
-      text = options.json ? render_json(plan, bench, store.has_value()) + "\n" : render_text(plan, bench);
+      text = options.json ? render_json(plan, bench, store.has_value()) + "\n"
+                          : render_text(plan, bench);
       for (std::size_t p = 0; p < plan.providers.size(); ++p) {
         const auto& w = bench.warmups()[p];
         if (w.chain_id && *w.chain_id != chain.chain_id) {
-          print_warning(fmt::format("{} answers chain id {}, but chain {} has id {}", plan.providers[p]->id,
-                                    *w.chain_id, chain.name, chain.chain_id));
+          print_warning(fmt::format("{} answers chain id {}, but chain {} has id {}",
+                                    plan.providers[p]->id, *w.chain_id, chain.name,
+                                    chain.chain_id));
         }
       }
       for (const auto& per_method : bench.tallies()) {
@@ -783,7 +841,8 @@ int run_bench(const BenchOptions& options) {
     return 4;
   }
   if (store) {
-    if (auto saved = store->save(); !saved) print_warning(fmt::format("state not saved: {}", saved.error().message));
+    if (auto saved = store->save(); !saved)
+      print_warning(fmt::format("state not saved: {}", saved.error().message));
   }
   write_stdout(text);
   if (!any_answer) {

@@ -69,6 +69,7 @@ int run_rank(const RankOptions& options) {
     return 2;
   }
   RouteOptions route;
+  route.with_stats = true;
   if (!options.strategy.empty()) {
     route.strategy = parse_strategy(options.strategy);
     if (!route.strategy) {

@@ -471,6 +471,7 @@ asio::awaitable<Server::Reply> Server::answer(const Request& request) {
         for (const auto& chain : rt->profile.chains) {
           RouteOptions opts;
           opts.strategy = config_.strategy;
+          opts.with_stats = true;
           auto plan = rt->router->plan(chain, "eth_blockNumber", "[]", opts);
           write_plan_json(w, rt->profile, chain, "eth_blockNumber", plan, now, false);
         }

@@ -2,6 +2,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <unordered_map>
 #include <span>
 #include <string>
 #include <vector>
@@ -37,6 +38,7 @@ struct RouteOptions {
   std::optional<std::string> provider;     // exactly this provider (no fallback)
   std::optional<std::int64_t> timeout_ms;  // overall deadline
   std::optional<int> max_attempts;
+  bool with_stats = false;  // fill latency stats even when the strategy does not rank by them (rank, /status)
 };
 
 /// One exchange with one provider, as the caller of the router sees it.
@@ -91,6 +93,9 @@ class Router {
   const Clock& clock_;
   Random& rng_;
   std::map<std::string, int, std::less<>> half_open_in_flight_;
+  std::unordered_map<const Provider*, std::string> keys_;  // state keys, built once
+
+  const std::string& key_for(const Chain& chain, const Provider& provider);
 };
 
 /// True for methods whose repetition could act twice: sent to one provider only.

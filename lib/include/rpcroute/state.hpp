@@ -174,20 +174,35 @@ class StateStore {
 
   [[nodiscard]] State& state() { return state_; }
   [[nodiscard]] const std::optional<std::filesystem::path>& path() const { return path_; }
-  [[nodiscard]] bool dirty() const { return !pending_.empty(); }
+  [[nodiscard]] bool dirty() const { return pending_.count > 0; }
 
  private:
+  /// This process's changes since the last save, compacted so that a long-running sidecar keeps
+  /// bounded memory: only as many samples as the file would keep, the newest attempts per provider
+  /// (enough to replay any breaker transition), the newest height, summed cursor moves.
   struct Pending {
-    Event event;
-    HealthConfig health;
+    struct PerProvider {
+      HealthConfig health;
+      std::deque<AttemptEvent> attempts;
+      std::map<std::string, std::deque<Sample>, std::less<>> samples;
+      std::optional<Height> height;
+      std::optional<ProbeFindings> probe;
+    };
+    std::map<std::string, PerProvider, std::less<>> providers;
+    std::map<std::string, Height, std::less<>> high_water;
+    std::map<std::string, std::uint64_t, std::less<>> cursors;
+    std::map<std::string, FilterPin, std::less<>> filters;
+    std::size_t count = 0;
   };
+  void add_pending(Event event, const HealthConfig& health);
+  void replay_pending(State& onto) const;
   State read_or_move_aside();
 
   std::optional<std::filesystem::path> path_;
   const Clock& clock_;
   Warn warn_;
   State state_;
-  std::vector<Pending> pending_;
+  Pending pending_;
 };
 
 }  // namespace rpcroute

@@ -61,6 +61,12 @@ struct Router::Item {
 Router::Router(const Profile& profile, Engine& engine, StateStore& store, const Clock& clock, Random& rng)
     : profile_(profile), engine_(engine), store_(store), clock_(clock), rng_(rng) {}
 
+const std::string& Router::key_for(const Chain& chain, const Provider& provider) {
+  auto it = keys_.find(&provider);
+  if (it == keys_.end()) it = keys_.emplace(&provider, provider_key(profile_.name, chain.name, provider)).first;
+  return it->second;
+}
+
 Plan Router::plan(const Chain& chain, std::string_view method, std::string_view params, const RouteOptions& options) {
   Plan plan;
   plan.policy = profile_.policy_for(method);
@@ -70,6 +76,8 @@ Plan Router::plan(const Chain& chain, std::string_view method, std::string_view 
   const auto window = plan.strategy == Strategy::latency_weighted ? profile_.strategies.latency_weighted.window_ms
                                                                   : profile_.strategies.fastest.window_ms;
   const auto& breaker_cfg = profile_.health.circuit_breaker;
+  const bool needs_stats = options.with_stats || plan.strategy == Strategy::fastest ||
+                           plan.strategy == Strategy::latency_weighted;
 
   std::optional<std::string> pinned;
   if (uses_filter(method)) {
@@ -88,7 +96,7 @@ Plan Router::plan(const Chain& chain, std::string_view method, std::string_view 
     best_height = it->second.high_water.block;
   }
   for (const auto& p : chain.providers) {
-    auto it = state.providers.find(provider_key(profile_.name, chain.name, p));
+    auto it = state.providers.find(key_for(chain, p));
     if (it == state.providers.end()) continue;
     const auto& ps = it->second;
     bool right_chain = ps.probe.chain_id == 0 || ps.probe.chain_id == chain.chain_id;
@@ -120,7 +128,7 @@ Plan Router::plan(const Chain& chain, std::string_view method, std::string_view 
     Candidate c;
     c.provider = &p;
     c.position = i;
-    c.key = provider_key(profile_.name, chain.name, p);
+    c.key = key_for(chain, p);
     const ProviderState* ps = nullptr;
     if (auto it = state.providers.find(c.key); it != state.providers.end()) ps = &it->second;
     if (ps != nullptr) {
@@ -152,8 +160,10 @@ Plan Router::plan(const Chain& chain, std::string_view method, std::string_view 
       c.breaker = eff;
       c.rate_limited_until_ms = ps->rate_limited_until_ms;
       c.tier = tier_of(eff, ps->rate_limited(now));
-      auto m = ps->methods.find(method);
-      c.stats = summarize(m == ps->methods.end() ? nullptr : &m->second, now, window);
+      if (needs_stats) {
+        auto m = ps->methods.find(method);
+        c.stats = summarize(m == ps->methods.end() ? nullptr : &m->second, now, window);
+      }
     }
     plan.candidates.push_back(std::move(c));
   }

@@ -164,17 +164,76 @@ void StateStore::load() {
 
 void StateStore::record(Event event, const HealthConfig& health) {
   apply_event(state_, event, health);
-  if (path_) pending_.push_back({std::move(event), health});
+  if (path_) add_pending(std::move(event), health);
+}
+
+namespace {
+
+/// Attempts kept per provider between saves: more than any breaker needs to replay its
+/// transitions (thresholds are small), far fewer than a busy sidecar makes in a few seconds.
+constexpr std::size_t kPendingAttempts = 64;
+
+}  // namespace
+
+void StateStore::add_pending(Event event, const HealthConfig& health) {
+  ++pending_.count;
+  std::visit(
+      [&](auto&& e) {
+        using T = std::decay_t<decltype(e)>;
+        if constexpr (std::is_same_v<T, AttemptEvent>) {
+          auto& pp = pending_.providers[e.key];
+          pp.health = health;
+          pp.attempts.push_back(std::move(e));
+          if (pp.attempts.size() > kPendingAttempts) pp.attempts.pop_front();
+        } else if constexpr (std::is_same_v<T, SampleEvent>) {
+          auto& pp = pending_.providers[e.key];
+          pp.health = health;
+          auto& samples = pp.samples[e.method];
+          samples.push_back(e.sample);
+          if (samples.size() > kMaxSamplesPerMethod) samples.pop_front();
+        } else if constexpr (std::is_same_v<T, HeightEvent>) {
+          auto& pp = pending_.providers[e.key];
+          pp.health = health;
+          if (!pp.height || e.height.t_ms >= pp.height->t_ms) pp.height = e.height;
+        } else if constexpr (std::is_same_v<T, ProbeEvent>) {
+          auto& pp = pending_.providers[e.key];
+          pp.health = health;
+          pp.probe = e.findings;
+        } else if constexpr (std::is_same_v<T, HighWaterEvent>) {
+          auto& hw = pending_.high_water[e.chain_key];
+          if (e.height.block > hw.block) hw = e.height;
+        } else if constexpr (std::is_same_v<T, CursorEvent>) {
+          pending_.cursors[e.chain_key] += e.advance;
+        } else if constexpr (std::is_same_v<T, FilterEvent>) {
+          pending_.filters[e.key] = e.pin;
+        }
+      },
+      std::move(event));
+}
+
+void StateStore::replay_pending(State& onto) const {
+  for (const auto& [key, pp] : pending_.providers) {
+    for (const auto& a : pp.attempts) apply_event(onto, a, pp.health);
+    for (const auto& [method, samples] : pp.samples) {
+      for (const auto& sample : samples) apply_event(onto, SampleEvent{key, method, sample}, pp.health);
+    }
+    if (pp.height) apply_event(onto, HeightEvent{key, *pp.height}, pp.health);
+    if (pp.probe) apply_event(onto, ProbeEvent{key, *pp.probe}, pp.health);
+  }
+  const HealthConfig none;
+  for (const auto& [key, h] : pending_.high_water) apply_event(onto, HighWaterEvent{key, h}, none);
+  for (const auto& [key, n] : pending_.cursors) apply_event(onto, CursorEvent{key, n}, none);
+  for (const auto& [key, pin] : pending_.filters) apply_event(onto, FilterEvent{key, pin}, none);
 }
 
 Result<void> StateStore::save() {
-  if (!path_ || pending_.empty()) return {};
+  if (!path_ || pending_.count == 0) return {};
   if (auto r = ensure_dir(path_->parent_path()); !r) return r;
   auto lock = lock_exclusive(*path_);
   if (!lock) return tl::unexpected(lock.error());
 
   State merged = read_or_move_aside();
-  for (const auto& p : pending_) apply_event(merged, p.event, p.health);
+  replay_pending(merged);
   auto now = clock_.now_ms();
   prune(merged, now);
   auto text = serialize_state(merged, now);
@@ -204,13 +263,13 @@ Result<void> StateStore::save() {
   if (dfd.valid()) ::fsync(dfd.get());
 
   state_ = std::move(merged);
-  pending_.clear();
+  pending_ = Pending{};
   return {};
 }
 
 Result<void> StateStore::reset() {
   state_ = State{};
-  pending_.clear();
+  pending_ = Pending{};
   if (!path_) return {};
   std::error_code ec;
   if (!std::filesystem::exists(*path_, ec)) return {};
