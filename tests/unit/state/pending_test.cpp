@@ -1,7 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include "rpcroute/state.hpp"
-#include "support/temp_dir.hpp"
+#include "../support/temp_dir.hpp"
 
 using namespace rpcroute;
 
