@@ -164,6 +164,8 @@ Server::ProfileRuntime* Server::runtime(const std::string& name) {
   const std::string& key = name.empty() ? default_profile_ : name;
   if (auto it = profiles_.find(key); it != profiles_.end()) return it->second.get();
   if (name.empty() || unloadable_.count(name) || profiles_.size() > 64) return nullptr;
+  // A URL names a profile, never a file: "x.yaml" would be read as a path.
+  if (name.ends_with(".yaml") || name.ends_with(".yml") || name.find('/') != std::string::npos) return nullptr;
   // Profiles on the search path are loaded on first use, by name only (never a path from a URL).
   auto loaded = find_profile(name);
   if (!loaded || (loaded->source == "embedded" && name != kDefaultProfile)) {

@@ -67,6 +67,8 @@ struct Response {
 /// Parses a provider's answer. Anything that is not a JSON-RPC response (or an array of them) is
 /// an error describing what was wrong.
 [[nodiscard]] tl::expected<Response, std::string> parse_response(std::string_view body);
+/// The same, parsing in place when the buffer behind `body` has `capacity` ≥ size + 64 bytes.
+[[nodiscard]] tl::expected<Response, std::string> parse_response(std::string_view body, std::size_t capacity);
 
 /// {"jsonrpc":"2.0","id":ID,"method":M,"params":P}
 [[nodiscard]] std::string make_call(std::string_view id, std::string_view method, std::string_view params);

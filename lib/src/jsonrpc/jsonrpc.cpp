@@ -129,14 +129,18 @@ od::parser& thread_parser() {
 /// simdjson needs SIMDJSON_PADDING readable bytes past the end; copy only when we must.
 class PaddedInput {
  public:
-  explicit PaddedInput(std::string_view s) : view_(s) {}
+  explicit PaddedInput(std::string_view s, std::size_t capacity = 0) : view_(s), capacity_(capacity) {}
   simdjson::padded_string_view view() {
+    if (capacity_ >= view_.size() + simdjson::SIMDJSON_PADDING) {
+      return simdjson::padded_string_view(view_.data(), view_.size(), capacity_);
+    }
     copy_ = simdjson::padded_string(view_);
     return simdjson::padded_string_view(copy_.data(), copy_.size(), copy_.size() + simdjson::SIMDJSON_PADDING);
   }
 
  private:
   std::string_view view_;
+  std::size_t capacity_;
   simdjson::padded_string copy_;
 };
 
@@ -330,9 +334,11 @@ simdjson::error_code parse_reply(od::object obj, od::document& doc, Reply& reply
 
 }  // namespace
 
-tl::expected<Response, std::string> parse_response(std::string_view text) {
+tl::expected<Response, std::string> parse_response(std::string_view text) { return parse_response(text, 0); }
+
+tl::expected<Response, std::string> parse_response(std::string_view text, std::size_t capacity) {
   if (trim(text).empty()) return tl::unexpected(std::string("empty body"));
-  PaddedInput input(text);
+  PaddedInput input(text, capacity);
   od::document doc;
   auto invalid = [](simdjson::error_code e) { return tl::unexpected(fmt::format("invalid JSON: {}", simdjson::error_message(e))); };
   if (auto e = thread_parser().iterate(input.view()).get(doc)) return invalid(e);

@@ -54,6 +54,7 @@ std::string upstream_body(std::span<const UpstreamCall> calls) {
 Exchange classify_exchange(HttpResponse http, std::size_t n, std::int64_t now_ms, const Profile& profile) {
   Exchange ex;
   ex.http = std::move(http);
+  ex.http.body.reserve(ex.http.body.size() + 64);  // simdjson's padding: parse in place
   ex.per_call.resize(n);
   ex.replies.assign(n, nullptr);
   auto all = [&](const Classification& c) { std::fill(ex.per_call.begin(), ex.per_call.end(), c); };
@@ -63,7 +64,7 @@ Exchange classify_exchange(HttpResponse http, std::size_t n, std::int64_t now_ms
     all(classify_transport(h.error, profile.scrub(h.error_message)));
   } else if (h.status < 200 || h.status > 299) {
     all(classify_http_status(h.status, h.body, h.retry_after, now_ms));
-  } else if (auto resp = jsonrpc::parse_response(h.body); !resp) {
+  } else if (auto resp = jsonrpc::parse_response(h.body, ex.http.body.capacity()); !resp) {
     all(failure(Outcome::bad_response, resp.error()));
   } else {
     ex.response = std::move(*resp);

@@ -1,3 +1,5 @@
+#include <algorithm>
+#include <charconv>
 #include <unordered_map>
 
 #include <curl/curl.h>
@@ -82,6 +84,8 @@ struct Engine::Core : std::enable_shared_from_this<Engine::Core> {
   std::unordered_map<curl_socket_t, std::shared_ptr<SocketWatch>> sockets;
   std::vector<EasyHandle> idle_easy;
   std::size_t in_flight = 0;
+  std::uint64_t timer_generation = 0;
+  bool timer_armed = false;
 
   void check_done();
   void socket_action(curl_socket_t fd, int mask) {
@@ -134,15 +138,30 @@ struct Engine::Core : std::enable_shared_from_this<Engine::Core> {
 
   static int on_timer(CURLM*, long timeout_ms, void* userp) {
     auto* core = static_cast<Core*>(userp);
+    ++core->timer_generation;  // a new callback replaces the previous timeout
     if (timeout_ms < 0) {
-      core->timer.cancel();
+      if (core->timer_armed) core->timer.cancel();
+      core->timer_armed = false;
       return 0;
     }
-    core->timer.expires_after(std::chrono::milliseconds(timeout_ms));
     std::weak_ptr<Core> weak = core->weak_from_this();
-    core->timer.async_wait([weak](const boost::system::error_code& ec) {
+    const auto generation = core->timer_generation;
+    if (timeout_ms == 0) {
+      // "Act now" comes with almost every new transfer: a posted handler is far cheaper than
+      // re-arming the timer (a timerfd_settime system call each time).
+      asio::post(core->io, [weak, generation] {
+        auto c = weak.lock();
+        if (!c || c->timer_generation != generation) return;
+        c->socket_action(CURL_SOCKET_TIMEOUT, 0);
+      });
+      return 0;
+    }
+    core->timer_armed = true;
+    core->timer.expires_after(std::chrono::milliseconds(timeout_ms));
+    core->timer.async_wait([weak, generation](const boost::system::error_code& ec) {
       auto c = weak.lock();
-      if (ec || !c) return;
+      if (ec || !c || c->timer_generation != generation) return;
+      c->timer_armed = false;
       c->socket_action(CURL_SOCKET_TIMEOUT, 0);
     });
     return 0;
@@ -196,6 +215,18 @@ struct Transfer {
   static std::size_t on_header(char* data, std::size_t size, std::size_t n, void* userp) {
     auto* t = static_cast<Transfer*>(userp);
     std::string_view line(data, size * n);
+    constexpr std::string_view length_key = "content-length:";
+    if (line.size() > length_key.size() && std::equal(length_key.begin(), length_key.end(), line.begin(), [](char a, char b) {
+          return a == std::tolower(static_cast<unsigned char>(b));
+        })) {
+      // Reserve the whole body once (plus the parser's padding): no regrowth, no copies.
+      auto v = line.substr(length_key.size());
+      while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
+      std::size_t length = 0;
+      auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), length);
+      if (ec == std::errc() && length <= (std::size_t{1} << 31)) t->response.body.reserve(length + 64);
+      return size * n;
+    }
     constexpr std::string_view key = "retry-after:";
     if (line.size() > key.size()) {
       bool match = true;
