@@ -225,7 +225,10 @@ asio::awaitable<void> Server::poll_provider(ProfileRuntime* rt, const Chain* cha
       }
       wait = interval;
     } else {
-      wait = std::min<std::int64_t>(wait * 2, 60'000);  // back off while it fails
+      // Back off while it fails, but not beyond the breaker's recovery time: these polls are
+      // what closes a half-open breaker when clients are all served by healthier providers.
+      const auto cap = std::clamp<std::int64_t>(rt->profile.health.circuit_breaker.recovery_timeout_ms, interval, 60'000);
+      wait = std::min<std::int64_t>(wait * 2, cap);
     }
   }
   --background_;
@@ -316,13 +319,25 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
     http::request_parser<http::string_body> parser;
     parser.body_limit(config_.max_body);
     parser.header_limit(32 * 1024);
-    stream.expires_after(std::chrono::milliseconds(config_.read_timeout_ms));
+    // Our own deadline rather than the stream's: the stream's closes the socket, and a slow client
+    // should still be told 408.
+    bool timed_out = false;
+    asio::steady_timer deadline(io_);
+    deadline.expires_after(std::chrono::milliseconds(config_.read_timeout_ms));
+    deadline.async_wait([&timed_out, &stream](const boost::system::error_code& e) {
+      if (e) return;
+      timed_out = true;
+      boost::system::error_code ignored;
+      stream.socket().cancel(ignored);
+    });
+    stream.expires_never();
     co_await http::async_read(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
+    deadline.cancel();
     if (ec) {
       std::optional<http::status> status;
-      if (ec == http::error::body_limit) status = http::status::payload_too_large;
+      if (timed_out) status = http::status::request_timeout;
+      else if (ec == http::error::body_limit) status = http::status::payload_too_large;
       else if (ec == http::error::header_limit) status = http::status::request_header_fields_too_large;
-      else if (ec == beast::error::timeout) status = http::status::request_timeout;
       else if (ec != http::error::end_of_stream && ec != asio::error::eof && ec != asio::error::connection_reset &&
                ec != asio::error::operation_aborted)
         status = http::status::bad_request;
