@@ -281,12 +281,10 @@ void Server::shutdown() {
   draining_ = true;
   boost::system::error_code ec;
   acceptor_.close(ec);
-  // Idle keep-alive connections have nothing to finish: close them now.
+  // Idle keep-alive connections: cancel their wait for a next request. One whose request already
+  // arrived (its read completed, not yet resumed) still gets its answer, with Connection: close.
   for (auto* c : connections_) {
-    if (!c->busy) {
-      c->stream->socket().shutdown(tcp::socket::shutdown_both, ec);
-      c->stream->socket().close(ec);
-    }
+    if (!c->busy) c->stream->socket().cancel(ec);
   }
 }
 
