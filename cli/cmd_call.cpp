@@ -156,14 +156,11 @@ int run_call(const CallOptions& options) {
   }
   const Chain* chain = *selected_chain;
   RouteOptions route;
-  if (!options.strategy.empty()) {
-    route.strategy = parse_strategy(options.strategy);
-    if (!route.strategy) {
-      print_error(fmt::format("unknown strategy '{}' (expected one of: load_balanced, round_robin, random, weighted, "
-                              "priority, fastest, latency_weighted)",
-                              options.strategy));
-      return 2;
-    }
+  if (auto s = strategy_flag(options.strategy); !s) {
+    print_error(s.error().message);
+    return 2;
+  } else {
+    route.strategy = *s;
   }
   if (!options.provider.empty()) {
     if (auto p = select_providers(*chain, options.provider); !p) {

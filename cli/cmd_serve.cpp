@@ -79,14 +79,11 @@ int run_serve(const ServeOptions& options) {
     }
     *target = *ms;
   }
-  if (!options.strategy.empty()) {
-    config.strategy = parse_strategy(options.strategy);
-    if (!config.strategy) {
-      print_error(fmt::format("unknown strategy '{}' (expected one of: load_balanced, round_robin, random, weighted, "
-                              "priority, fastest, latency_weighted)",
-                              options.strategy));
-      return 2;
-    }
+  if (auto s = strategy_flag(options.strategy); !s) {
+    print_error(s.error().message);
+    return 2;
+  } else {
+    config.strategy = *s;
   }
 
   std::vector<Profile> profiles;

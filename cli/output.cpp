@@ -122,6 +122,14 @@ Result<std::vector<const Provider*>> select_providers(const Chain& chain, const 
   return out;
 }
 
+Result<std::optional<Strategy>> strategy_flag(const std::string& flag) {
+  if (flag.empty()) return std::optional<Strategy>();
+  if (auto s = parse_strategy(flag)) return std::optional<Strategy>(*s);
+  return fail(fmt::format("unknown strategy '{}' (expected one of: load_balanced, round_robin, random, weighted, "
+                          "priority, fastest, latency_weighted)",
+                          flag));
+}
+
 std::optional<std::filesystem::path> resolve_state_path(const std::string& flag, bool no_state) {
   if (no_state) return std::nullopt;
   if (!flag.empty()) return std::filesystem::path(flag);

@@ -45,6 +45,9 @@ class Table {
 /// "a,b" → those providers (unknown ids are an error listing the valid ones); empty → all.
 [[nodiscard]] Result<std::vector<const Provider*>> select_providers(const Chain& chain, const std::string& list);
 
+/// --strategy value: empty → none; unknown → an error listing the seven names.
+[[nodiscard]] Result<std::optional<Strategy>> strategy_flag(const std::string& flag);
+
 /// --state / --no-state / $RPCROUTE_STATE / XDG rules.
 [[nodiscard]] std::optional<std::filesystem::path> resolve_state_path(const std::string& flag, bool no_state);
 
