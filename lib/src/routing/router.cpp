@@ -375,6 +375,10 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
         item.unknown_spent = true;
       }
       if (is_transaction_send(call.method) && !c.never_sent() && c.cls != OutcomeClass::capability) {
+        if (item.held_error) {  // the node answered: its word, not ours
+          finish_with_error(*item.held_error, item.held_provider, item.held_latency_ms);
+          continue;
+        }
         finish_unavailable(item, chain,
                            fmt::format("not retried elsewhere: the transaction may have reached {} ({})", provider.id,
                                        outcome_name(c.outcome)));
