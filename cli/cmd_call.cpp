@@ -37,12 +37,6 @@ void setup_call(CLI::App& app, int& exit_code) {
 namespace {
 
 /// A command-line parameter: JSON when it parses, else a string.
-std::string param_json(const std::string& text) {
-  simdjson::dom::parser parser;
-  simdjson::dom::element e;
-  if (!text.empty() && parser.parse(text).get(e) == simdjson::SUCCESS) return text;
-  return json::quote(text);
-}
 
 void write_meta(json::Writer& w, const CallOutcome& o, const Chain& chain) {
   w.begin_object();
@@ -58,6 +52,14 @@ void write_meta(json::Writer& w, const CallOutcome& o, const Chain& chain) {
   w.value(o.upstream_latency_ms);
   w.key("local");
   w.value(o.status == CallOutcome::Status::local);
+  if (o.raised_from) {
+    w.key("raised_from");
+    w.value(fmt::format("0x{:x}", *o.raised_from));
+  }
+  if (o.broadcast) {
+    w.key("broadcast");
+    w.value(true);
+  }
   w.key("attempts");
   w.begin_array();
   for (const auto& a : o.attempts) {
@@ -83,6 +85,8 @@ void write_meta(json::Writer& w, const CallOutcome& o, const Chain& chain) {
     w.begin_object();
     w.key("provider");
     w.value(e.provider);
+    w.key("kind");
+    w.value(exclusion_kind_name(e.kind));
     w.key("reason");
     w.value(e.reason);
     if (e.retry_in_ms > 0) {
@@ -117,6 +121,11 @@ void print_verbose(const CallOutcome& o, const Chain& chain) {
              format_ms(o.upstream_latency_ms));
   for (const auto& a : o.attempts) fmt::print(stderr, "{}\n", attempt_line(a));
   for (const auto& e : o.excluded) fmt::print(stderr, "  excluded {}: {}\n", e.provider, e.reason);
+  if (o.raised_from) {
+    fmt::print(stderr, "  {} answered 0x{:x}, below the high-water mark: raised to {}\n", o.provider, *o.raised_from,
+               o.result);
+  }
+  if (o.broadcast) fmt::print(stderr, "  broadcast to every eligible provider; the first success was returned\n");
 }
 
 void print_unavailable(const CallOutcome& o, std::string_view method, const Chain& chain) {
@@ -189,13 +198,7 @@ int run_call(const CallOptions& options) {
     }
     body = std::move(*parsed);
   } else {
-    std::string params = "[";
-    for (std::size_t i = 0; i < options.params.size(); ++i) {
-      if (i > 0) params += ',';
-      params += param_json(options.params[i]);
-    }
-    params += ']';
-    body.calls.push_back(jsonrpc::Call{"1", options.method, std::move(params), {}});
+    body.calls.push_back(jsonrpc::Call{"1", options.method, params_json(options.params), {}});
   }
 
   SystemClock clock;

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "output.hpp"
+#include "rpcroute/blocks.hpp"
 #include "rpcroute/json.hpp"
 #include "rpcroute/probe.hpp"
 
@@ -82,6 +83,8 @@ int run_probe(const ProbeOptions& options) {
     }
     io.run();
   }
+  // Lag is judged once every provider has answered, so that each is compared with all the others.
+  for (const auto* p : *selected) judge_lag(store, *profile, **chain, *p, rng.uniform());
   if (auto saved = store.save(); !saved) print_warning(fmt::format("state not saved: {}", saved.error().message));
 
   auto verdicts = assess_probes(**chain, reports);

@@ -18,6 +18,9 @@ void setup_rank(CLI::App& app, int& exit_code) {
   sub->add_option("--chain,-c", opts->chain, "Chain name or decimal chain id (default: the profile's first chain)");
   sub->add_option("--method,-m", opts->method, "Method to rank for (default eth_blockNumber)");
   sub->add_option("--strategy,-s", opts->strategy, "Strategy (default: the profile's, with method overrides applied)");
+  sub->add_option("params", opts->params,
+                  "Params of the call to rank for, as for call (e.g. an address and block 0x1: archive and "
+                  "block-range filters depend on them)");
   sub->add_option("--state", opts->state, "State file (default: $RPCROUTE_STATE or $XDG_STATE_HOME/rpcroute/state.json)");
   sub->add_flag("--no-state", opts->no_state, "Rank without the state file (no latency data, breakers or heights)");
   sub->add_flag("--json", opts->json, "Print as JSON");
@@ -84,7 +87,8 @@ int run_rank(const RankOptions& options) {
   asio::io_context io;
   Engine engine(io);
   Router router(*profile, engine, store, clock, rng);
-  const Plan plan = router.plan(**chain, options.method, "[]", route);
+  const auto params = params_json(options.params);
+  const Plan plan = router.plan(**chain, options.method, params, route);
   const auto now = clock.now_ms();
 
   if (options.json) {

@@ -1,5 +1,6 @@
 #pragma once
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -9,6 +10,7 @@ struct RankOptions {
   std::string profile;
   std::string chain;
   std::string method = "eth_blockNumber";
+  std::vector<std::string> params;
   std::string strategy;
   std::string state;
   bool no_state = false;

@@ -7,7 +7,9 @@
 #include <cstdlib>
 
 #include <fmt/format.h>
+#include <simdjson.h>
 
+#include "rpcroute/json.hpp"
 #include "rpcroute/state.hpp"
 
 namespace rpcroute::cli {
@@ -151,6 +153,23 @@ void write_stdout(std::string_view text) {
   // Through stdio, so that it interleaves correctly with fmt::print; a closed pipe is not an error.
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fflush(stdout);
+}
+
+std::string params_json(const std::vector<std::string>& words) {
+  simdjson::dom::parser parser;
+  std::string params = "[";
+  for (std::size_t i = 0; i < words.size(); ++i) {
+    if (i > 0) params += ',';
+    simdjson::dom::element e;
+    const auto& text = words[i];
+    if (!text.empty() && parser.parse(text).get(e) == simdjson::SUCCESS) {
+      params += text;
+    } else {
+      params += json::quote(text);
+    }
+  }
+  params += ']';
+  return params;
 }
 
 }  // namespace rpcroute::cli

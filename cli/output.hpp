@@ -57,4 +57,8 @@ class Table {
 /// Writes all of `text` to stdout, ignoring a closed pipe.
 void write_stdout(std::string_view text);
 
+/// Command-line words as a JSON params array: a word that parses as JSON is taken as is, any other
+/// as a string ("0x1" stays a string, 7 is a number, latest becomes "latest").
+[[nodiscard]] std::string params_json(const std::vector<std::string>& words);
+
 }  // namespace rpcroute::cli

@@ -63,7 +63,8 @@ struct Provider {
   std::optional<Quota> rate_limit;
   MethodFilter methods;
   ProviderLimits limits;
-  std::int64_t timeout_ms = 10'000;
+  std::int64_t timeout_ms = 10'000;  // per attempt; see attempt_timeout_ms()
+  bool timeout_set = false;          // given in the profile: then it wins over the method's default
   std::string fingerprint;  // short hash of the URL; keys state without storing the URL
 };
 
@@ -151,6 +152,15 @@ struct Profile {
   /// Replaces every secret in `text` with "***".
   [[nodiscard]] std::string scrub(std::string text) const;
 };
+
+/// The per-attempt timeout a method gets when neither its override nor the provider sets one:
+/// cheap reads 5 s, everything else 10 s, eth_call / eth_estimateGas / eth_getLogs and other heavy
+/// reads 20 s, debug_* and trace_* 60 s.
+[[nodiscard]] std::int64_t default_method_timeout_ms(std::string_view method);
+/// The timeout of one attempt: the method override's, else the provider's when the profile sets
+/// it, else the method's default.
+[[nodiscard]] std::int64_t attempt_timeout_ms(std::string_view method, const Provider& provider,
+                                              const MethodPolicy& policy);
 
 using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
 [[nodiscard]] EnvLookup process_env();

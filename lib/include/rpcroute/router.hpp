@@ -1,6 +1,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <unordered_map>
 #include <span>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "rpcroute/asio_compat.hpp"
+#include "rpcroute/blocks.hpp"
 #include "rpcroute/clock.hpp"
 #include "rpcroute/config.hpp"
 #include "rpcroute/jsonrpc.hpp"
@@ -18,11 +20,29 @@
 
 namespace rpcroute {
 
+/// Why a provider was left out, as a stable name for JSON output ("kind").
+enum class ExclusionKind {
+  caller,        // --provider / the /rpc/provider/ route chose another
+  policy,        // the method override restricts providers
+  filter,        // the filter id lives on another provider
+  method,        // the provider's allow/deny list
+  chain_id,      // probe saw another chain id
+  breaker,       // circuit open
+  half_open,     // half-open with its trial in flight
+  lag,           // more than max_lag_blocks behind
+  archive,       // the request reads old state; the provider is not archival
+  height,        // the request names a block above the provider's height
+  limit,         // a provider limit (eth_getLogs block range)
+  quota,         // token bucket empty
+};
+[[nodiscard]] std::string_view exclusion_kind_name(ExclusionKind k);
+
 /// A provider left out of a request's candidates, and why (shown by `rank` and in 503 details).
 struct Exclusion {
   std::string provider;
   std::string reason;
-  std::int64_t retry_in_ms = 0;  // when it may be eligible again (breakers); 0 unknown
+  std::int64_t retry_in_ms = 0;  // when it may be eligible again (breakers, quotas); 0 unknown
+  ExclusionKind kind = ExclusionKind::caller;
 };
 
 /// The ordered candidates for one method on one chain, and what was excluded.
@@ -31,6 +51,9 @@ struct Plan {
   MethodPolicy policy;
   std::vector<Candidate> candidates;
   std::vector<Exclusion> excluded;
+  BlockNeed need;               // the block(s) the request reads
+  std::uint64_t head = 0;       // the chain's estimated head; 0 unknown
+  bool needs_archive = false;   // reads state older than head - archival_threshold, or `earliest`
 };
 
 struct RouteOptions {
@@ -62,6 +85,10 @@ struct CallOutcome {
   std::vector<Exclusion> excluded;
   std::int64_t retry_after_ms = -1;
   Strategy strategy = Strategy::load_balanced;
+  /// eth_blockNumber: the provider answered this lower height; the answer was raised to the
+  /// high-water mark so that it never goes backwards.
+  std::optional<std::uint64_t> raised_from;
+  bool broadcast = false;  // sent to every eligible provider at once
 };
 
 /// The pipeline of DESIGN.md section 4: filter, rank, tier, execute with failover, record.
@@ -81,11 +108,19 @@ class Router {
                                                                 std::span<const jsonrpc::Call> calls,
                                                                 RouteOptions options);
 
+  /// Waits for work that outlives route(): the remaining sends of a broadcast. Call before exit.
+  [[nodiscard]] asio::awaitable<void> drain();
+
   [[nodiscard]] const Profile& profile() const { return profile_; }
 
  private:
   struct Item;
+  struct Broadcast;
   void finish_unavailable(Item& item, const Chain& chain, std::string_view why);
+  [[nodiscard]] asio::awaitable<void> route_broadcast(const Chain& chain, Item& item, std::int64_t deadline_us);
+  [[nodiscard]] asio::awaitable<void> broadcast_send(std::shared_ptr<Broadcast> b, const Chain* chain, Candidate cand,
+                                                     std::string method, std::string params, std::int64_t deadline_us);
+  void on_success(const Chain& chain, const Candidate& cand, Item& item, std::int64_t now);
 
   const Profile& profile_;
   Engine& engine_;
@@ -94,6 +129,8 @@ class Router {
   Random& rng_;
   std::map<std::string, int, std::less<>> half_open_in_flight_;
   std::unordered_map<const Provider*, std::string> keys_;  // state keys, built once
+  int background_ = 0;                                      // broadcast sends still in flight
+  std::optional<asio::steady_timer> drained_;               // woken when background_ reaches 0
 
   const std::string& key_for(const Chain& chain, const Provider& provider);
 };

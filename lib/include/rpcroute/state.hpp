@@ -63,6 +63,31 @@ struct ProbeFindings {
   std::string client_version;
 };
 
+/// A quota token bucket (DESIGN.md section 6) as data, so that processes share it. t_ms 0: never
+/// drawn from, i.e. full.
+struct Bucket {
+  double tokens = 0;
+  std::int64_t t_ms = 0;
+};
+
+/// Tokens in a bucket at `now_ms`: refilled at `quota.rps` up to `quota.burst`. May be negative when
+/// several processes overdrew it; it then refills from below zero.
+[[nodiscard]] double bucket_level(const Bucket& b, const Quota& quota, std::int64_t now_ms);
+/// Milliseconds until the bucket holds a whole token (0 when it does).
+[[nodiscard]] std::int64_t bucket_wait_ms(const Bucket& b, const Quota& quota, std::int64_t now_ms);
+
+/// Since when a provider has been seen lagging beyond tolerance (0: it is not), as of t_ms.
+struct LagMark {
+  std::int64_t behind_since_ms = 0;
+  std::int64_t t_ms = 0;
+};
+
+/// Whether a provider serves old state, as learned from answers (not from configuration or probe).
+struct ArchivalSeen {
+  std::optional<bool> archival;
+  std::int64_t t_ms = 0;
+};
+
 struct ProviderState {
   std::string profile;
   std::string chain;
@@ -73,6 +98,9 @@ struct ProviderState {
   Height height;
   std::int64_t last_used_ms = 0;
   ProbeFindings probe;
+  Bucket quota;
+  LagMark lag;
+  ArchivalSeen archival_seen;
   std::map<std::string, std::deque<Sample>, std::less<>> methods;  // newest last
 
   [[nodiscard]] bool rate_limited(std::int64_t now_ms) const { return rate_limited_until_ms > now_ms; }
@@ -109,6 +137,7 @@ struct AttemptEvent {
   std::string reason;
   std::int64_t retry_after_ms = -1;  // for rate limits; -1 means the default
   double jitter = 0;                 // in [0, 1): drawn once so that replay opens the same way
+  bool trip = false;                 // open the breaker now, whatever the count (lag beyond lag_trip_ms)
 };
 struct SampleEvent {
   std::string key;
@@ -122,6 +151,7 @@ struct HeightEvent {
 struct HighWaterEvent {
   std::string chain_key;
   Height height;
+  bool reset = false;  // replace the mark even when lower (it went stale: a restarted chain)
 };
 struct CursorEvent {
   std::string chain_key;
@@ -135,8 +165,25 @@ struct ProbeEvent {
   std::string key;
   ProbeFindings findings;
 };
-using Event =
-    std::variant<AttemptEvent, SampleEvent, HeightEvent, HighWaterEvent, CursorEvent, FilterEvent, ProbeEvent>;
+/// Tokens drawn from a provider's quota bucket.
+struct QuotaEvent {
+  std::string key;
+  std::int64_t t_ms = 0;
+  double taken = 1;
+  Quota quota;
+};
+/// A lag judgement on a new height observation.
+struct LagEvent {
+  std::string key;
+  LagMark mark;
+};
+/// An answer showed the provider does (or does not) serve old state.
+struct ArchivalEvent {
+  std::string key;
+  ArchivalSeen seen;
+};
+using Event = std::variant<AttemptEvent, SampleEvent, HeightEvent, HighWaterEvent, CursorEvent, FilterEvent, ProbeEvent,
+                           QuotaEvent, LagEvent, ArchivalEvent>;
 
 /// Applies one event; entries are created from their keys when missing. `health` decides breaker
 /// thresholds.
@@ -145,6 +192,9 @@ void apply_event(State& state, const Event& event, const HealthConfig& health);
 /// The breaker transition for one exchange (pure; unit-tested without a state file).
 void breaker_on_outcome(Breaker& b, OutcomeClass cls, std::int64_t t_ms, std::string_view reason,
                         const BreakerConfig& cfg, double jitter);
+
+/// Opens the breaker at once (a provider lagging longer than lag_trip_ms); reopens a half-open one.
+void breaker_trip(Breaker& b, std::int64_t t_ms, std::string_view reason, const BreakerConfig& cfg, double jitter);
 
 /// Drops old samples, filters and providers not seen for long.
 void prune(State& state, std::int64_t now_ms);
@@ -187,9 +237,12 @@ class StateStore {
       std::map<std::string, std::deque<Sample>, std::less<>> samples;
       std::optional<Height> height;
       std::optional<ProbeFindings> probe;
+      std::optional<QuotaEvent> quota;  // tokens summed, at the latest draw
+      std::optional<LagMark> lag;
+      std::optional<ArchivalSeen> archival;
     };
     std::map<std::string, PerProvider, std::less<>> providers;
-    std::map<std::string, Height, std::less<>> high_water;
+    std::map<std::string, HighWaterEvent, std::less<>> high_water;
     std::map<std::string, std::uint64_t, std::less<>> cursors;
     std::map<std::string, FilterPin, std::less<>> filters;
     std::size_t count = 0;

@@ -91,6 +91,36 @@ MethodPolicy Profile::policy_for(std::string_view method) const {
   return {};
 }
 
+std::int64_t default_method_timeout_ms(std::string_view method) {
+  static constexpr std::string_view kCheap[] = {
+      "eth_blockNumber",      "eth_chainId",          "net_version",          "net_listening",
+      "net_peerCount",        "web3_clientVersion",   "eth_syncing",          "eth_gasPrice",
+      "eth_maxPriorityFeePerGas", "eth_blobBaseFee",  "eth_feeHistory",       "eth_getBalance",
+      "eth_getTransactionCount", "eth_getCode",       "eth_getStorageAt",     "eth_getTransactionByHash",
+      "eth_getTransactionReceipt", "eth_getBlockByNumber", "eth_getBlockByHash",
+      "eth_getBlockTransactionCountByNumber", "eth_getBlockTransactionCountByHash",
+      "eth_getFilterChanges", "eth_uninstallFilter",
+  };
+  static constexpr std::string_view kHeavy[] = {
+      "eth_call",     "eth_estimateGas", "eth_createAccessList", "eth_getLogs",
+      "eth_getProof", "eth_getBlockReceipts", "eth_getFilterLogs", "eth_simulateV1",
+  };
+  if (method.starts_with("debug_") || method.starts_with("trace_")) return 60'000;
+  for (auto m : kHeavy) {
+    if (m == method) return 20'000;
+  }
+  for (auto m : kCheap) {
+    if (m == method) return 5'000;
+  }
+  return 10'000;
+}
+
+std::int64_t attempt_timeout_ms(std::string_view method, const Provider& provider, const MethodPolicy& policy) {
+  if (policy.timeout_ms) return *policy.timeout_ms;
+  if (provider.timeout_set) return provider.timeout_ms;
+  return default_method_timeout_ms(method);
+}
+
 std::string Profile::scrub(std::string text) const {
   for (const auto& s : secrets) {
     if (s.size() < 4) continue;  // too short to be a key, and replacing it would mangle text
@@ -502,7 +532,10 @@ class Loader {
       if (auto r = opt_int(l, "max_block_range", 1)) p.limits.max_block_range = static_cast<std::uint64_t>(*r);
       if (auto b = opt_int(l, "max_batch", 1)) p.limits.max_batch = static_cast<std::size_t>(*b);
     }
-    p.timeout_ms = opt_int(n, "timeout_ms", 1).value_or(p.timeout_ms);
+    if (auto t = opt_int(n, "timeout_ms", 1)) {
+      p.timeout_ms = *t;
+      p.timeout_set = true;
+    }
     p.fingerprint = url_fingerprint(p.url);
     return p;
   }

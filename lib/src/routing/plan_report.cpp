@@ -137,6 +137,8 @@ void write_plan_json(json::Writer& w, const Profile& profile, const Chain& chain
     w.begin_object();
     w.key("provider");
     w.value(e.provider);
+    w.key("kind");
+    w.value(exclusion_kind_name(e.kind));
     w.key("reason");
     w.value(e.reason);
     w.key("retry_in_ms");

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <simdjson.h>
 
+#include "rpcroute/blocks.hpp"
 #include "rpcroute/exchange.hpp"
 #include "rpcroute/json.hpp"
 
@@ -26,7 +27,7 @@ bool uses_filter(std::string_view m) {
 
 /// The first element of a params array when it is a string ("0x1" for a filter id).
 std::optional<std::string> first_string_param(std::string_view params) {
-  simdjson::dom::parser parser;
+  thread_local simdjson::dom::parser parser;
   simdjson::dom::element root;
   if (parser.parse(params.data(), params.size(), true).get(root)) return std::nullopt;
   simdjson::dom::array arr;
@@ -43,12 +44,83 @@ std::optional<std::string> json_string_value(std::string_view raw) {
 
 std::string seconds_text(std::int64_t ms) { return fmt::format("{:.1f}s", static_cast<double>(ms) / 1000.0); }
 
+/// Answers that say the node has no state for the block asked: it is not archival.
+bool says_missing_state(std::string_view message) {
+  std::string m(message);
+  std::transform(m.begin(), m.end(), m.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (std::string_view needle : {"missing trie node", "state not available", "historical state", "state is not available",
+                                  "state histories haven't been fully indexed", "pruned"}) {
+    if (m.find(needle) != std::string::npos) return true;
+  }
+  return false;
+}
+
+/// A broadcast transaction that another provider already has is not an error.
+bool says_already_known(std::string_view message) {
+  std::string m(message);
+  std::transform(m.begin(), m.end(), m.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (std::string_view needle : {"already known", "known transaction", "already imported", "already exists",
+                                  "alreadyknown", "already in the pool", "already have"}) {
+    if (m.find(needle) != std::string::npos) return true;
+  }
+  return false;
+}
+
+/// The "number" of a block object (the answer to eth_getBlockByNumber("latest")).
+std::optional<std::uint64_t> block_number_of(std::string_view block_json) {
+  thread_local simdjson::dom::parser parser;
+  simdjson::dom::element root;
+  if (parser.parse(block_json.data(), block_json.size(), true).get(root)) return std::nullopt;
+  simdjson::dom::element number;
+  if (root.at_key("number").get(number)) return std::nullopt;
+  std::string_view s;
+  if (number.get_string().get(s)) return std::nullopt;
+  return jsonrpc::parse_quantity(fmt::format("\"{}\"", s));
+}
+
+/// Whether a provider serves old state: the profile decides when it says; otherwise the newest of
+/// what probe found and what answers showed. nullopt: unknown (treated as able).
+std::optional<bool> archival_of(const Provider& p, const ProviderState* ps) {
+  if (p.archival) return p.archival;
+  if (ps == nullptr) return std::nullopt;
+  if (ps->archival_seen.archival && ps->archival_seen.t_ms >= ps->probe.t_ms) return ps->archival_seen.archival;
+  return ps->probe.archival;
+}
+
+std::string_view archival_source(const Provider& p, const ProviderState* ps) {
+  if (p.archival) return "the profile says archival: false";
+  if (ps != nullptr && ps->archival_seen.archival && ps->archival_seen.t_ms >= ps->probe.t_ms) {
+    return "an answer showed missing state";
+  }
+  return "probe found no state at block 1";
+}
+
 }  // namespace
+
+std::string_view exclusion_kind_name(ExclusionKind k) {
+  switch (k) {
+    case ExclusionKind::caller: return "caller";
+    case ExclusionKind::policy: return "policy";
+    case ExclusionKind::filter: return "filter";
+    case ExclusionKind::method: return "method";
+    case ExclusionKind::chain_id: return "chain_id";
+    case ExclusionKind::breaker: return "breaker";
+    case ExclusionKind::half_open: return "half_open";
+    case ExclusionKind::lag: return "lag";
+    case ExclusionKind::archive: return "archive";
+    case ExclusionKind::height: return "height";
+    case ExclusionKind::limit: return "limit";
+    case ExclusionKind::quota: return "quota";
+  }
+  return "?";
+}
 
 struct Router::Item {
   std::size_t index = 0;
   const jsonrpc::Call* call = nullptr;
   Plan plan;
+  BlockNeed need;
+  bool needs_archive = false;
   std::size_t next = 0;
   bool unknown_spent = false;
   std::optional<std::string> held_error;  // a JSON-RPC error answer to return if nobody does better
@@ -88,73 +160,98 @@ Plan Router::plan(const Chain& chain, std::string_view method, std::string_view 
     }
   }
 
-  // Lag is judged on fresh heights only: an old observation says nothing about now.
-  const auto fresh_ms = std::max<std::int64_t>(10'000, 3 * chain.block_time_ms);
+  // Heights: each provider's fresh observation moved forward by the blocks made since. Lag is
+  // measured against the best provider that is not shut out by its breaker (a dead provider's old
+  // height would make every live one look behind); the high-water mark counts when nothing else is
+  // known. The head (for archive and range decisions) is the greatest of all.
   const auto ckey = chain_key(profile_.name, chain.name);
-  std::uint64_t best_height = 0;
-  if (auto it = state.chains.find(ckey); it != state.chains.end() && it->second.high_water.t_ms >= now - fresh_ms) {
-    best_height = it->second.high_water.block;
-  }
-  for (const auto& p : chain.providers) {
-    auto it = state.providers.find(key_for(chain, p));
+  std::vector<const ProviderState*> states(chain.providers.size(), nullptr);
+  std::vector<std::optional<std::uint64_t>> estimates(chain.providers.size());
+  std::uint64_t reference = 0;
+  for (std::size_t i = 0; i < chain.providers.size(); ++i) {
+    auto it = state.providers.find(key_for(chain, chain.providers[i]));
     if (it == state.providers.end()) continue;
     const auto& ps = it->second;
-    bool right_chain = ps.probe.chain_id == 0 || ps.probe.chain_id == chain.chain_id;
-    if (right_chain && ps.height.t_ms >= now - fresh_ms) best_height = std::max(best_height, ps.height.block);
+    states[i] = &ps;
+    const bool right_chain = ps.probe.chain_id == 0 || ps.probe.chain_id == chain.chain_id;
+    if (!right_chain || !height_fresh(ps.height, now, chain)) continue;
+    estimates[i] = estimate_height(ps.height, now, chain);
+    plan.head = std::max(plan.head, *estimates[i]);
+    if (ps.breaker.effective_state(now) != BreakerState::open) reference = std::max(reference, *estimates[i]);
   }
+  if (auto it = state.chains.find(ckey); it != state.chains.end() && height_fresh(it->second.high_water, now, chain)) {
+    const auto hw = estimate_height(it->second.high_water, now, chain);
+    plan.head = std::max(plan.head, hw);
+    if (reference == 0) reference = hw;
+  }
+
+  plan.need = analyze_block_need(method, params);
+  if (plan.need.any()) {
+    bool earliest = false;
+    for (const auto* ref : {&plan.need.block, &plan.need.from, &plan.need.to}) {
+      earliest = earliest || (*ref && (*ref)->kind == BlockRef::Kind::earliest);
+    }
+    const auto oldest = oldest_block(plan.need, plan.head);
+    plan.needs_archive =
+        earliest || (oldest && plan.head > 0 && *oldest + chain.archival_threshold < plan.head);
+  }
+  const auto highest = highest_numbered_block(plan.need);
+  // Blocks an eth_getLogs call scans; 0 when not known (a tag without a head, a blockHash query).
+  const std::uint64_t log_range = method == "eth_getLogs" ? log_range_blocks(plan.need, plan.head).value_or(0) : 0;
 
   for (std::size_t i = 0; i < chain.providers.size(); ++i) {
     const Provider& p = chain.providers[i];
-    auto exclude = [&](std::string reason, std::int64_t retry_in = 0) {
-      plan.excluded.push_back({p.id, std::move(reason), retry_in});
+    const ProviderState* ps = states[i];
+    auto exclude = [&](ExclusionKind kind, std::string reason, std::int64_t retry_in = 0) {
+      plan.excluded.push_back({p.id, std::move(reason), retry_in, kind});
     };
     if (options.provider && p.id != *options.provider) {
-      exclude(fmt::format("not selected (only {} was requested)", *options.provider));
+      exclude(ExclusionKind::caller, fmt::format("not selected (only {} was requested)", *options.provider));
       continue;
     }
     if (!plan.policy.providers.empty() &&
         std::find(plan.policy.providers.begin(), plan.policy.providers.end(), p.id) == plan.policy.providers.end()) {
-      exclude(fmt::format("the method policy for {} restricts it to other providers", method));
+      exclude(ExclusionKind::policy, fmt::format("the method policy for {} restricts it to other providers", method));
       continue;
     }
     if (pinned && *pinned != p.id) {
-      exclude(fmt::format("the filter lives on {}", *pinned));
+      exclude(ExclusionKind::filter, fmt::format("the filter lives on {}", *pinned));
       continue;
     }
     if (!p.methods.permits(method)) {
-      exclude(fmt::format("{} is denied by the provider's method list", method));
+      exclude(ExclusionKind::method, fmt::format("{} is denied by the provider's method list", method));
       continue;
     }
     Candidate c;
     c.provider = &p;
     c.position = i;
     c.key = key_for(chain, p);
-    const ProviderState* ps = nullptr;
-    if (auto it = state.providers.find(c.key); it != state.providers.end()) ps = &it->second;
     if (ps != nullptr) {
       if (ps->probe.chain_id != 0 && ps->probe.chain_id != chain.chain_id) {
-        exclude(fmt::format("wrong chain id {} (the profile says {}), seen by probe {} ago", ps->probe.chain_id,
+        exclude(ExclusionKind::chain_id,
+                fmt::format("wrong chain id {} (the profile says {}), seen by probe {} ago", ps->probe.chain_id,
                             chain.chain_id, seconds_text(now - ps->probe.t_ms)));
         continue;
       }
       auto eff = ps->breaker.effective_state(now);
       if (eff == BreakerState::open) {
         auto retry = ps->breaker.retry_in_ms(now);
-        exclude(fmt::format("circuit breaker open ({}); half-opens in {}", ps->breaker.reason.empty() ? "failures" : ps->breaker.reason,
-                            seconds_text(retry)),
+        exclude(ExclusionKind::breaker,
+                fmt::format("circuit breaker open ({}); half-opens in {}",
+                            ps->breaker.reason.empty() ? "failures" : ps->breaker.reason, seconds_text(retry)),
                 retry);
         continue;
       }
       if (eff == BreakerState::half_open) {
         auto it = half_open_in_flight_.find(c.key);
         if (it != half_open_in_flight_.end() && it->second >= breaker_cfg.half_open_max_inflight) {
-          exclude("circuit breaker half-open with its trial request in flight");
+          exclude(ExclusionKind::half_open, "circuit breaker half-open with its trial request in flight");
           continue;
         }
       }
-      if (ps->height.t_ms >= now - fresh_ms && best_height > ps->height.block + chain.max_lag_blocks) {
-        exclude(fmt::format("lagging {} blocks behind (height {}, best {}; max_lag_blocks {})",
-                            best_height - ps->height.block, ps->height.block, best_height, chain.max_lag_blocks));
+      if (estimates[i] && reference > *estimates[i] + chain.max_lag_blocks) {
+        exclude(ExclusionKind::lag, fmt::format("lagging {} blocks behind (height ~{}, best ~{}; max_lag_blocks {})",
+                                                reference - *estimates[i], *estimates[i], reference, chain.max_lag_blocks));
         continue;
       }
       c.breaker = eff;
@@ -163,6 +260,35 @@ Plan Router::plan(const Chain& chain, std::string_view method, std::string_view 
       if (needs_stats) {
         auto m = ps->methods.find(method);
         c.stats = summarize(m == ps->methods.end() ? nullptr : &m->second, now, window);
+      }
+    }
+    if (plan.needs_archive && archival_of(p, ps) == false) {
+      auto oldest = oldest_block(plan.need, plan.head);
+      exclude(ExclusionKind::archive,
+              fmt::format("not archival ({}); the request reads block {} (head ~{}, archival_threshold {})",
+                          archival_source(p, ps), oldest ? std::to_string(*oldest) : std::string("earliest"),
+                          plan.head, chain.archival_threshold));
+      continue;
+    }
+    if (highest && estimates[i] && *estimates[i] < *highest && plan.head >= *highest) {
+      exclude(ExclusionKind::height,
+              fmt::format("block {} is above its height (~{}; head ~{})", *highest, *estimates[i], plan.head));
+      continue;
+    }
+    if (log_range > 0 && p.limits.max_block_range && log_range > *p.limits.max_block_range) {
+      const std::uint64_t limit = *p.limits.max_block_range;
+      exclude(ExclusionKind::limit,
+              fmt::format("eth_getLogs over {} blocks exceeds its max_block_range {}", log_range, limit));
+      continue;
+    }
+    if (p.rate_limit) {
+      const Bucket bucket = ps != nullptr ? ps->quota : Bucket{};
+      if (auto wait = bucket_wait_ms(bucket, *p.rate_limit, now); wait > 0) {
+        exclude(ExclusionKind::quota,
+                fmt::format("quota used up (rate_limit {} rps, burst {}); a token in {} ms", p.rate_limit->rps,
+                            p.rate_limit->burst, wait),
+                wait);
+        continue;
       }
     }
     plan.candidates.push_back(std::move(c));
@@ -222,6 +348,8 @@ void Router::finish_unavailable(Item& item, const Chain& chain, std::string_view
     data.begin_object();
     data.key("provider");
     data.value(e.provider);
+    data.key("kind");
+    data.value(exclusion_kind_name(e.kind));
     data.key("reason");
     data.value(e.reason);
     data.end_object();
@@ -238,17 +366,166 @@ void Router::finish_unavailable(Item& item, const Chain& chain, std::string_view
                                      : std::string();
 }
 
+void Router::on_success(const Chain& chain, const Candidate& cand, Item& item, std::int64_t now) {
+  const auto& call = *item.call;
+  auto& out = item.out;
+  const auto ckey = chain_key(profile_.name, chain.name);
+  if (call.method == "eth_blockNumber") {
+    if (auto h = jsonrpc::parse_quantity(out.result)) {
+      observe_height(store_, profile_, chain, *cand.provider, Height{*h, now}, rng_.uniform());
+      // Never backwards: an answer below the high-water mark is raised to it, while the mark is
+      // fresh. A mark nobody has confirmed for a whole horizon is taken as gone (a restarted dev
+      // chain) and the lower answer resets it.
+      auto& chains = store_.state().chains;
+      auto it = chains.find(ckey);
+      const bool has_mark = it != chains.end() && it->second.high_water.t_ms > 0;
+      if (has_mark && *h < it->second.high_water.block && height_fresh(it->second.high_water, now, chain)) {
+        out.raised_from = *h;
+        out.result = jsonrpc::to_quantity(it->second.high_water.block);
+      } else {
+        store_.record(HighWaterEvent{ckey, Height{*h, now}, has_mark && *h < it->second.high_water.block},
+                      profile_.health);
+      }
+    }
+  } else if (call.method == "eth_getBlockByNumber" && item.plan.need.block &&
+             item.plan.need.block->kind == BlockRef::Kind::latest) {
+    if (auto h = block_number_of(out.result)) {
+      observe_height(store_, profile_, chain, *cand.provider, Height{*h, now}, rng_.uniform());
+      store_.record(HighWaterEvent{ckey, Height{*h, now}, false}, profile_.health);
+    }
+  } else if (creates_filter(call.method)) {
+    if (auto id = json_string_value(out.result)) {
+      store_.record(FilterEvent{filter_key(profile_.name, chain.name, *id), FilterPin{cand.provider->id, now}},
+                    profile_.health);
+    }
+  }
+  if (item.plan.needs_archive && !cand.provider->archival) {
+    store_.record(ArchivalEvent{cand.key, ArchivalSeen{true, now}}, profile_.health);
+  }
+  out.response = call.has_id() ? jsonrpc::make_result(call.id, out.result) : std::string();
+}
+
+struct Router::Broadcast {
+  explicit Broadcast(const asio::any_io_executor& ex) : wake(ex, asio::steady_timer::time_point::max()) {}
+  asio::steady_timer wake;
+  std::size_t pending = 0;
+  bool winner = false;
+  std::string result;
+  std::string provider;
+  double latency_ms = 0;
+  std::optional<std::string> error;  // the answer that was an error, returned if nobody succeeds
+  bool error_known = false;          // it says "already known"
+  std::string error_provider;
+  double error_latency_ms = 0;
+  std::vector<AttemptRecord> attempts;
+};
+
+
+asio::awaitable<void> Router::route_broadcast(const Chain& chain, Item& item, std::int64_t deadline_us) {
+  auto ex = co_await asio::this_coro::executor;
+  auto b = std::make_shared<Broadcast>(ex);
+  const auto& call = *item.call;
+  b->pending = item.plan.candidates.size();
+  for (const auto& cand : item.plan.candidates) {
+    ++background_;
+    asio::co_spawn(ex, broadcast_send(b, &chain, cand, call.method, call.params, deadline_us), asio::detached);
+  }
+  if (!b->winner && b->pending > 0) {
+    boost::system::error_code ec;
+    co_await b->wake.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+  auto& out = item.out;
+  out.broadcast = true;
+  out.attempts = b->attempts;
+  item.done = true;
+  if (b->winner) {
+    out.status = CallOutcome::Status::result;
+    out.result = b->result;
+    out.provider = b->provider;
+    out.upstream_latency_ms = b->latency_ms;
+    out.response = call.has_id() ? jsonrpc::make_result(call.id, out.result) : std::string();
+    co_return;
+  }
+  if (b->error) {
+    out.status = CallOutcome::Status::rpc_error;
+    out.provider = b->error_provider;
+    out.upstream_latency_ms = b->error_latency_ms;
+    out.error = *b->error;
+    out.response = call.has_id() ? fmt::format(R"({{"jsonrpc":"2.0","id":{},"error":{}}})", call.id, out.error)
+                                 : std::string();
+    co_return;
+  }
+  finish_unavailable(item, chain, "the broadcast reached no provider");
+}
+
+asio::awaitable<void> Router::broadcast_send(std::shared_ptr<Broadcast> b, const Chain* chain, Candidate cand,
+                                             std::string method, std::string params, std::int64_t deadline_us) {
+  const Provider& provider = *cand.provider;
+  const auto policy = profile_.policy_for(method);
+  const auto remaining_ms = std::max<std::int64_t>(1, (deadline_us - steady_us()) / 1000);
+  const auto timeout = std::min(attempt_timeout_ms(method, provider, policy), remaining_ms);
+  const UpstreamCall one{method, params};
+  const std::vector<UpstreamCall> upstream{one};
+  if (provider.rate_limit) {
+    store_.record(QuotaEvent{cand.key, clock_.now_ms(), 1.0, *provider.rate_limit}, profile_.health);
+  }
+  Exchange ex = co_await send_exchange(engine_, provider, upstream, timeout, clock_, profile_);
+  const auto now = clock_.now_ms();
+  record_exchange(store_, profile_.health, cand.key, upstream, ex, now, rng_.uniform());
+  const auto& c = ex.per_call[0];
+  const jsonrpc::Reply* reply = ex.replies[0];
+  const double latency_ms = ex.latency_ms();
+  b->attempts.push_back({provider.id, c, ex.http.status, latency_ms});
+  if (c.cls == OutcomeClass::success && !b->winner) {
+    b->winner = true;
+    b->result = *reply->result;
+    b->provider = provider.id;
+    b->latency_ms = latency_ms;
+    b->wake.cancel();
+  } else if (reply != nullptr && reply->error &&
+             (c.cls == OutcomeClass::deterministic || c.cls == OutcomeClass::unknown)) {
+    // "already known" from one provider while another accepted the transaction is not an error.
+    // When nobody accepted it, "already known" (it is in a pool) is returned before any other
+    // error, then the first error that came.
+    const bool known = says_already_known(reply->error->message);
+    if (!b->error || (known && !b->error_known)) {
+      b->error = jsonrpc::error_object(reply->error->code, reply->error->message, reply->error->data);
+      b->error_known = known;
+      b->error_provider = provider.id;
+      b->error_latency_ms = latency_ms;
+    }
+  }
+  (void)chain;
+  if (--b->pending == 0) b->wake.cancel();
+  if (--background_ == 0 && drained_) drained_->cancel();
+}
+
+asio::awaitable<void> Router::drain() {
+  while (background_ > 0) {
+    drained_.emplace(co_await asio::this_coro::executor, asio::steady_timer::time_point::max());
+    boost::system::error_code ec;
+    co_await drained_->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+  drained_.reset();
+}
+
 asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std::span<const jsonrpc::Call> calls,
                                                        RouteOptions options) {
   std::vector<CallOutcome> outs(calls.size());
   std::vector<Item> items;
   items.reserve(calls.size());
-  const auto timeout_ms = options.timeout_ms.value_or(profile_.routing.timeout_ms);
-  const auto deadline_us = steady_us() + timeout_ms * 1000;
   const int max_attempts = options.max_attempts.value_or(profile_.routing.max_attempts.value_or(INT_MAX));
   const auto ckey = chain_key(profile_.name, chain.name);
 
-  std::vector<std::size_t> item_of(calls.size(), SIZE_MAX);
+  // The overall deadline: --timeout, else the profile's, stretched for methods whose attempts may
+  // take longer (debug_*, trace_*).
+  std::int64_t timeout_ms = profile_.routing.timeout_ms;
+  for (const auto& call : calls) {
+    if (call.valid()) timeout_ms = std::max(timeout_ms, default_method_timeout_ms(call.method));
+  }
+  if (options.timeout_ms) timeout_ms = *options.timeout_ms;
+  const auto deadline_us = steady_us() + timeout_ms * 1000;
+
   for (std::size_t i = 0; i < calls.size(); ++i) {
     const auto& call = calls[i];
     auto& o = outs[i];
@@ -270,11 +547,34 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
     item.index = i;
     item.call = &call;
     item.plan = plan(chain, call.method, call.params, options);
+    // Every provider is over its quota: wait for the first token when it comes within the deadline,
+    // rather than fail a script that calls in a tight loop.
+    for (;;) {
+      if (!item.plan.candidates.empty()) break;
+      std::int64_t wait = -1;
+      bool only_quota = true;
+      for (const auto& e : item.plan.excluded) {
+        if (e.kind == ExclusionKind::quota) {
+          wait = wait < 0 ? e.retry_in_ms : std::min(wait, e.retry_in_ms);
+        } else if (e.kind != ExclusionKind::caller && e.kind != ExclusionKind::policy &&
+                   e.kind != ExclusionKind::method) {
+          only_quota = false;
+        }
+      }
+      if (wait < 0 || !only_quota || steady_us() + wait * 1000 >= deadline_us) break;
+      asio::steady_timer timer(co_await asio::this_coro::executor, std::chrono::milliseconds(wait));
+      boost::system::error_code ec;
+      co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      item.plan = plan(chain, call.method, call.params, options);
+    }
     item.out.strategy = item.plan.strategy;
     item.out.excluded = item.plan.excluded;
     if (item.plan.strategy == Strategy::round_robin) store_.record(CursorEvent{ckey, 1}, profile_.health);
-    if (item.plan.candidates.empty()) finish_unavailable(item, chain, "no eligible provider");
-    item_of[i] = items.size();
+    if (item.plan.candidates.empty()) {
+      finish_unavailable(item, chain, "no eligible provider");
+    } else if (item.plan.policy.broadcast) {
+      co_await route_broadcast(chain, item, deadline_us);
+    }
     items.push_back(std::move(item));
   }
 
@@ -289,8 +589,16 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
     if (leader == nullptr) break;
     const Candidate cand = leader->plan.candidates[leader->next];
     const Provider& provider = *cand.provider;
+    const ProviderState* ps = nullptr;
+    if (auto it = store_.state().providers.find(cand.key); it != store_.state().providers.end()) ps = &it->second;
+
+    // Calls bound for the same provider go in one batch, up to its max_batch (one call at a time
+    // when probe found it does not answer batches); the rest go in the next rounds.
+    std::size_t cap = provider.limits.max_batch.value_or(SIZE_MAX);
+    if (ps != nullptr && ps->probe.batch == false) cap = 1;
     std::vector<Item*> group;
     for (auto& it : items) {
+      if (group.size() >= cap) break;
       if (!it.done && it.plan.candidates[it.next].key == cand.key) group.push_back(&it);
     }
 
@@ -299,13 +607,17 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
       for (auto* it : group) finish_unavailable(*it, chain, fmt::format("deadline of {} ms exceeded", timeout_ms));
       continue;
     }
-    std::int64_t attempt_timeout = std::min<std::int64_t>(provider.timeout_ms, remaining_ms);
-    if (leader->plan.policy.timeout_ms) attempt_timeout = std::min(attempt_timeout, *leader->plan.policy.timeout_ms);
+    const std::int64_t attempt_timeout =
+        std::min<std::int64_t>(attempt_timeout_ms(leader->call->method, provider, leader->plan.policy), remaining_ms);
 
     std::vector<UpstreamCall> upstream;
     upstream.reserve(group.size());
     for (auto* it : group) upstream.push_back({it->call->method, it->call->params});
 
+    if (provider.rate_limit) {
+      store_.record(QuotaEvent{cand.key, clock_.now_ms(), static_cast<double>(group.size()), *provider.rate_limit},
+                    profile_.health);
+    }
     const bool trial = cand.breaker == BreakerState::half_open;
     if (trial) ++half_open_in_flight_[cand.key];
     Exchange ex = co_await send_exchange(engine_, provider, upstream, attempt_timeout, clock_, profile_);
@@ -342,23 +654,16 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
         item.out.result = *reply->result;
         item.out.provider = provider.id;
         item.out.upstream_latency_ms = latency_ms;
-        item.out.response = call.has_id() ? jsonrpc::make_result(call.id, item.out.result) : std::string();
-        if (call.method == "eth_blockNumber") {
-          if (auto h = jsonrpc::parse_quantity(item.out.result)) {
-            store_.record(HeightEvent{cand.key, Height{*h, now}}, profile_.health);
-            store_.record(HighWaterEvent{ckey, Height{*h, now}}, profile_.health);
-          }
-        } else if (creates_filter(call.method)) {
-          if (auto id = json_string_value(item.out.result)) {
-            store_.record(FilterEvent{filter_key(profile_.name, chain.name, *id), FilterPin{provider.id, now}},
-                          profile_.health);
-          }
-        }
+        on_success(chain, cand, item, now);
         continue;
       }
       if (c.cls == OutcomeClass::deterministic) {
         finish_with_error(answer_error(*reply), provider.id, latency_ms);
         continue;
+      }
+      if (c.cls == OutcomeClass::capability && reply != nullptr && reply->error && item.plan.needs_archive &&
+          !provider.archival && says_missing_state(reply->error->message)) {
+        store_.record(ArchivalEvent{cand.key, ArchivalSeen{false, now}}, profile_.health);
       }
       if (reply != nullptr && reply->error && (c.cls == OutcomeClass::capability || c.cls == OutcomeClass::unknown)) {
         item.held_error = answer_error(*reply);

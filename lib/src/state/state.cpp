@@ -1,5 +1,7 @@
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 
 #include <fmt/format.h>
 #include <simdjson.h>
@@ -66,6 +68,31 @@ std::int64_t recovery_for(const BreakerConfig& cfg, int reopens, double jitter) 
 
 }  // namespace
 
+double bucket_level(const Bucket& b, const Quota& quota, std::int64_t now_ms) {
+  if (b.t_ms == 0) return quota.burst;
+  const double elapsed_s = static_cast<double>(std::max<std::int64_t>(0, now_ms - b.t_ms)) / 1000.0;
+  return std::min(quota.burst, b.tokens + elapsed_s * quota.rps);
+}
+
+std::int64_t bucket_wait_ms(const Bucket& b, const Quota& quota, std::int64_t now_ms) {
+  const double level = bucket_level(b, quota, now_ms);
+  if (level >= 1.0) return 0;
+  if (quota.rps <= 0) return INT64_MAX / 4;
+  return static_cast<std::int64_t>(std::ceil((1.0 - level) / quota.rps * 1000.0));
+}
+
+void breaker_trip(Breaker& b, std::int64_t t_ms, std::string_view reason, const BreakerConfig& cfg, double jitter) {
+  const BreakerState now = b.effective_state(t_ms);
+  if (now == BreakerState::open) return;
+  b.reopens = now == BreakerState::half_open ? b.reopens + 1 : 0;
+  b.state = BreakerState::open;
+  b.opened_ms = t_ms;
+  b.recovery_ms = recovery_for(cfg, b.reopens, jitter);
+  b.successes = 0;
+  b.failures = 0;
+  b.reason.assign(reason);
+}
+
 void breaker_on_outcome(Breaker& b, OutcomeClass cls, std::int64_t t_ms, std::string_view reason,
                         const BreakerConfig& cfg, double jitter) {
   BreakerState now = b.effective_state(t_ms);
@@ -108,7 +135,11 @@ void apply_event(State& state, const Event& event, const HealthConfig& health) {
         if constexpr (std::is_same_v<T, AttemptEvent>) {
           auto& ps = provider_entry(state, e.key);
           ps.last_used_ms = std::max(ps.last_used_ms, e.t_ms);
-          breaker_on_outcome(ps.breaker, e.cls, e.t_ms, e.reason, health.circuit_breaker, e.jitter);
+          if (e.trip) {
+            breaker_trip(ps.breaker, e.t_ms, e.reason, health.circuit_breaker, e.jitter);
+          } else {
+            breaker_on_outcome(ps.breaker, e.cls, e.t_ms, e.reason, health.circuit_breaker, e.jitter);
+          }
           if (e.cls == OutcomeClass::rate_limited) {
             auto wait = e.retry_after_ms >= 0 ? e.retry_after_ms : health.rate_limit_default_ms;
             ps.rate_limited_until_ms = std::max(ps.rate_limited_until_ms, e.t_ms + wait);
@@ -131,7 +162,11 @@ void apply_event(State& state, const Event& event, const HealthConfig& health) {
           }
         } else if constexpr (std::is_same_v<T, HighWaterEvent>) {
           auto& hw = state.chains[e.chain_key].high_water;
-          if (e.height.block > hw.block) hw = e.height;
+          // The mark only rises; seeing it again keeps it fresh. A reset replaces it.
+          if (e.reset ? e.height.t_ms >= hw.t_ms
+                      : e.height.block > hw.block || (e.height.block == hw.block && e.height.t_ms > hw.t_ms)) {
+            hw = e.height;
+          }
         } else if constexpr (std::is_same_v<T, CursorEvent>) {
           state.chains[e.chain_key].rr_cursor += e.advance;
         } else if constexpr (std::is_same_v<T, FilterEvent>) {
@@ -140,6 +175,23 @@ void apply_event(State& state, const Event& event, const HealthConfig& health) {
           auto& ps = provider_entry(state, e.key);
           if (e.findings.t_ms >= ps.probe.t_ms) ps.probe = e.findings;
           ps.last_used_ms = std::max(ps.last_used_ms, e.findings.t_ms);
+        } else if constexpr (std::is_same_v<T, QuotaEvent>) {
+          auto& ps = provider_entry(state, e.key);
+          // Refill up to this draw (never backwards in time when another process drew later),
+          // then take. The floor keeps a burst of overdrawing processes from owing forever.
+          const auto at = std::max(e.t_ms, ps.quota.t_ms);
+          const double level = bucket_level(ps.quota, e.quota, at);
+          ps.quota.tokens = std::max(level - e.taken, -e.quota.burst);
+          ps.quota.t_ms = at;
+          ps.last_used_ms = std::max(ps.last_used_ms, e.t_ms);
+        } else if constexpr (std::is_same_v<T, LagEvent>) {
+          auto& ps = provider_entry(state, e.key);
+          if (e.mark.t_ms >= ps.lag.t_ms) ps.lag = e.mark;
+          ps.last_used_ms = std::max(ps.last_used_ms, e.mark.t_ms);
+        } else if constexpr (std::is_same_v<T, ArchivalEvent>) {
+          auto& ps = provider_entry(state, e.key);
+          if (e.seen.t_ms >= ps.archival_seen.t_ms) ps.archival_seen = e.seen;
+          ps.last_used_ms = std::max(ps.last_used_ms, e.seen.t_ms);
         }
       },
       event);
@@ -229,6 +281,33 @@ std::string serialize_state(const State& state, std::int64_t now_ms) {
       w.value(ps.probe.client_version);
       w.end_object();
     }
+    if (ps.quota.t_ms > 0) {
+      w.key("quota");
+      w.begin_object();
+      w.key("tokens");
+      w.value(ps.quota.tokens);
+      w.key("t_ms");
+      w.value(ps.quota.t_ms);
+      w.end_object();
+    }
+    if (ps.lag.t_ms > 0) {
+      w.key("lag");
+      w.begin_object();
+      w.key("behind_since_ms");
+      w.value(ps.lag.behind_since_ms);
+      w.key("t_ms");
+      w.value(ps.lag.t_ms);
+      w.end_object();
+    }
+    if (ps.archival_seen.archival) {
+      w.key("archival_seen");
+      w.begin_object();
+      w.key("archival");
+      w.value(*ps.archival_seen.archival);
+      w.key("t_ms");
+      w.value(ps.archival_seen.t_ms);
+      w.end_object();
+    }
     w.key("methods");
     w.begin_object();
     for (const auto& [method, samples] : ps.methods) {
@@ -305,6 +384,14 @@ std::uint64_t get_uint(dom::object o, std::string_view key) {
   std::uint64_t v = 0;
   if (e.get_uint64().get(v)) throw Bad{fmt::format("'{}' is not a non-negative integer", key)};
   return v;
+}
+
+double get_double(dom::object o, std::string_view key) {
+  dom::element e;
+  if (o.at_key(key).get(e)) return 0;
+  double v = 0;
+  if (e.get_double().get(v) == simdjson::SUCCESS && std::isfinite(v)) return v;
+  throw Bad{fmt::format("'{}' is not a number", key)};
 }
 
 std::string get_str(dom::object o, std::string_view key) {
@@ -390,6 +477,21 @@ Result<State> parse_state(std::string_view text) {
           ps.probe.batch = get_opt_bool(pr, "batch");
           ps.probe.syncing = get_opt_bool(pr, "syncing");
           ps.probe.client_version = get_str(pr, "client_version");
+        }
+        if (has(po, "quota")) {
+          auto qo = get_obj(po, "quota");
+          ps.quota.tokens = get_double(qo, "tokens");
+          ps.quota.t_ms = get_int(qo, "t_ms");
+        }
+        if (has(po, "lag")) {
+          auto lo = get_obj(po, "lag");
+          ps.lag.behind_since_ms = get_int(lo, "behind_since_ms");
+          ps.lag.t_ms = get_int(lo, "t_ms");
+        }
+        if (has(po, "archival_seen")) {
+          auto ao = get_obj(po, "archival_seen");
+          ps.archival_seen.archival = get_opt_bool(ao, "archival");
+          ps.archival_seen.t_ms = get_int(ao, "t_ms");
         }
         if (has(po, "methods")) {
           for (auto [method, mv] : get_obj(po, "methods")) {

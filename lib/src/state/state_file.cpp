@@ -199,9 +199,35 @@ void StateStore::add_pending(Event event, const HealthConfig& health) {
           auto& pp = pending_.providers[e.key];
           pp.health = health;
           pp.probe = e.findings;
+        } else if constexpr (std::is_same_v<T, QuotaEvent>) {
+          auto& pp = pending_.providers[e.key];
+          pp.health = health;
+          if (pp.quota) {
+            pp.quota->taken += e.taken;
+            pp.quota->t_ms = std::max(pp.quota->t_ms, e.t_ms);
+            pp.quota->quota = e.quota;
+          } else {
+            pp.quota = e;
+          }
+        } else if constexpr (std::is_same_v<T, LagEvent>) {
+          auto& pp = pending_.providers[e.key];
+          pp.health = health;
+          if (!pp.lag || e.mark.t_ms >= pp.lag->t_ms) pp.lag = e.mark;
+        } else if constexpr (std::is_same_v<T, ArchivalEvent>) {
+          auto& pp = pending_.providers[e.key];
+          pp.health = health;
+          if (!pp.archival || e.seen.t_ms >= pp.archival->t_ms) pp.archival = e.seen;
         } else if constexpr (std::is_same_v<T, HighWaterEvent>) {
-          auto& hw = pending_.high_water[e.chain_key];
-          if (e.height.block > hw.block) hw = e.height;
+          auto [it, fresh] = pending_.high_water.try_emplace(e.chain_key, e);
+          auto& hw = it->second;
+          if (!fresh) {
+            if (e.reset) {
+              hw = e;
+            } else if (e.height.block > hw.height.block ||
+                       (e.height.block == hw.height.block && e.height.t_ms > hw.height.t_ms)) {
+              hw.height = e.height;
+            }
+          }
         } else if constexpr (std::is_same_v<T, CursorEvent>) {
           pending_.cursors[e.chain_key] += e.advance;
         } else if constexpr (std::is_same_v<T, FilterEvent>) {
@@ -219,9 +245,12 @@ void StateStore::replay_pending(State& onto) const {
     }
     if (pp.height) apply_event(onto, HeightEvent{key, *pp.height}, pp.health);
     if (pp.probe) apply_event(onto, ProbeEvent{key, *pp.probe}, pp.health);
+    if (pp.quota) apply_event(onto, *pp.quota, pp.health);
+    if (pp.lag) apply_event(onto, LagEvent{key, *pp.lag}, pp.health);
+    if (pp.archival) apply_event(onto, ArchivalEvent{key, *pp.archival}, pp.health);
   }
   const HealthConfig none;
-  for (const auto& [key, h] : pending_.high_water) apply_event(onto, HighWaterEvent{key, h}, none);
+  for (const auto& [key, hw] : pending_.high_water) apply_event(onto, hw, none);
   for (const auto& [key, n] : pending_.cursors) apply_event(onto, CursorEvent{key, n}, none);
   for (const auto& [key, pin] : pending_.filters) apply_event(onto, FilterEvent{key, pin}, none);
 }

@@ -633,3 +633,102 @@ TEST_CASE("StateStore: 16 processes saving to one file lose nothing",
     CHECK(name.find(".tmp") == std::string::npos);
   }
 }
+
+TEST_CASE("quota bucket: refills at rps up to burst; draws may overdraw down to -burst", "[state][quota]") {
+  const Quota q{5, 5};
+  Bucket b;
+  CHECK(bucket_level(b, q, kNow) == 5.0);  // never drawn: full
+  CHECK(bucket_wait_ms(b, q, kNow) == 0);
+  State s;
+  const auto health = test_health();
+  for (int i = 0; i < 5; ++i) apply_event(s, QuotaEvent{kKey, kNow, 1, q}, health);
+  const auto& bucket = s.providers.at(kKey).quota;
+  CHECK(bucket_level(bucket, q, kNow) == Approx(0.0));
+  CHECK(bucket_wait_ms(bucket, q, kNow) == 200);
+  CHECK(bucket_level(bucket, q, kNow + 400) == Approx(2.0));
+  CHECK(bucket_level(bucket, q, kNow + 60'000) == Approx(5.0));  // capped at burst
+  for (int i = 0; i < 20; ++i) apply_event(s, QuotaEvent{kKey, kNow, 1, q}, health);
+  CHECK(s.providers.at(kKey).quota.tokens == Approx(-5.0));
+  CHECK(bucket_wait_ms(s.providers.at(kKey).quota, q, kNow) == 1'200);
+  // An event older than the bucket's time does not refill it backwards.
+  apply_event(s, QuotaEvent{kKey, kNow - 10'000, 0, q}, health);
+  CHECK(s.providers.at(kKey).quota.t_ms == kNow);
+}
+
+TEST_CASE("StateStore: two processes drawing from one quota share the bucket through the file",
+          "[state][store][quota]") {
+  TempDir dir;
+  const auto path = dir / "state.json";
+  FakeClock clock(kNow);
+  const auto health = test_health();
+  auto quiet = [](const std::string&) {};
+  const Quota q{5, 5};
+  {
+    StateStore a(path, clock, quiet);
+    a.load();
+    for (int i = 0; i < 3; ++i) a.record(QuotaEvent{kKey, kNow, 1, q}, health);
+    REQUIRE(a.save().has_value());
+  }
+  StateStore b(path, clock, quiet);
+  b.load();
+  CHECK(bucket_level(b.state().providers.at(kKey).quota, q, kNow) == Approx(2.0));
+  StateStore c(path, clock, quiet);
+  c.load();
+  b.record(QuotaEvent{kKey, kNow, 1, q}, health);
+  c.record(QuotaEvent{kKey, kNow, 1, q}, health);
+  c.record(QuotaEvent{kKey, kNow, 1, q}, health);
+  REQUIRE(b.save().has_value());
+  REQUIRE(c.save().has_value());
+  auto parsed = parse_state(read_file(path));
+  REQUIRE(parsed.has_value());
+  CHECK(bucket_level(parsed->providers.at(kKey).quota, q, kNow) == Approx(-1.0));  // 6 drawn from 5
+}
+
+TEST_CASE("state: lag marks, learned archival and a high-water reset round-trip and merge", "[state]") {
+  const auto health = test_health();
+  State s;
+  apply_event(s, LagEvent{kKey, LagMark{kNow - 5'000, kNow}}, health);
+  apply_event(s, LagEvent{kKey, LagMark{0, kNow - 1}}, health);  // older judgement: ignored
+  CHECK(s.providers.at(kKey).lag.behind_since_ms == kNow - 5'000);
+  apply_event(s, ArchivalEvent{kKey, ArchivalSeen{false, kNow}}, health);
+  apply_event(s, QuotaEvent{kKey2, kNow, 2, Quota{1, 10}}, health);
+  apply_event(s, HighWaterEvent{kChain, Height{500, kNow}}, health);
+  apply_event(s, HighWaterEvent{kChain, Height{500, kNow + 7}}, health);  // seen again: fresher
+  CHECK(s.chains.at(kChain).high_water.t_ms == kNow + 7);
+  apply_event(s, HighWaterEvent{kChain, Height{3, kNow + 9}, true}, health);  // a restarted chain
+  CHECK(s.chains.at(kChain).high_water.block == 3);
+
+  auto trip = AttemptEvent{kKey, kNow, OutcomeClass::provider_failure, "lag: 20 blocks behind", -1, 0, true};
+  apply_event(s, trip, health);
+  CHECK(s.providers.at(kKey).breaker.state == BreakerState::open);
+  CHECK(s.providers.at(kKey).breaker.reason == "lag: 20 blocks behind");
+
+  auto parsed = parse_state(serialize_state(s, kNow));
+  REQUIRE(parsed.has_value());
+  const auto& p = parsed->providers.at(kKey);
+  CHECK(p.lag.behind_since_ms == kNow - 5'000);
+  CHECK(p.lag.t_ms == kNow);
+  CHECK(p.archival_seen.archival == false);
+  CHECK(p.archival_seen.t_ms == kNow);
+  CHECK(p.breaker.state == BreakerState::open);
+  CHECK(parsed->providers.at(kKey2).quota.tokens == Approx(8.0));
+  CHECK(parsed->providers.at(kKey2).quota.t_ms == kNow);
+  CHECK(parsed->chains.at(kChain).high_water.block == 3);
+
+  CHECK_FALSE(parse_state(R"({"version":1,"providers":{"k":{"quota":{"tokens":"x"}}}})").has_value());
+}
+
+TEST_CASE("breaker_trip: opens a closed or half-open breaker at once, leaves an open one", "[state][breaker]") {
+  const auto cfg = test_health().circuit_breaker;
+  Breaker b;
+  breaker_trip(b, kNow, "lag", cfg, 0);
+  CHECK(b.state == BreakerState::open);
+  CHECK(b.opened_ms == kNow);
+  CHECK(b.recovery_ms == 1'000);
+  breaker_trip(b, kNow + 10, "lag again", cfg, 0);  // still open: unchanged
+  CHECK(b.opened_ms == kNow);
+  breaker_trip(b, kNow + 1'000, "lag again", cfg, 0);  // half-open by now: reopens, doubled
+  CHECK(b.state == BreakerState::open);
+  CHECK(b.reopens == 1);
+  CHECK(b.recovery_ms == 2'000);
+}

@@ -1,0 +1,211 @@
+#include "rpcroute/blocks.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include <simdjson.h>
+
+#include "rpcroute/jsonrpc.hpp"
+
+namespace rpcroute {
+
+namespace {
+
+namespace dom = simdjson::dom;
+
+// Methods with a block parameter and where it sits. eth_getLogs takes a filter object instead.
+constexpr std::pair<std::string_view, int> kBlockParams[] = {
+    {"eth_getBlockByNumber", 0},
+    {"eth_getBlockTransactionCountByNumber", 0},
+    {"eth_getUncleCountByBlockNumber", 0},
+    {"eth_getUncleByBlockNumberAndIndex", 0},
+    {"eth_getTransactionByBlockNumberAndIndex", 0},
+    {"eth_getBlockReceipts", 0},
+    {"debug_traceBlockByNumber", 0},
+    {"debug_getRawBlock", 0},
+    {"debug_getRawHeader", 0},
+    {"debug_getRawReceipts", 0},
+    {"trace_block", 0},
+    {"trace_replayBlockTransactions", 0},
+    {"eth_getBalance", 1},
+    {"eth_getCode", 1},
+    {"eth_getTransactionCount", 1},
+    {"eth_call", 1},
+    {"eth_estimateGas", 1},
+    {"eth_createAccessList", 1},
+    {"eth_feeHistory", 1},
+    {"debug_traceCall", 1},
+    {"eth_getStorageAt", 2},
+    {"eth_getProof", 2},
+    {"trace_call", 2},
+    {"eth_getHeaderByNumber", 0},
+    {"erigon_getHeaderByNumber", 0},
+};
+
+// Methods whose block parameter may be left out (the node then reads `latest`).
+bool block_param_optional(std::string_view method) {
+  return method == "eth_call" || method == "eth_estimateGas" || method == "eth_createAccessList" ||
+         method == "debug_traceCall" || method == "trace_call";
+}
+
+std::optional<BlockRef> tag_or_number(std::string_view s) {
+  using K = BlockRef::Kind;
+  if (s == "latest") return BlockRef{K::latest, 0};
+  if (s == "pending") return BlockRef{K::pending, 0};
+  if (s == "safe") return BlockRef{K::safe, 0};
+  if (s == "finalized") return BlockRef{K::finalized, 0};
+  if (s == "earliest") return BlockRef{K::earliest, 0};
+  if (s.size() == 66 && (s.starts_with("0x") || s.starts_with("0X"))) return BlockRef{K::hash, 0};
+  std::string quoted;
+  quoted.reserve(s.size() + 2);
+  quoted.push_back('"');
+  quoted.append(s);
+  quoted.push_back('"');
+  if (auto n = jsonrpc::parse_quantity(quoted)) return BlockRef{K::number, *n};
+  return std::nullopt;
+}
+
+std::optional<BlockRef> block_ref(dom::element e) {
+  std::string_view s;
+  if (e.get_string().get(s) == simdjson::SUCCESS) return tag_or_number(s);
+  std::uint64_t n = 0;
+  if (e.get_uint64().get(n) == simdjson::SUCCESS) return BlockRef{BlockRef::Kind::number, n};
+  dom::object o;
+  if (e.get_object().get(o) == simdjson::SUCCESS) {  // EIP-1898
+    dom::element v;
+    if (o.at_key("blockHash").get(v) == simdjson::SUCCESS) return BlockRef{BlockRef::Kind::hash, 0};
+    if (o.at_key("blockNumber").get(v) == simdjson::SUCCESS) return block_ref(v);
+  }
+  return std::nullopt;
+}
+
+dom::parser& local_parser() {
+  thread_local dom::parser parser;
+  return parser;
+}
+
+}  // namespace
+
+int block_param_index(std::string_view method) {
+  for (const auto& [name, index] : kBlockParams) {
+    if (name == method) return index;
+  }
+  return -1;
+}
+
+BlockNeed analyze_block_need(std::string_view method, std::string_view params) {
+  BlockNeed need;
+  const bool logs = method == "eth_getLogs";
+  const int index = logs ? 0 : block_param_index(method);
+  if (index < 0) return need;
+  if (params.empty()) {
+    if (block_param_optional(method)) need.block = BlockRef{};
+    return need;
+  }
+  dom::element root;
+  if (local_parser().parse(params.data(), params.size(), true).get(root) != simdjson::SUCCESS) return need;
+  dom::array arr;
+  if (root.get_array().get(arr) != simdjson::SUCCESS) return need;
+  dom::element param;
+  if (arr.at(static_cast<std::size_t>(index)).get(param) != simdjson::SUCCESS || param.is_null()) {
+    if (!logs && block_param_optional(method)) need.block = BlockRef{};
+    return need;
+  }
+  if (!logs) {
+    need.block = block_ref(param);
+    return need;
+  }
+  dom::object filter;
+  if (param.get_object().get(filter) != simdjson::SUCCESS) return need;
+  dom::element v;
+  if (filter.at_key("blockHash").get(v) == simdjson::SUCCESS && !v.is_null()) {
+    need.block = BlockRef{BlockRef::Kind::hash, 0};
+    return need;
+  }
+  // Absent bounds default to latest, as nodes do.
+  need.from = BlockRef{};
+  need.to = BlockRef{};
+  if (filter.at_key("fromBlock").get(v) == simdjson::SUCCESS && !v.is_null()) need.from = block_ref(v);
+  if (filter.at_key("toBlock").get(v) == simdjson::SUCCESS && !v.is_null()) need.to = block_ref(v);
+  if (!need.from || !need.to) return BlockNeed{};  // unreadable bound: the provider will say so
+  return need;
+}
+
+std::int64_t height_horizon_ms(const Chain& chain) {
+  return std::max<std::int64_t>(60'000, 5 * chain.block_time_ms);
+}
+
+bool height_fresh(const Height& h, std::int64_t now_ms, const Chain& chain) {
+  return h.t_ms > 0 && h.t_ms >= now_ms - height_horizon_ms(chain);
+}
+
+std::uint64_t estimate_height(const Height& h, std::int64_t now_ms, const Chain& chain) {
+  if (!height_fresh(h, now_ms, chain) || chain.block_time_ms <= 0) return h.block;
+  const auto elapsed = std::clamp<std::int64_t>(now_ms - h.t_ms, 0, height_horizon_ms(chain));
+  return h.block + static_cast<std::uint64_t>(elapsed / chain.block_time_ms);
+}
+
+std::uint64_t estimated_head(const State& state, const Profile& profile, const Chain& chain, std::int64_t now_ms) {
+  std::uint64_t head = 0;
+  if (auto it = state.chains.find(chain_key(profile.name, chain.name)); it != state.chains.end()) {
+    if (height_fresh(it->second.high_water, now_ms, chain)) {
+      head = estimate_height(it->second.high_water, now_ms, chain);
+    }
+  }
+  for (const auto& p : chain.providers) {
+    auto it = state.providers.find(provider_key(profile.name, chain.name, p));
+    if (it == state.providers.end()) continue;
+    const auto& ps = it->second;
+    const bool right_chain = ps.probe.chain_id == 0 || ps.probe.chain_id == chain.chain_id;
+    if (right_chain && height_fresh(ps.height, now_ms, chain)) {
+      head = std::max(head, estimate_height(ps.height, now_ms, chain));
+    }
+  }
+  return head;
+}
+
+namespace {
+
+std::optional<std::uint64_t> resolve(const BlockRef& ref, std::uint64_t head) {
+  switch (ref.kind) {
+    case BlockRef::Kind::earliest: return 0;
+    case BlockRef::Kind::number: return ref.number;
+    case BlockRef::Kind::hash: return std::nullopt;
+    default: break;
+  }
+  if (head == 0) return std::nullopt;
+  return head;
+}
+
+}  // namespace
+
+std::optional<std::uint64_t> oldest_block(const BlockNeed& need, std::uint64_t head) {
+  std::optional<std::uint64_t> oldest;
+  for (const auto* ref : {&need.block, &need.from, &need.to}) {
+    if (!*ref || (*ref)->is_head_relative() || (*ref)->kind == BlockRef::Kind::hash) continue;
+    auto n = resolve(**ref, head);
+    if (n && (!oldest || *n < *oldest)) oldest = n;
+  }
+  return oldest;
+}
+
+std::optional<std::uint64_t> highest_numbered_block(const BlockNeed& need) {
+  std::optional<std::uint64_t> highest;
+  for (const auto* ref : {&need.block, &need.from, &need.to}) {
+    if (*ref && (*ref)->kind == BlockRef::Kind::number && (!highest || (*ref)->number > *highest)) {
+      highest = (*ref)->number;
+    }
+  }
+  return highest;
+}
+
+std::optional<std::uint64_t> log_range_blocks(const BlockNeed& need, std::uint64_t head) {
+  if (!need.from || !need.to) return std::nullopt;
+  auto from = resolve(*need.from, head);
+  auto to = resolve(*need.to, head);
+  if (!from || !to) return std::nullopt;
+  if (*to < *from) return 0;
+  return *to - *from + 1;
+}
+
+}  // namespace rpcroute
