@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "routes.hpp"
+#include "rpcroute/blocks.hpp"
 #include "rpcroute/exchange.hpp"
 #include "rpcroute/json.hpp"
 #include "rpcroute/jsonrpc.hpp"
@@ -221,7 +222,7 @@ asio::awaitable<void> Server::poll_provider(ProfileRuntime* rt, const Chain* cha
     record_exchange(store_, rt->profile.health, key, calls, ex, now, rng_.uniform());
     if (ex.per_call[0].cls == OutcomeClass::success) {
       if (auto h = jsonrpc::parse_quantity(*ex.replies[0]->result)) {
-        store_.record(HeightEvent{key, Height{*h, now}}, rt->profile.health);
+        observe_height(store_, rt->profile, *chain, *provider, Height{*h, now}, rng_.uniform());
       }
       wait = interval;
     } else {

@@ -44,10 +44,11 @@ struct BlockNeed {
 [[nodiscard]] std::uint64_t estimate_height(const Height& h, std::int64_t now_ms, const Chain& chain);
 [[nodiscard]] bool height_fresh(const Height& h, std::int64_t now_ms, const Chain& chain);
 
-/// The chain's estimated head: the greatest estimate among the high-water mark and the fresh
-/// heights of providers on the right chain. 0 when nothing fresh is known.
-[[nodiscard]] std::uint64_t estimated_head(const State& state, const Profile& profile, const Chain& chain,
-                                           std::int64_t now_ms);
+/// The best height known for a chain: the greatest fresh observation among the high-water mark
+/// and the providers on the right chain, as observed (not moved forward: a chain that stopped, like
+/// an idle anvil, must not make a fresh observation look behind an older one). 0: nothing fresh.
+[[nodiscard]] std::uint64_t best_known_height(const State& state, const Profile& profile, const Chain& chain,
+                                              std::int64_t now_ms);
 
 /// The lowest block a request reads, resolved against the head (0 for `earliest`); nullopt when it
 /// reads only the head, a hash, or the head is unknown.

@@ -54,6 +54,7 @@ struct Plan {
   BlockNeed need;               // the block(s) the request reads
   std::uint64_t head = 0;       // the chain's estimated head; 0 unknown
   bool needs_archive = false;   // reads state older than head - archival_threshold, or `earliest`
+  bool lag_fallback = false;    // every eligible provider lagged: they are tried anyway
 };
 
 struct RouteOptions {

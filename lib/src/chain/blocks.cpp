@@ -145,21 +145,17 @@ std::uint64_t estimate_height(const Height& h, std::int64_t now_ms, const Chain&
   return h.block + static_cast<std::uint64_t>(elapsed / chain.block_time_ms);
 }
 
-std::uint64_t estimated_head(const State& state, const Profile& profile, const Chain& chain, std::int64_t now_ms) {
+std::uint64_t best_known_height(const State& state, const Profile& profile, const Chain& chain, std::int64_t now_ms) {
   std::uint64_t head = 0;
   if (auto it = state.chains.find(chain_key(profile.name, chain.name)); it != state.chains.end()) {
-    if (height_fresh(it->second.high_water, now_ms, chain)) {
-      head = estimate_height(it->second.high_water, now_ms, chain);
-    }
+    if (height_fresh(it->second.high_water, now_ms, chain)) head = it->second.high_water.block;
   }
   for (const auto& p : chain.providers) {
     auto it = state.providers.find(provider_key(profile.name, chain.name, p));
     if (it == state.providers.end()) continue;
     const auto& ps = it->second;
     const bool right_chain = ps.probe.chain_id == 0 || ps.probe.chain_id == chain.chain_id;
-    if (right_chain && height_fresh(ps.height, now_ms, chain)) {
-      head = std::max(head, estimate_height(ps.height, now_ms, chain));
-    }
+    if (right_chain && height_fresh(ps.height, now_ms, chain)) head = std::max(head, ps.height.block);
   }
   return head;
 }

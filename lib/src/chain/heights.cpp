@@ -19,7 +19,7 @@ void judge_lag(StateStore& store, const Profile& profile, const Chain& chain, co
   const auto& ps = it->second;
   const Height height = ps.height;
   if (ps.lag.t_ms > height.t_ms) return;  // judged on a newer observation already
-  const auto head = estimated_head(state, profile, chain, height.t_ms);
+  const auto head = best_known_height(state, profile, chain, height.t_ms);
   const bool behind = head > height.block + chain.max_lag_blocks;
   if (!behind) {
     if (ps.lag.behind_since_ms != 0) store.record(LagEvent{key, LagMark{0, height.t_ms}}, profile.health);

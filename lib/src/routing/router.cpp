@@ -160,10 +160,12 @@ Plan Router::plan(const Chain& chain, std::string_view method, std::string_view 
     }
   }
 
-  // Heights: each provider's fresh observation moved forward by the blocks made since. Lag is
-  // measured against the best provider that is not shut out by its breaker (a dead provider's old
-  // height would make every live one look behind); the high-water mark counts when nothing else is
-  // known. The head (for archive and range decisions) is the greatest of all.
+  // Heights: a provider's fresh observation is moved forward by the blocks likely made since (the
+  // benefit of the doubt), and compared with the best height actually observed — never with another
+  // estimate, since a chain that stopped (an idle anvil) would make a fresh observation look behind
+  // an older one. The best is taken over providers not shut out by their breaker (a dead provider's
+  // last height would make every live one look behind); the high-water mark counts when no
+  // provider height is fresh. The head, for archive and block decisions, is the greatest of all.
   const auto ckey = chain_key(profile_.name, chain.name);
   std::vector<const ProviderState*> states(chain.providers.size(), nullptr);
   std::vector<std::optional<std::uint64_t>> estimates(chain.providers.size());
@@ -176,13 +178,12 @@ Plan Router::plan(const Chain& chain, std::string_view method, std::string_view 
     const bool right_chain = ps.probe.chain_id == 0 || ps.probe.chain_id == chain.chain_id;
     if (!right_chain || !height_fresh(ps.height, now, chain)) continue;
     estimates[i] = estimate_height(ps.height, now, chain);
-    plan.head = std::max(plan.head, *estimates[i]);
-    if (ps.breaker.effective_state(now) != BreakerState::open) reference = std::max(reference, *estimates[i]);
+    plan.head = std::max(plan.head, ps.height.block);
+    if (ps.breaker.effective_state(now) != BreakerState::open) reference = std::max(reference, ps.height.block);
   }
   if (auto it = state.chains.find(ckey); it != state.chains.end() && height_fresh(it->second.high_water, now, chain)) {
-    const auto hw = estimate_height(it->second.high_water, now, chain);
-    plan.head = std::max(plan.head, hw);
-    if (reference == 0) reference = hw;
+    plan.head = std::max(plan.head, it->second.high_water.block);
+    if (reference == 0) reference = it->second.high_water.block;
   }
 
   plan.need = analyze_block_need(method, params);
@@ -198,6 +199,7 @@ Plan Router::plan(const Chain& chain, std::string_view method, std::string_view 
   const auto highest = highest_numbered_block(plan.need);
   // Blocks an eth_getLogs call scans; 0 when not known (a tag without a head, a blockHash query).
   const std::uint64_t log_range = method == "eth_getLogs" ? log_range_blocks(plan.need, plan.head).value_or(0) : 0;
+  std::vector<Candidate> lagging;
 
   for (std::size_t i = 0; i < chain.providers.size(); ++i) {
     const Provider& p = chain.providers[i];
@@ -249,11 +251,6 @@ Plan Router::plan(const Chain& chain, std::string_view method, std::string_view 
           continue;
         }
       }
-      if (estimates[i] && reference > *estimates[i] + chain.max_lag_blocks) {
-        exclude(ExclusionKind::lag, fmt::format("lagging {} blocks behind (height ~{}, best ~{}; max_lag_blocks {})",
-                                                reference - *estimates[i], *estimates[i], reference, chain.max_lag_blocks));
-        continue;
-      }
       c.breaker = eff;
       c.rate_limited_until_ms = ps->rate_limited_until_ms;
       c.tier = tier_of(eff, ps->rate_limited(now));
@@ -291,7 +288,20 @@ Plan Router::plan(const Chain& chain, std::string_view method, std::string_view 
         continue;
       }
     }
+    if (estimates[i] && reference > *estimates[i] + chain.max_lag_blocks) {
+      exclude(ExclusionKind::lag, fmt::format("lagging {} blocks behind (height ~{}, best {}; max_lag_blocks {})",
+                                              reference - *estimates[i], *estimates[i], reference, chain.max_lag_blocks));
+      lagging.push_back(std::move(c));
+      continue;
+    }
     plan.candidates.push_back(std::move(c));
+  }
+  // A lagging provider is better than none: when lag alone left nothing to try, the lagging ones
+  // are tried (eth_blockNumber answers still never go below the high-water mark).
+  if (plan.candidates.empty() && !lagging.empty()) {
+    plan.lag_fallback = true;
+    std::erase_if(plan.excluded, [](const Exclusion& e) { return e.kind == ExclusionKind::lag; });
+    plan.candidates = std::move(lagging);
   }
 
   RankInput in;
