@@ -70,10 +70,10 @@ void write_profile_json(const Profile& p) {
       w.key("id");
       w.value(pr.id);
       w.key("url");
-      w.value(redact_url(pr.url));
+      w.value(p.scrub(redact_url(pr.url)));
       if (!pr.ws_url.empty()) {
         w.key("ws_url");
-        w.value(redact_url(pr.ws_url));
+        w.value(p.scrub(redact_url(pr.ws_url)));
       }
       w.key("headers");
       w.begin_object();
@@ -147,7 +147,7 @@ void write_profile_text(const Profile& p) {
     for (const auto& pr : c.providers) {
       std::string headers;
       for (const auto& h : pr.headers) headers += fmt::format("{}{}: ***", headers.empty() ? "" : ", ", h.name);
-      t.add({"  " + pr.id, redact_url(pr.url), std::to_string(pr.priority), fmt::format("{:g}", pr.weight),
+      t.add({"  " + pr.id, p.scrub(redact_url(pr.url)), std::to_string(pr.priority), fmt::format("{:g}", pr.weight),
              pr.archival ? (*pr.archival ? "yes" : "no") : "?", format_ms(static_cast<double>(pr.timeout_ms)),
              headers.empty() ? "-" : headers});
     }

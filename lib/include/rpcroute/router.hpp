@@ -122,6 +122,7 @@ class Router {
   [[nodiscard]] asio::awaitable<void> broadcast_send(std::shared_ptr<Broadcast> b, const Chain* chain, Candidate cand,
                                                      std::string method, std::string params, std::int64_t deadline_us);
   void on_success(const Chain& chain, const Candidate& cand, Item& item, std::int64_t now);
+  [[nodiscard]] Classification scrubbed(const Classification& c) const;
 
   const Profile& profile_;
   Engine& engine_;

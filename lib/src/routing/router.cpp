@@ -130,6 +130,13 @@ struct Router::Item {
   CallOutcome out;
 };
 
+Classification Router::scrubbed(const Classification& c) const {
+  // A provider may echo the URL (and its key) in an error message: our report never repeats it.
+  Classification out = c;
+  if (!profile_.secrets.empty()) out.message = profile_.scrub(std::move(out.message));
+  return out;
+}
+
 Router::Router(const Profile& profile, Engine& engine, StateStore& store, const Clock& clock, Random& rng)
     : profile_(profile), engine_(engine), store_(store), clock_(clock), rng_(rng) {}
 
@@ -485,7 +492,7 @@ asio::awaitable<void> Router::broadcast_send(std::shared_ptr<Broadcast> b, const
   const auto& c = ex.per_call[0];
   const jsonrpc::Reply* reply = ex.replies[0];
   const double latency_ms = ex.latency_ms();
-  b->attempts.push_back({provider.id, c, ex.http.status, latency_ms});
+  b->attempts.push_back({provider.id, scrubbed(c), ex.http.status, latency_ms});
   if (c.cls == OutcomeClass::success && !b->winner) {
     b->winner = true;
     b->result = *reply->result;
@@ -643,7 +650,7 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
       Item& item = *group[g];
       const auto& c = per_item[g];
       const auto& call = *item.call;
-      item.out.attempts.push_back({provider.id, c, http.status, latency_ms});
+      item.out.attempts.push_back({provider.id, scrubbed(c), http.status, latency_ms});
       const jsonrpc::Reply* reply = replies[g];
       auto answer_error = [&](const jsonrpc::Reply& r) {
         return jsonrpc::error_object(r.error->code, r.error->message, r.error->data);

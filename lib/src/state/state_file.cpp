@@ -63,14 +63,32 @@ Result<Fd> lock_exclusive(const std::filesystem::path& path) {
   return fd;
 }
 
-enum class ReadStatus { ok, missing, unreadable };
+enum class ReadStatus { ok, missing, unreadable, not_regular };
+
+/// What is at the state path when it is not a regular file ("a FIFO", "a directory"), else empty.
+std::string odd_file_type(const std::filesystem::path& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return {};
+  if (S_ISFIFO(st.st_mode)) return "a FIFO";
+  if (S_ISDIR(st.st_mode)) return "a directory";
+  if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) return "a device";
+  if (S_ISSOCK(st.st_mode)) return "a socket";
+  return "not a regular file";
+}
 
 ReadStatus read_file(const std::filesystem::path& path, std::string& out, std::string& why) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // Non-blocking, then checked: a FIFO at the path must not hang us, and nothing but a regular
+  // file is read (or later moved aside, or replaced).
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (!fd.valid()) {
     if (errno == ENOENT) return ReadStatus::missing;
     why = errno_text();
     return ReadStatus::unreadable;
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    why = "not a regular file";
+    return ReadStatus::not_regular;
   }
   out.clear();
   char buf[65536];
@@ -117,7 +135,7 @@ State StateStore::read_or_move_aside() {
   std::string text;
   std::string why;
   auto status = read_file(*path_, text, why);
-  if (status == ReadStatus::missing) return {};
+  if (status == ReadStatus::missing || status == ReadStatus::not_regular) return {};
   if (status == ReadStatus::ok) {
     if (text.empty()) {
       why = "empty file";
@@ -143,6 +161,12 @@ State StateStore::read_or_move_aside() {
 
 void StateStore::load() {
   if (!path_) return;
+  if (auto odd = odd_file_type(*path_); !odd.empty()) {
+    // Never read, move or replace it: `--state /dev/null` must not rename /dev/null.
+    warn_(fmt::format("state path {} is {}, not a state file; running without saved state", path_->string(), odd));
+    path_.reset();
+    return;
+  }
   std::string text;
   std::string why;
   auto status = read_file(*path_, text, why);
@@ -260,6 +284,9 @@ Result<void> StateStore::save() {
   if (auto r = ensure_dir(path_->parent_path()); !r) return r;
   auto lock = lock_exclusive(*path_);
   if (!lock) return tl::unexpected(lock.error());
+  if (auto odd = odd_file_type(*path_); !odd.empty()) {
+    return fail(fmt::format("state path {} is {}; not replaced", path_->string(), odd), ExitCode::internal);
+  }
 
   State merged = read_or_move_aside();
   replay_pending(merged);
