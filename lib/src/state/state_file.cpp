@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
+#include <csignal>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -103,6 +105,25 @@ ReadStatus read_file(const std::filesystem::path& path, std::string& out, std::s
     out.append(buf, static_cast<std::size_t>(n));
   }
   return ReadStatus::ok;
+}
+
+/// Removes temporary files left by writers killed mid-write (`state.json.tmp.PID` whose process is
+/// gone). Called under the lock, so no live writer's file is touched.
+void remove_orphan_temporaries(const std::filesystem::path& path) {
+  const auto dir = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
+  const auto prefix = path.filename().string() + ".tmp.";
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const auto name = it->path().filename().string();
+    if (!name.starts_with(prefix)) continue;
+    int pid = 0;
+    const auto digits = std::string_view(name).substr(prefix.size());
+    auto [ptr, err] = std::from_chars(digits.data(), digits.data() + digits.size(), pid);
+    if (err != std::errc() || ptr != digits.data() + digits.size() || pid <= 0) continue;
+    if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    std::error_code rm;
+    std::filesystem::remove(it->path(), rm);
+  }
 }
 
 Result<void> write_all(int fd, std::string_view data) {
@@ -288,6 +309,7 @@ Result<void> StateStore::save() {
     return fail(fmt::format("state path {} is {}; not replaced", path_->string(), odd), ExitCode::internal);
   }
 
+  remove_orphan_temporaries(*path_);
   State merged = read_or_move_aside();
   replay_pending(merged);
   auto now = clock_.now_ms();

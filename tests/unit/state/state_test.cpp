@@ -6,9 +6,12 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <set>
 #include <string>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "../support/temp_dir.hpp"
 
@@ -731,4 +734,49 @@ TEST_CASE("breaker_trip: opens a closed or half-open breaker at once, leaves an 
   CHECK(b.state == BreakerState::open);
   CHECK(b.reopens == 1);
   CHECK(b.recovery_ms == 2'000);
+}
+
+TEST_CASE("StateStore: a temporary file left by a killed writer is removed at the next save", "[state][store]") {
+  TempDir dir;
+  const auto path = dir / "state.json";
+  FakeClock clock(kNow);
+  auto quiet = [](const std::string&) {};
+  // A pid that cannot be alive (beyond pid_max) stands for a writer killed mid-write.
+  const auto orphan = dir / "state.json.tmp.2147483000";
+  write_file(orphan, "{\"version\":1,\"provid");
+  const auto mine = dir / fmt::format("state.json.tmp.{}", ::getppid());  // a live process: kept
+  write_file(mine, "{}");
+  StateStore store(path, clock, quiet);
+  store.load();
+  store.record(sample(kKey, "eth_call", kNow, 5), test_health());
+  REQUIRE(store.save().has_value());
+  CHECK_FALSE(std::filesystem::exists(orphan));
+  CHECK(std::filesystem::exists(mine));
+  CHECK(parse_state(read_file(path)).has_value());
+}
+
+TEST_CASE("StateStore: a FIFO or a directory at the state path is left alone", "[state][store]") {
+  TempDir dir;
+  FakeClock clock(kNow);
+  std::vector<std::string> warnings;
+  auto warn = [&](const std::string& m) { warnings.push_back(m); };
+  const auto fifo = dir / "fifo.json";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  StateStore store(fifo, clock, warn);
+  store.load();  // would block forever on a blocking open
+  REQUIRE(warnings.size() == 1);
+  CHECK_THAT(warnings[0], Catch::Contains("is a FIFO"));
+  CHECK_FALSE(store.path().has_value());
+  store.record(sample(kKey, "eth_call", kNow, 5), test_health());
+  CHECK(store.save().has_value());
+  struct stat st {};
+  REQUIRE(::stat(fifo.c_str(), &st) == 0);
+  CHECK(S_ISFIFO(st.st_mode));
+
+  const auto folder = dir / "folder.json";
+  std::filesystem::create_directory(folder);
+  StateStore in_folder(folder, clock, warn);
+  in_folder.load();
+  CHECK_THAT(warnings.back(), Catch::Contains("is a directory"));
+  CHECK(std::filesystem::is_directory(folder));
 }
