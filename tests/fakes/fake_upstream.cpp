@@ -19,6 +19,7 @@
 //   --message TEXT       rpc_error mode: error message (default "internal error")
 //   --data JSON          rpc_error mode: error "data" member, any JSON value (default none)
 //   --huge-bytes N       huge mode: length of the result string (default 5242880)
+//   --drip-ms N          drip mode: pause before each byte of the body (default 100)
 // On start it prints "listening on HOST:PORT" to stdout. SIGINT and SIGTERM end it with status 0.
 //
 // Modes, applied to each POST to any path other than /_control and /_stats:
@@ -35,6 +36,8 @@
 //   reset      read the request, reset the connection (SO_LINGER 0, RST)
 //   hang       read the request, never answer; the connection stays open until the client leaves
 //   huge       every result is a JSON string of --huge-bytes bytes ("0xaaaa…")
+//   drip       the ok answer's status line and headers at once, then its body one byte every
+//              --drip-ms (a slow body: first byte fast, last byte late)
 // Methods known in ok mode: eth_blockNumber eth_chainId net_version web3_clientVersion eth_syncing
 // eth_gasPrice eth_getBalance eth_getTransactionCount eth_getCode eth_call eth_getLogs
 // eth_getBlockByNumber (null above the head) eth_sendRawTransaction eth_newFilter
@@ -48,7 +51,8 @@
 //   POST /_control  JSON object, every field optional; answers 200 {"ok":true}, or 400
 //                   {"ok":false,"error":"…"} (nothing applied) on an unknown field or bad value.
 //     "mode", "delay_ms", "status", "retry_after" (string or number), "body", "code", "message",
-//     "data" (any JSON), "huge_bytes"   change the default behaviour; giving "mode" resets the
+//     "data" (any JSON), "huge_bytes", "drip_ms"
+//                                       change the default behaviour; giving "mode" resets the
 //                                       behaviour fields not given in the same body to defaults
 //     "height", "chain_id", "mine_per_sec"   change the chain ("height" restarts mining from there)
 //     "queue": [{behaviour fields}, …]  append one-shot behaviours, each used by exactly one
@@ -113,9 +117,9 @@ constexpr std::string_view kUsage = R"(usage: fake_upstream [options]
   --listen HOST:PORT   (default 127.0.0.1:0)     --port-file PATH
   --chain-id N         (default 31337)           --height N (default 100)
   --mine-per-sec R     (default 0)               --name NAME (default fake)
-  --mode ok|delay|status|rpc_error|malformed|truncated|html|wrong_id|close|reset|hang|huge
+  --mode ok|delay|status|rpc_error|malformed|truncated|html|wrong_id|close|reset|hang|huge|drip
   --delay-ms N  --status N  --retry-after VALUE  --body TEXT
-  --code N  --message TEXT  --data JSON  --huge-bytes N
+  --code N  --message TEXT  --data JSON  --huge-bytes N  --drip-ms N
 The control API and the modes are described at the top of tests/fakes/fake_upstream.cpp.
 )";
 
@@ -138,10 +142,11 @@ enum class Mode {
   close,
   reset,
   hang,
-  huge
+  huge,
+  drip
 };
 
-constexpr std::array<std::pair<Mode, std::string_view>, 12> kModeNames{{
+constexpr std::array<std::pair<Mode, std::string_view>, 13> kModeNames{{
     {Mode::ok, "ok"},
     {Mode::delay, "delay"},
     {Mode::status, "status"},
@@ -154,6 +159,7 @@ constexpr std::array<std::pair<Mode, std::string_view>, 12> kModeNames{{
     {Mode::reset, "reset"},
     {Mode::hang, "hang"},
     {Mode::huge, "huge"},
+    {Mode::drip, "drip"},
 }};
 
 std::optional<Mode> parse_mode(std::string_view name) {
@@ -180,6 +186,7 @@ struct Behaviour {
   std::string message = "internal error";
   std::optional<std::string> data;  // raw JSON
   std::uint64_t huge_bytes = 5 * 1024 * 1024;
+  std::uint64_t drip_ms = 100;
 };
 
 // Some fields of a Behaviour, from the command line or a control request.
@@ -193,6 +200,7 @@ struct BehaviourPatch {
   std::optional<std::string> message;
   std::optional<std::string> data;
   std::optional<std::uint64_t> huge_bytes;
+  std::optional<std::uint64_t> drip_ms;
 
   void apply_to(Behaviour& behaviour) const {
     if (mode) {
@@ -207,6 +215,7 @@ struct BehaviourPatch {
     if (message) behaviour.message = *message;
     if (data) behaviour.data = *data;
     if (huge_bytes) behaviour.huge_bytes = *huge_bytes;
+    if (drip_ms) behaviour.drip_ms = *drip_ms;
   }
 };
 
@@ -770,6 +779,7 @@ Expected<bool> read_behaviour_field(std::string_view key, ondemand::value& value
   if (key == "message") return store(patch.message, read_value<std::string>(value, key));
   if (key == "data") return store(patch.data, read_raw(value, key));
   if (key == "huge_bytes") return store(patch.huge_bytes, read_value<std::uint64_t>(value, key));
+  if (key == "drip_ms") return store(patch.drip_ms, read_value<std::uint64_t>(value, key));
   return false;
 }
 
@@ -978,6 +988,9 @@ class Connection {
       case Mode::truncated:
         co_await send_truncated(render_answer(rpc, behaviour, upstream_.chain));
         co_return false;
+      case Mode::drip:
+        co_return co_await send_dripped(request, render_answer(rpc, behaviour, upstream_.chain),
+                                        behaviour);
       case Mode::close:
         close();
         co_return false;
@@ -1025,6 +1038,33 @@ class Connection {
     beast::error_code error;
     co_await asio::async_write(stream_, asio::buffer(head), on_error(error));
     close();
+  }
+
+  // The head at once, then the body one byte at a time, drip_ms apart.
+  asio::awaitable<bool> send_dripped(const Request& request, std::string body,
+                                     const Behaviour& behaviour) {
+    std::string head = fmt::format(
+        "HTTP/1.1 200 OK\r\nServer: fake-upstream\r\nContent-Type: application/json\r\n"
+        "Content-Length: {}\r\n",
+        body.size());
+    if (behaviour.retry_after) head += fmt::format("Retry-After: {}\r\n", *behaviour.retry_after);
+    if (!request.keep_alive()) head += "Connection: close\r\n";
+    head += "\r\n";
+    beast::error_code error;
+    co_await asio::async_write(stream_, asio::buffer(head), on_error(error));
+    asio::steady_timer timer(stream_.get_executor());
+    for (std::size_t i = 0; i < body.size() && !error; ++i) {
+      timer.expires_after(std::chrono::milliseconds(behaviour.drip_ms));
+      beast::error_code ignored;
+      co_await timer.async_wait(on_error(ignored));
+      co_await asio::async_write(stream_, asio::buffer(&body[i], 1), on_error(error));
+    }
+    if (error) co_return false;
+    if (!request.keep_alive()) {
+      close();
+      co_return false;
+    }
+    co_return true;
   }
 
   void close() {
@@ -1175,6 +1215,8 @@ Expected<Options> parse_options(int argc, char** argv) {
       if (!set_number(b.code)) return bad();
     } else if (flag == "--huge-bytes") {
       if (!set_number(b.huge_bytes)) return bad();
+    } else if (flag == "--drip-ms") {
+      if (!set_number(b.drip_ms)) return bad();
     } else if (flag == "--retry-after") {
       b.retry_after = value;
     } else if (flag == "--body") {
