@@ -47,8 +47,12 @@ EOF
     echo
     echo "| client | requests | requests/s | p50 | p99 | max | errors | CPU per request |"
     echo "|:---|---:|---:|---:|---:|---:|---:|---:|"
-    jq -r --arg cpu "$cpu_us" '"| rpcroute bench | \(.requests) | \(.requests_per_s | round) | \(.p50_ms * 1000 | round) µs | \(.p99_ms * 1000 | round) µs | \(.max_ms * 1000 | round) µs | \(.errors | if type == "object" then (to_entries | map(.value) | add // 0) else . end) | \($cpu) µs |"' <<<"$p"
-    jq -r '"| wrk | \(.requests // "n/a") | \(if (.requests // 0) > 0 then (.requests / (.duration_us / 1e6) | round) else "n/a" end) | \(.p50 // "n/a") µs | \(.p99 // "n/a") µs | \(.max // "n/a") µs | \((.status // 0) + (.connect // 0) + (.read // 0) + (.write // 0) + (.timeout // 0)) | |"' <<<"$wrk_line"
+    jq -r --arg cpu "$cpu_us" '
+      def t: if . == null then "n/a" elif . >= 10000 then "\(. / 100 | round / 10) ms" else "\(round) µs" end;
+      "| rpcroute bench | \(.requests) | \(.requests_per_s | round) | \(.p50_ms * 1000 | t) | \(.p99_ms * 1000 | t) | \(.max_ms * 1000 | t) | \(.errors | if type == "object" then (to_entries | map(.value) | add // 0) else . end) | \($cpu) µs |"' <<<"$p"
+    jq -r '
+      def t: if . == null then "n/a" elif . >= 10000 then "\(. / 100 | round / 10) ms" else "\(round) µs" end;
+      "| wrk | \(.requests // "n/a") | \(if (.requests // 0) > 0 then (.requests / (.duration_us / 1e6) | round) else "n/a" end) | \(.p50 | t) | \(.p99 | t) | \(.max | t) | \((.status // 0) + (.connect // 0) + (.read // 0) + (.write // 0) + (.timeout // 0)) | |"' <<<"$wrk_line"
     echo
     echo "rpcroute bench process: wall $wall_s s, user $user_s s, system $sys_s s (warm-up and start included); at its CPU per request one free core would do $(awk -v c="$cpu_us" 'BEGIN { if (c > 0) printf "%.0f", 1e6 / c; else print "n/a" }') requests/s."
     echo

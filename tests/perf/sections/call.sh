@@ -49,10 +49,12 @@ EOF
   load_before=$(loadavg)
   "${client_cpu[@]}" hyperfine "${args[@]}" >"$work/hyperfine.log" 2>&1 || { cat "$work/hyperfine.log" >&2; die "hyperfine failed"; }
 
-  mean() { jq -r --arg n "$1" '.results[] | select(.command == $n) | .mean' "$work/hyperfine.json"; }
-  ms() { awk -v s="$1" 'BEGIN { printf "%.1f ms", s * 1000 }'; }
+  stat_of() { jq -r --arg n "$1" --arg f "$2" '.results[] | select(.command == $n) | .[$f]' "$work/hyperfine.json"; }
+  cpu_of() { jq -r --arg n "$1" '.results[] | select(.command == $n) | .user + .system' "$work/hyperfine.json"; }
+  ms() { awk -v s="$1" 'BEGIN { if (s == "" || s == "null") print "n/a"; else printf "%.1f ms", s * 1000 }'; }
   local curl_s plain_s state_s r
-  curl_s=$(mean curl); plain_s=$(mean "rpcroute call --no-state"); state_s=$(mean "rpcroute call, 100-sample state")
+  curl_s=$(stat_of curl median); plain_s=$(stat_of "rpcroute call --no-state" median)
+  state_s=$(stat_of "rpcroute call, 100-sample state" median)
   {
     echo "## rpcroute call vs curl (hyperfine)"
     echo
@@ -61,12 +63,22 @@ EOF
     echo
     cat "$work/hyperfine.md"
     echo
+    echo "| Command | Median | CPU (user + system), mean |"
+    echo "|:---|---:|---:|"
+    for i in "${!names[@]}"; do
+      echo "| \`${names[$i]}\` | $(ms "$(stat_of "${names[$i]}" median)") | $(ms "$(cpu_of "${names[$i]}")") |"
+    done
+    echo
     echo "The state file adds a lock, a read, a merge and an atomic rewrite (with fsync) per call: $(awk -v a="$state_s" -v b="$plain_s" 'BEGIN { printf "%.1f ms", (a - b) * 1000 }') here."
     echo
   } >"$out/call.md"
 
   r=$(ratio "$plain_s" "$curl_s")
-  target_row "\`rpcroute call\` wall time ≤ 1.2 × curl's (--no-state)" "$(ms "$plain_s")" "curl $(ms "$curl_s")" "${r}×" "$(met "$r <= 1.2")"
+  target_row "\`rpcroute call\` median wall time ≤ 1.2 × curl's (--no-state)" "$(ms "$plain_s")" "curl $(ms "$curl_s")" "${r}×" "$(met "$r <= 1.2")"
   r=$(ratio "$state_s" "$curl_s")
-  target_row "\`rpcroute call\` wall time ≤ 1.2 × curl's (${samples}-sample state file)" "$(ms "$state_s")" "curl $(ms "$curl_s")" "${r}×" "$(met "$r <= 1.2")"
+  target_row "\`rpcroute call\` median wall time ≤ 1.2 × curl's (${samples}-sample state file)" "$(ms "$state_s")" "curl $(ms "$curl_s")" "${r}×" "$(met "$r <= 1.2")"
+  local cpu_plain cpu_curl
+  cpu_plain=$(cpu_of "rpcroute call --no-state"); cpu_curl=$(cpu_of curl)
+  figure_row "\`rpcroute call --no-state\` CPU time (user + system) per call" "$(ms "$cpu_plain")" "curl $(ms "$cpu_curl")" \
+    "$(ratio "$cpu_plain" "$cpu_curl")×"
 }
