@@ -59,11 +59,17 @@
 //                                       JSON-RPC HTTP request (fields not given take the defaults
 //                                       above, i.e. mode "ok"), before the default applies again
 //     "clear_queue": true   drop queued behaviours (before "queue" of the same body is appended)
+//     "paths": {"/PATH": {behaviour fields}, …}   per-path behaviour: POSTs to /PATH (query
+//                                       ignored) use it instead of the default (queued one-shots
+//                                       still come first); fields not given take the defaults;
+//                                       replaces what /PATH had. One fake, many faulty "providers".
+//     "clear_paths": true   drop every per-path behaviour (before "paths" of the same body)
 //     "reset_stats": true   zero the counters
-//   GET /_stats  {"requests":N,"calls":N,"methods":{"eth_blockNumber":N,…},"mode":"ok",
-//                 "height":N,"chain_id":N,"queued":N}
+//   GET /_stats  {"requests":N,"calls":N,"methods":{"eth_blockNumber":N,…},"paths":{"/":N,…},
+//                 "mode":"ok","height":N,"chain_id":N,"queued":N}
 //     requests: JSON-RPC HTTP requests received (counted on receipt, whatever the answer);
-//     calls: JSON-RPC calls in them (batch items each count; non-JSON or [] count none).
+//     calls: JSON-RPC calls in them (batch items each count; non-JSON or [] count none);
+//     paths: those requests by path.
 //
 // Example:
 //   fake_upstream --port-file /tmp/p --mode status --status 429 --retry-after 2
@@ -651,9 +657,15 @@ struct Stats {
   std::uint64_t requests = 0;
   std::uint64_t calls = 0;
   std::map<std::string, std::uint64_t, std::less<>> methods;
+  std::map<std::string, std::uint64_t, std::less<>> paths;
 
-  void record(const RpcRequest& request) {
+  void record(const RpcRequest& request, std::string_view path) {
     ++requests;
+    if (auto it = paths.find(path); it != paths.end()) {
+      ++it->second;
+    } else {
+      paths.emplace(std::string(path), 1);
+    }
     if (request.no_calls) return;
     calls += request.calls.size();
     for (const Call& call : request.calls) {
@@ -668,11 +680,15 @@ struct Upstream {
   Chain chain;
   Behaviour behaviour;
   std::deque<Behaviour> queue;
+  std::map<std::string, Behaviour, std::less<>> paths;
   Stats stats;
   RequestReader reader;
 
-  Behaviour next_behaviour() {
-    if (queue.empty()) return behaviour;
+  Behaviour next_behaviour(std::string_view path) {
+    if (queue.empty()) {
+      if (auto it = paths.find(path); it != paths.end()) return it->second;
+      return behaviour;
+    }
     Behaviour next = std::move(queue.front());
     queue.pop_front();
     return next;
@@ -686,6 +702,14 @@ struct Upstream {
       if (!first) out += ',';
       first = false;
       append_json_string(out, method);
+      fmt::format_to(std::back_inserter(out), ":{}", count);
+    }
+    out += R"(},"paths":{)";
+    first = true;
+    for (const auto& [path, count] : stats.paths) {
+      if (!first) out += ',';
+      first = false;
+      append_json_string(out, path);
       fmt::format_to(std::back_inserter(out), ":{}", count);
     }
     fmt::format_to(std::back_inserter(out),
@@ -704,12 +728,16 @@ struct ControlRequest {
   std::optional<std::uint64_t> chain_id;
   std::optional<double> mine_per_sec;
   std::vector<Behaviour> queue;
+  std::vector<std::pair<std::string, Behaviour>> paths;
   bool clear_queue = false;
+  bool clear_paths = false;
   bool reset_stats = false;
 
   void apply_to(Upstream& upstream) const {
     if (reset_stats) upstream.stats = Stats{};
     if (clear_queue) upstream.queue.clear();
+    if (clear_paths) upstream.paths.clear();
+    for (const auto& [path, b] : paths) upstream.paths.insert_or_assign(path, b);
     behaviour.apply_to(upstream.behaviour);
     if (chain_id) upstream.chain.set_chain_id(*chain_id);
     if (mine_per_sec) upstream.chain.set_blocks_per_sec(*mine_per_sec);
@@ -783,9 +811,12 @@ Expected<bool> read_behaviour_field(std::string_view key, ondemand::value& value
   return false;
 }
 
-Expected<Behaviour> read_queued_behaviour(ondemand::value& value) {
+// A behaviour given whole (an item of "queue", a value of "paths"), fields not given at defaults.
+Expected<Behaviour> read_queued_behaviour(ondemand::value& value, std::string_view where) {
   ondemand::object object;
-  if (value.get_object().get(object)) return Unexpected{"\"queue\" items must be objects"};
+  if (value.get_object().get(object)) {
+    return Unexpected{fmt::format("\"{}\" items must be objects", where)};
+  }
   BehaviourPatch patch;
   for (auto field_result : object) {
     ondemand::field field;
@@ -795,7 +826,7 @@ Expected<Behaviour> read_queued_behaviour(ondemand::value& value) {
     }
     auto known = read_behaviour_field(key, field.value(), patch);
     if (!known) return Unexpected{known.error()};
-    if (!*known) return Unexpected{fmt::format("unknown field \"{}\" in \"queue\"", key)};
+    if (!*known) return Unexpected{fmt::format("unknown field \"{}\" in \"{}\"", key, where)};
   }
   Behaviour behaviour;
   patch.apply_to(behaviour);
@@ -832,13 +863,30 @@ Expected<ControlRequest> read_control(std::string& body, RequestReader& reader) 
       read = read_value<bool>(value, key).map([&](bool v) { control.reset_stats = v; });
     } else if (key == "clear_queue") {
       read = read_value<bool>(value, key).map([&](bool v) { control.clear_queue = v; });
+    } else if (key == "clear_paths") {
+      read = read_value<bool>(value, key).map([&](bool v) { control.clear_paths = v; });
+    } else if (key == "paths") {
+      ondemand::object paths;
+      if (value.get_object().get(paths)) return Unexpected{"\"paths\" must be an object"};
+      for (auto path_result : paths) {
+        ondemand::field path_field;
+        std::string_view path;
+        if (std::move(path_result).get(path_field) || path_field.unescaped_key().get(path)) {
+          return Unexpected{"bad JSON"};
+        }
+        if (!path.starts_with('/')) return Unexpected{"\"paths\" keys must start with /"};
+        std::string path_text(path);  // the key's buffer is reused by the next read
+        auto behaviour = read_queued_behaviour(path_field.value(), "paths");
+        if (!behaviour) return Unexpected{behaviour.error()};
+        control.paths.emplace_back(std::move(path_text), std::move(*behaviour));
+      }
     } else if (key == "queue") {
       ondemand::array items;
       if (value.get_array().get(items)) return Unexpected{"\"queue\" must be an array"};
       for (auto item_result : items) {
         ondemand::value item;
         if (item_result.get(item)) return Unexpected{"bad JSON"};
-        auto behaviour = read_queued_behaviour(item);
+        auto behaviour = read_queued_behaviour(item, "queue");
         if (!behaviour) return Unexpected{behaviour.error()};
         control.queue.push_back(std::move(*behaviour));
       }
@@ -947,9 +995,10 @@ class Connection {
   }
 
   asio::awaitable<bool> serve_rpc(Request& request) {
-    const Behaviour behaviour = upstream_.next_behaviour();
+    const std::string_view path = target_path(request);
+    const Behaviour behaviour = upstream_.next_behaviour(path);
     const RpcRequest rpc = upstream_.reader.read(request.body());
-    upstream_.stats.record(rpc);
+    upstream_.stats.record(rpc, path);
 
     if (behaviour.delay_ms > 0) {
       asio::steady_timer timer(stream_.get_executor());
