@@ -51,6 +51,7 @@ nap_ms() { # MS: sleep without running sleep(1)
 }
 
 BG_PIDS=()
+# shellcheck disable=SC2317 # run by the EXIT trap
 cleanup() {
   local pid
   for pid in ${BG_PIDS[@]+"${BG_PIDS[@]}"}; do kill "$pid" 2>/dev/null || true; done
@@ -61,7 +62,7 @@ trap cleanup EXIT
 # ---------------------------------------------------------------------------------------------------
 # The sidecar's lives
 
-gen=0 gen_start=0 gen_ok="" gen_stop="" gen_rc="" gen_mode=0 sc_name="" traffic_pid=""
+gen=0 gen_start=0 t_begin=0 t_end=0 gen_ok="" gen_stop="" gen_rc="" gen_mode=0 sc_name="" traffic_pid=""
 sc_killed=0 sc_clean=0 sc_term_then_kill_exit0=0 sc_samples_checked=0
 
 # POST eth_blockNumber to provider s1 through the sidecar at URL about every 0.1 s; one "ok" line in
@@ -152,9 +153,10 @@ end_generation_if_over() { # [stop]
 
 window=300 # ms; a moving average of how long a round's calls take
 started=0 finished=0 killed=0
-declare -A started_of finished_of
-for j in $(seq "$K"); do started_of[c$j]=0 finished_of[c$j]=0; done
-started_of[c1]=1 finished_of[c1]=1 # the sample S starts with
+started_of=() finished_of=() # per provider cJ, by J
+for ((j = 1; j <= K; j++)); do started_of[j]=0 finished_of[j]=0; done
+started_of[1]=1 finished_of[1]=1 # the sample S starts with
+t=0 t_begin=0 t_end=0
 now t_begin
 
 new_generation
@@ -174,11 +176,11 @@ for r in $(seq "$ROUNDS"); do
     status=0
     wait "${pids[j]}" 2>/dev/null || status=$?
     started=$((started + 1))
-    started_of[c$j]=$((started_of[c$j] + 1))
+    started_of[j]=$((started_of[j] + 1))
     case $status in
       0)
         finished=$((finished + 1))
-        finished_of[c$j]=$((finished_of[c$j] + 1))
+        finished_of[j]=$((finished_of[j] + 1))
         now t
         windows+="${windows:+,}{\"p\":\"c$j\",\"a\":${starts[j]},\"b\":$t}"
         out=""
@@ -200,7 +202,7 @@ for r in $(seq "$ROUNDS"); do
   window=$(((window * 3 + t - starts[1]) / 4))
 
   counts=""
-  for ((j = 1; j <= K; j++)); do counts+="${counts:+,}{\"p\":\"c$j\",\"lo\":${finished_of[c$j]},\"hi\":${started_of[c$j]}}"; done
+  for ((j = 1; j <= K; j++)); do counts+="${counts:+,}{\"p\":\"c$j\",\"lo\":${finished_of[j]},\"hi\":${started_of[j]}}"; done
   if ! jq -e --argjson w "[$windows]" --argjson n "[$counts]" '
       def samples($p): [.providers[] | select(.provider == $p) | .methods.eth_blockNumber.samples[]?];
       .version == 1

@@ -58,9 +58,10 @@ class Parsed:
         self.rest = b""
 
 
-def parse_responses(data, times):
+def parse_responses(data, times, heads=()):
     """Splits DATA into HTTP responses (Content-Length, chunked, or up to the close). TIMES maps a
-    byte offset to the time it arrived, so each response gets the time of its last byte."""
+    byte offset to the time it arrived, so each response gets the time of its last byte. HEADS:
+    indexes of responses to HEAD requests, which have no body whatever their headers say."""
     out = []
     pos = 0
     while pos < len(data):
@@ -77,7 +78,9 @@ def parse_responses(data, times):
                 headers[k.strip().lower()] = v.strip()
         body_start = end + 4
         body = b""
-        if "content-length" in headers:
+        if len(out) in heads:
+            pos = body_start
+        elif "content-length" in headers:
             n = int(headers["content-length"])
             if body_start + n > len(data):
                 break
@@ -122,10 +125,10 @@ def parse_responses(data, times):
     return out, data[pos:]
 
 
-def exchange(port, schedule, wait, expect=None, stop_on_close=True):
+def exchange(port, schedule, wait, expect=None, stop_on_close=True, heads=()):
     """Connects and sends SCHEDULE, a list of (seconds after start, bytes), while reading. Ends
     when WAIT seconds have passed, when the server closed the connection, or when EXPECT responses
-    have arrived."""
+    have arrived. HEADS: see parse_responses."""
     s = socket.create_connection(("127.0.0.1", port), timeout=10)
     s.setblocking(False)
     t0 = time.monotonic()
@@ -163,7 +166,7 @@ def exchange(port, schedule, wait, expect=None, stop_on_close=True):
                 data += chunk
                 times.append((len(data), time.monotonic() - t0))
                 if expect is not None:
-                    got, _ = parse_responses(bytes(data), times)
+                    got, _ = parse_responses(bytes(data), times, heads)
                     # All expected answers are in; wait for the close the last one announced.
                     if len(got) >= expect and got[-1]["headers"].get("connection", "").lower() != "close":
                         break
@@ -183,7 +186,7 @@ def exchange(port, schedule, wait, expect=None, stop_on_close=True):
         s.close()
     except OSError:
         pass
-    responses, rest = parse_responses(bytes(data), times)
+    responses, rest = parse_responses(bytes(data), times, heads)
     return {
         "responses": responses,
         "trailing": rest[:200].decode("latin-1"),
@@ -410,6 +413,13 @@ def case_http10_keepalive(a, rest):
 def case_http10_nohost(a, rest):
     """HTTP/1.0 without a Host header (legal in 1.0)."""
     return exchange(a.port, [(0, request("POST", "/rpc/local", rpc(1), version="HTTP/1.0", host=None))], a.wait)
+
+
+def case_head_then_get(a, rest):
+    """HEAD PATH and GET PATH pipelined on one connection: the HEAD answer has headers only."""
+    path = rest[0] if rest else "/healthz"
+    reqs = request("HEAD", path) + request("GET", path)
+    return exchange(a.port, [(0, reqs)], a.wait, expect=2, heads=(0,))
 
 
 def case_no_length(a, rest):

@@ -1,4 +1,6 @@
 # shellcheck shell=bash
+# The variables set here are read by the suites that load this file.
+# shellcheck disable=SC2034
 # Sidecar helpers for crash_state.bats, hostile_http.bats and secrets.bats (load after helpers):
 # start `rpcroute serve` in the background, know its port, its exit status and its log, stop it.
 #
