@@ -18,6 +18,7 @@ With --healthy a second thread sends a normal eth_blockNumber POST on a fresh co
 
 import argparse
 import json
+import os
 import select
 import socket
 import sys
@@ -501,6 +502,34 @@ def case_close_before_answer(a, rest):
     time.sleep(0.2)
     s.close()
     return {"sent": "a whole request, then closed before the answer"}
+
+
+def case_fd_flood(a, rest):
+    """PID N SECONDS: opens N connections and holds them SECONDS (more than the sidecar PID may have
+    files open, when its limit was lowered), measuring the CPU time it uses meanwhile; then closes
+    them and asks once more."""
+    pid, n, seconds = int(rest[0]), int(rest[1]), float(rest[2])
+
+    def cpu():
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    socks = []
+    for _ in range(n):
+        try:
+            socks.append(socket.create_connection(("127.0.0.1", a.port), timeout=2))
+        except OSError:
+            break
+    c0, t0 = cpu(), time.monotonic()
+    time.sleep(seconds)
+    used = cpu() - c0
+    wall = time.monotonic() - t0
+    for s in socks:
+        s.close()
+    time.sleep(0.5)
+    after = exchange(a.port, [(0, request("POST", "/rpc/local", BN))], 10, expect=1)
+    return {"held": len(socks), "cpu_s": round(used, 3), "wall_s": round(wall, 3),
+            "after": [r["status"] for r in after["responses"]]}
 
 
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}

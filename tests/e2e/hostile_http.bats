@@ -170,6 +170,24 @@ assert_still_serving() {
   assert_still_serving
 }
 
+@test "out of file descriptors: the sidecar waits instead of spinning, and serves again once connections close" {
+  [[ -n ${RPCROUTE_E2E_RUN_BUGS:-} ]] || skip "BUG: when accept() fails with EMFILE the accept loop retries at once, burning a CPU until a descriptor frees up"
+  command -v prlimit >/dev/null || skip "prlimit needed"
+  # A sidecar of its own with at most 48 open files, and 100 connections held for 3 s.
+  sidecar_start lowfd -p "$BATS_FILE_TMPDIR/profile.yaml" --no-state --no-probe
+  prlimit --pid "$SC_PID" --nofile=48:48
+  local pid=$SC_PID
+  run --separate-stderr timeout 60 python3 "$BATS_TEST_DIRNAME/hostile_client.py" --port "$SC_PORT" fd_flood "$pid" 100 3
+  assert_status 0
+  printf '# %s\n' "$output" >&3
+  # Refusing to accept costs nothing; the connections beyond the limit wait in the backlog.
+  expect '.results[0].held == 100' '.results[0].cpu_s < 0.5' '.results[0].after == [200]'
+  kill -0 "$pid"
+  sidecar_stop lowfd
+  assert_equal "$SC_EXIT" 0 "sidecar exit"
+  sidecar_load sc
+}
+
 # ---------------------------------------------------------------------------------------------------
 # Size limits
 
