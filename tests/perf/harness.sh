@@ -55,6 +55,17 @@ post() { # URL BODY → response body; fails on HTTP errors
   curl -sf --max-time 30 -X POST -H 'content-type: application/json' --data "$2" "$1"
 }
 
+post_any() { # URL BODY → response body whatever the HTTP status ('' when nothing came)
+  curl -s --max-time 30 -X POST -H 'content-type: application/json' --data "$2" "$1" || true
+}
+
+# Something the reader must know about this run (a failed sanity check): printed now and listed at
+# the top of the report.
+warn() {
+  say "WARNING: $*"
+  printf -- '- **%s**\n' "$*" >>"$out/warnings.md"
+}
+
 wait_for() { # URL BODY WHAT
   for _ in $(seq 200); do
     post "$1" "$2" >/dev/null 2>&1 && return 0

@@ -10,12 +10,14 @@ section_serve() {
   ensure_upstream
   ensure_proxy
   start_sidecar sidecar
+  # A wrong answer is reported, not fatal: the tables then show the errors it causes.
   local answer
-  answer=$(post "http://127.0.0.1:$sidecar_port/rpc/local" "$bn_req") || die "the sidecar did not answer eth_blockNumber"
-  [[ $(jq -r .result <<<"$answer") == 0x1 && $(jq -r .id <<<"$answer") == 1 ]] ||
-    die "unexpected answer through the sidecar: $answer"
-  answer=$(post "http://127.0.0.1:$sidecar_port/rpc/large" "$logs_req") || die "the sidecar did not answer the 200 KB call"
-  [[ ${#answer} -ge $((large_bytes - 16)) ]] || die "the 200 KB answer through the sidecar is ${#answer} bytes"
+  answer=$(post_any "http://127.0.0.1:$sidecar_port/rpc/local" "$bn_req")
+  [[ $(jq -r .result <<<"$answer" 2>/dev/null) == 0x1 && $(jq -r .id <<<"$answer" 2>/dev/null) == 1 ]] ||
+    warn "serve: unexpected eth_blockNumber answer through the sidecar: ${answer:0:300}"
+  answer=$(post_any "http://127.0.0.1:$sidecar_port/rpc/large" "$logs_req")
+  [[ ${#answer} -ge $((large_bytes - 16)) ]] ||
+    warn "serve: the 200 KB answer through the sidecar is ${#answer} bytes: ${answer:0:300}"
 
   wrk_script "$work/bn.lua" "$bn_req"
   wrk_script "$work/logs.lua" "$logs_req"
