@@ -23,6 +23,7 @@
 # A sidecar that exited 0 must have flushed one s1 sample per request it answered.
 
 set -uo pipefail
+# shellcheck disable=SC2317 # helpers.bash calls it (bats defines it)
 bats_require_minimum_version() { :; }
 # shellcheck source=tests/e2e/helpers.bash
 source "$BATS_TEST_DIRNAME/helpers.bash"
@@ -58,6 +59,7 @@ cleanup() {
   [[ -z ${SC_PID:-} ]] || kill -9 "$SC_PID" 2>/dev/null || true
 }
 trap cleanup EXIT
+trap 'exit 1' INT TERM # (timeout sends TERM): still stop the background loops and the sidecar
 
 # ---------------------------------------------------------------------------------------------------
 # The sidecar's lives

@@ -34,11 +34,16 @@ setup_file() {
 
 setup() {
   e2e_setup
+  ALL=$BATS_TEST_TMPDIR/everything
+  : >"$ALL"
+}
+
+# The fake upstream f1 behind the recording proxy px, a dead port d1, and the profile $P. The first
+# thing each test does (after a skip, so a skipped test starts nothing).
+upstreams() {
   start_fake f1 --height 100
   dead_port d1
   start_proxy px f1
-  ALL=$BATS_TEST_TMPDIR/everything
-  : >"$ALL"
   secret_profile "$P"
 }
 
@@ -163,6 +168,7 @@ sanity_check_grep() {
 # ---------------------------------------------------------------------------------------------------
 
 @test "positive control: the key reaches the upstream in the path, the query, headers, Bearer and Basic auth" {
+  upstreams
   sanity_check_grep
   # The profile holds only the variable, never the key.
   assert_no_secret "$P"
@@ -189,6 +195,7 @@ sanity_check_grep() {
 }
 
 @test "call: success, failures, -v, --json and --raw never show the key" {
+  upstreams
   drive 0 rr call -p "$P" eth_blockNumber
   drive 0 rr call -p "$P" -v eth_blockNumber
   drive 0 rr call -p "$P" --json eth_getBalance "$DEV_ACCOUNT" latest
@@ -224,6 +231,7 @@ sanity_check_grep() {
 }
 
 @test "bench, probe and rank (text, --json, --explain) never show the key, also for failing providers" {
+  upstreams
   drive 0 rr bench -p "$P" --requests 3 --methods eth_blockNumber,eth_gasPrice
   drive 0 rr bench -p "$P" --requests 2 --methods eth_blockNumber --json
   drive 0 rr probe -p "$P"
@@ -244,6 +252,7 @@ sanity_check_grep() {
 }
 
 @test "profiles show, validate and list never show the key; nor do errors in a profile next to the key" {
+  upstreams
   drive 0 rr profiles show "$P"
   drive 0 rr profiles show "$P" --json
   drive 0 rr profiles validate "$P"
@@ -284,6 +293,7 @@ sanity_check_grep() {
 }
 
 @test "state show (text and --json) and the state file never hold the key, after successes and failures" {
+  upstreams
   drive 0 rr call -p "$P" eth_blockNumber
   drive 0 rr bench -p "$P" --requests 2 --methods eth_blockNumber
   drive 0 rr probe -p "$P"
@@ -299,6 +309,7 @@ sanity_check_grep() {
 }
 
 @test "the sidecar: -v logs (text and json), headers, bodies, /status, /metrics, /healthz and 503 details never show the key" {
+  upstreams
   # A low breaker threshold, so failing providers open their breakers and /healthz turns 503.
   secret_profile "$P" 'health: { circuit_breaker: { failure_threshold: 1, recovery_timeout_ms: 60000 } }'
   local fmt
@@ -352,6 +363,7 @@ sanity_check_grep() {
 
 @test "an upstream that echoes the key in its error message: rpcroute's own report of the attempt does not repeat it" {
   [[ -n ${RPCROUTE_E2E_RUN_BUGS:-} ]] || skip "BUG: attempt messages from a provider's JSON-RPC error are printed unscrubbed by call -v/--json and the sidecar's 503 data (bench scrubs them)"
+  upstreams
   # A provider saying "invalid key <KEY>" (as some do, with the key or the whole URL): a rate-limit
   # code, so every provider is tried and the answer is rpcroute's own -32050 with the attempts.
   local msg="invalid API key $RPCROUTE_E2E_SECRET for /v3/$RPCROUTE_E2E_SECRET"
@@ -369,6 +381,7 @@ sanity_check_grep() {
 
 @test "a key in the host name (as in https://KEY.eth.rpc.example/) appears in no output either" {
   [[ -n ${RPCROUTE_E2E_RUN_BUGS:-} ]] || skip "BUG: profiles show (text and --json) prints a provider URL's host, which can hold the key"
+  upstreams
   # *.localhost resolves to 127.0.0.1 (curl), so the key can be a subdomain of a working URL.
   local lower=${SECRET_HEX}
   export RPCROUTE_E2E_HOSTKEY=k$lower
