@@ -67,6 +67,11 @@ teardown_file() {
   stop_all
 }
 
+# What a test started itself (not the shared sidecar and fakes).
+teardown() {
+  stop_all
+}
+
 setup() {
   e2e_setup
   sidecar_load sc
