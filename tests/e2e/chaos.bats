@@ -211,7 +211,8 @@ breaker_states() { # URL
   [[ -z $sample ]] || echo "first failure: $sample" >&2
   assert_equal "$failures" 0 "client errors (HTTP not 200, or not the expected result)"
   assert_equal "$sockerr" 0 "socket errors and timeouts"
-  ((kills >= 3)) || { echo "only $kills kills in ${CHAOS_SECONDS}s" >&2; false; }
+  # Restarting anvil takes seconds on a loaded machine: at least two kills, whatever the duration.
+  ((kills >= 2)) || { echo "only $kills kills in ${CHAOS_SECONDS}s" >&2; false; }
   # Bounded but real load: a few requests per second at the very least, even on a loaded machine.
   ((answers >= 5 * CHAOS_SECONDS)) || { echo "only $answers requests answered" >&2; false; }
   ((transitions >= 1)) || { echo "no breaker transition observed" >&2; false; }
