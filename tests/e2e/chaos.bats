@@ -119,7 +119,7 @@ breaker_states() { # URL
   wrk -t2 -c4 -d"${load_seconds}s" --timeout 15s -s "$out/load.lua" "$url/rpc/local" >"$out/wrk.out" 2>&1 3>&- &
   load_pid=$!
 
-  local t_start now_s end_s kills=0 restarts=0 transitions=0 states prev="0 0 0" next_action
+  local t_start end_s kills=0 restarts=0 transitions=0 states prev="0 0 0" next_action
   local -A down=()
   local log=$out/chaos.log
   : >"$log"

@@ -133,7 +133,7 @@ setup_file() {
   declare -A url_f=()
   # H, the shared fault fake fx (one path per row), and a fake of its own for rows that need
   # another chain.
-  local pids=() pid paths="" how
+  local pids=() pid paths=""
   start_fake h --height 100 &
   pids+=($!)
   start_fake fx --height 100 &
@@ -683,7 +683,7 @@ row_test() { # call|serve ROW
       verdict=FAIL
       printf -- '--- %s %s × %s (exit %s):\n%s\n' "$path" "$row" "$col" "$rc" "$(tail -c 4000 "$BATS_TEST_TMPDIR/$col/log")" >&2
     fi
-    cols[$i]="$col $verdict"
+    cols[i]="$col $verdict"
   done
   local known=0
   if ((failed)) && [[ $KNOWN_BUG_ROWS == *" $row "* ]] && bug_present; then known=1; fi

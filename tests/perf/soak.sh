@@ -38,6 +38,7 @@ command -v wrk >/dev/null || die "no wrk (apt-get install wrk)"
 work=$(mktemp -d /tmp/rpcroute-soak.XXXXXX)
 chmod 755 "$work"
 pids=()
+# shellcheck disable=SC2317  # called by the EXIT trap
 cleanup() {
   local p
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
