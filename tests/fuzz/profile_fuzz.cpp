@@ -39,7 +39,8 @@ bool well_formed_name(std::string_view s) {
 bool http_url(std::string_view url) {
   auto lower = std::string(url.substr(0, 8));
   std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-  return lower.rfind("http://", 0) == 0 || lower.rfind("https://", 0) == 0;
+  // curl (which validates the URL) also takes "http:/host" and "http:host".
+  return lower.rfind("http:", 0) == 0 || lower.rfind("https:", 0) == 0;
 }
 
 void check_profile(const Profile& p) {
