@@ -390,3 +390,109 @@ assert_equal() { # ACTUAL EXPECTED [WHAT]
     return 1
   fi
 }
+
+# ---------------------------------------------------------------------------------------------------
+# The sidecar as a named node, raw HTTP, restarting a node
+
+# Starts `rpcroute serve ARGS...` as node NAME on a port of its choosing (--listen 127.0.0.1:0
+# --port-file are added) and waits, up to 10 s, for its port file. NAME.port / .pid / .log live in the
+# process folder like other nodes: node_url NAME is its base URL, stop_all stops it (SIGTERM).
+start_serve() { # NAME SERVE ARGS...
+  local name=$1 dir pid port deadline
+  shift
+  dir=$(_proc_dir)
+  rm -f "$dir/$name.port.tmp"
+  "$RPCROUTE_BIN" serve --listen 127.0.0.1:0 --port-file "$dir/$name.port.tmp" "$@" \
+    </dev/null >"$dir/$name.log" 2>&1 3>&- &
+  pid=$!
+  echo "$pid" >"$dir/$name.pid"
+  deadline=$((SECONDS + 10))
+  while ((SECONDS < deadline)) && kill -0 "$pid" 2>/dev/null; do
+    port=$(cat "$dir/$name.port.tmp" 2>/dev/null || true)
+    port=${port//[[:space:]]/}
+    if [[ $port =~ ^[0-9]+$ ]]; then
+      echo "$port" >"$dir/$name.port"
+      return 0
+    fi
+    sleep 0.02
+  done
+  echo "start_serve $name: rpcroute serve wrote no port file" >&2
+  cat "$dir/$name.log" >&2
+  return 1
+}
+
+# One HTTP/1.1 POST of DATA (ASCII JSON) to 127.0.0.1:PORT PATH on a fresh connection with
+# "Connection: close"; reads what the server sends until it closes the connection (at most LIMIT
+# seconds, default 30). Leaves OUT.raw (every byte received) and OUT.body (the first response's body).
+# Sets HTTP_CODE; HTTP_HDR, an associative array of the first response's headers (lower-case names);
+# HTTP_RESPONSES, the number of HTTP responses seen (status lines at the start of the stream and after
+# the first response); HTTP_EXTRA, the bytes received beyond the first response's Content-Length body
+# (0 when the stream holds exactly one response; -1 without Content-Length). Returns 1 when the
+# connection failed or the server did not close it in time. Forks only timeout and cat.
+http_once() { # PORT PATH DATA OUT [LIMIT_S]
+  local port=$1 path=$2 data=$3 out=$4 limit=${5:-30} fd rc=0 line rest="" length="" name
+  local LC_ALL=C
+  HTTP_CODE=000 HTTP_RESPONSES=0 HTTP_EXTRA=-1
+  declare -gA HTTP_HDR=()
+  : >"$out.body"
+  exec {fd}<>"/dev/tcp/127.0.0.1/$port" || return 1
+  printf 'POST %s HTTP/1.1\r\nHost: 127.0.0.1:%s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' \
+    "$path" "$port" "${#data}" "$data" >&"$fd"
+  timeout "$limit" cat <&"$fd" >"$out.raw" || rc=$?
+  exec {fd}>&-
+  {
+    if IFS= read -r line && [[ $line =~ ^HTTP/1\.[01]\ ([0-9]{3}) ]]; then
+      HTTP_CODE=${BASH_REMATCH[1]}
+      HTTP_RESPONSES=1
+      while IFS= read -r line; do
+        line=${line%$'\r'}
+        [[ -n $line ]] || break
+        name=${line%%:*}
+        name=${name,,}
+        line=${line#*:}
+        line=${line#"${line%%[! ]*}"}
+        HTTP_HDR[$name]=$line
+      done
+      IFS= read -r -d '' rest || true
+    fi
+  } <"$out.raw"
+  length=${HTTP_HDR[content-length]:-}
+  if [[ $length =~ ^[0-9]+$ ]]; then
+    HTTP_EXTRA=$((${#rest} - length))
+    printf '%s' "${rest:0:length}" >"$out.body"
+    rest=${rest:length}
+    [[ $rest != *HTTP/1.* ]] || HTTP_RESPONSES=$((HTTP_RESPONSES + 1))
+  else
+    printf '%s' "$rest" >"$out.body"
+  fi
+  return $((rc != 0))
+}
+
+# Starts anvil node NAME again on the port it had (after kill_node or a SIGKILL), with ANVIL ARGS
+# (chain id 31337 unless given), and waits up to 10 s until it answers. The port may still be in
+# TIME_WAIT or taken for a moment: retried within those 10 s.
+respawn_anvil() { # NAME [ANVIL ARGS...]
+  local name=$1 dir port pid deadline arg has_chain_id=0
+  shift
+  dir=$(_proc_dir)
+  port=$(node_port "$name") || return 1
+  local args=("$@")
+  for arg in "$@"; do
+    case $arg in --chain-id | --chain-id=*) has_chain_id=1 ;; esac
+  done
+  ((has_chain_id)) || args+=(--chain-id 31337)
+  deadline=$((SECONDS + 10))
+  while ((SECONDS < deadline)); do
+    "$ANVIL" --host 127.0.0.1 --port "$port" --silent "${args[@]}" </dev/null >>"$dir/$name.log" 2>&1 3>&- &
+    pid=$!
+    echo "$pid" >"$dir/$name.pid"
+    while ((SECONDS < deadline)) && kill -0 "$pid" 2>/dev/null; do
+      _rpc_answers "$port" && return 0
+      sleep 0.05
+    done
+    sleep 0.2
+  done
+  _stop_pid "$pid"
+  echo "respawn_anvil $name: no answer on 127.0.0.1:$port" >&2
+  return 1
+}

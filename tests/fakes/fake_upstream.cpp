@@ -19,6 +19,7 @@
 //   --message TEXT       rpc_error mode: error message (default "internal error")
 //   --data JSON          rpc_error mode: error "data" member, any JSON value (default none)
 //   --huge-bytes N       huge mode: length of the result string (default 5242880)
+//   --drip-ms N          drip mode: pause before each byte of the body (default 100)
 // On start it prints "listening on HOST:PORT" to stdout. SIGINT and SIGTERM end it with status 0.
 //
 // Modes, applied to each POST to any path other than /_control and /_stats:
@@ -35,6 +36,8 @@
 //   reset      read the request, reset the connection (SO_LINGER 0, RST)
 //   hang       read the request, never answer; the connection stays open until the client leaves
 //   huge       every result is a JSON string of --huge-bytes bytes ("0xaaaa…")
+//   drip       the ok answer's status line and headers at once, then its body one byte every
+//              --drip-ms (a slow body: first byte fast, last byte late)
 // Methods known in ok mode: eth_blockNumber eth_chainId net_version web3_clientVersion eth_syncing
 // eth_gasPrice eth_getBalance eth_getTransactionCount eth_getCode eth_call eth_getLogs
 // eth_getBlockByNumber (null above the head) eth_sendRawTransaction eth_newFilter
@@ -48,18 +51,25 @@
 //   POST /_control  JSON object, every field optional; answers 200 {"ok":true}, or 400
 //                   {"ok":false,"error":"…"} (nothing applied) on an unknown field or bad value.
 //     "mode", "delay_ms", "status", "retry_after" (string or number), "body", "code", "message",
-//     "data" (any JSON), "huge_bytes"   change the default behaviour; giving "mode" resets the
+//     "data" (any JSON), "huge_bytes", "drip_ms"
+//                                       change the default behaviour; giving "mode" resets the
 //                                       behaviour fields not given in the same body to defaults
 //     "height", "chain_id", "mine_per_sec"   change the chain ("height" restarts mining from there)
 //     "queue": [{behaviour fields}, …]  append one-shot behaviours, each used by exactly one
 //                                       JSON-RPC HTTP request (fields not given take the defaults
 //                                       above, i.e. mode "ok"), before the default applies again
 //     "clear_queue": true   drop queued behaviours (before "queue" of the same body is appended)
+//     "paths": {"/PATH": {behaviour fields}, …}   per-path behaviour: POSTs to /PATH (query
+//                                       ignored) use it instead of the default (queued one-shots
+//                                       still come first); fields not given take the defaults;
+//                                       replaces what /PATH had. One fake, many faulty "providers".
+//     "clear_paths": true   drop every per-path behaviour (before "paths" of the same body)
 //     "reset_stats": true   zero the counters
-//   GET /_stats  {"requests":N,"calls":N,"methods":{"eth_blockNumber":N,…},"mode":"ok",
-//                 "height":N,"chain_id":N,"queued":N}
+//   GET /_stats  {"requests":N,"calls":N,"methods":{"eth_blockNumber":N,…},"paths":{"/":N,…},
+//                 "mode":"ok","height":N,"chain_id":N,"queued":N}
 //     requests: JSON-RPC HTTP requests received (counted on receipt, whatever the answer);
-//     calls: JSON-RPC calls in them (batch items each count; non-JSON or [] count none).
+//     calls: JSON-RPC calls in them (batch items each count; non-JSON or [] count none);
+//     paths: those requests by path.
 //
 // Example:
 //   fake_upstream --port-file /tmp/p --mode status --status 429 --retry-after 2
@@ -113,9 +123,9 @@ constexpr std::string_view kUsage = R"(usage: fake_upstream [options]
   --listen HOST:PORT   (default 127.0.0.1:0)     --port-file PATH
   --chain-id N         (default 31337)           --height N (default 100)
   --mine-per-sec R     (default 0)               --name NAME (default fake)
-  --mode ok|delay|status|rpc_error|malformed|truncated|html|wrong_id|close|reset|hang|huge
+  --mode ok|delay|status|rpc_error|malformed|truncated|html|wrong_id|close|reset|hang|huge|drip
   --delay-ms N  --status N  --retry-after VALUE  --body TEXT
-  --code N  --message TEXT  --data JSON  --huge-bytes N
+  --code N  --message TEXT  --data JSON  --huge-bytes N  --drip-ms N
 The control API and the modes are described at the top of tests/fakes/fake_upstream.cpp.
 )";
 
@@ -138,10 +148,11 @@ enum class Mode {
   close,
   reset,
   hang,
-  huge
+  huge,
+  drip
 };
 
-constexpr std::array<std::pair<Mode, std::string_view>, 12> kModeNames{{
+constexpr std::array<std::pair<Mode, std::string_view>, 13> kModeNames{{
     {Mode::ok, "ok"},
     {Mode::delay, "delay"},
     {Mode::status, "status"},
@@ -154,6 +165,7 @@ constexpr std::array<std::pair<Mode, std::string_view>, 12> kModeNames{{
     {Mode::reset, "reset"},
     {Mode::hang, "hang"},
     {Mode::huge, "huge"},
+    {Mode::drip, "drip"},
 }};
 
 std::optional<Mode> parse_mode(std::string_view name) {
@@ -180,6 +192,7 @@ struct Behaviour {
   std::string message = "internal error";
   std::optional<std::string> data;  // raw JSON
   std::uint64_t huge_bytes = 5 * 1024 * 1024;
+  std::uint64_t drip_ms = 100;
 };
 
 // Some fields of a Behaviour, from the command line or a control request.
@@ -193,6 +206,7 @@ struct BehaviourPatch {
   std::optional<std::string> message;
   std::optional<std::string> data;
   std::optional<std::uint64_t> huge_bytes;
+  std::optional<std::uint64_t> drip_ms;
 
   void apply_to(Behaviour& behaviour) const {
     if (mode) {
@@ -207,6 +221,7 @@ struct BehaviourPatch {
     if (message) behaviour.message = *message;
     if (data) behaviour.data = *data;
     if (huge_bytes) behaviour.huge_bytes = *huge_bytes;
+    if (drip_ms) behaviour.drip_ms = *drip_ms;
   }
 };
 
@@ -642,9 +657,15 @@ struct Stats {
   std::uint64_t requests = 0;
   std::uint64_t calls = 0;
   std::map<std::string, std::uint64_t, std::less<>> methods;
+  std::map<std::string, std::uint64_t, std::less<>> paths;
 
-  void record(const RpcRequest& request) {
+  void record(const RpcRequest& request, std::string_view path) {
     ++requests;
+    if (auto it = paths.find(path); it != paths.end()) {
+      ++it->second;
+    } else {
+      paths.emplace(std::string(path), 1);
+    }
     if (request.no_calls) return;
     calls += request.calls.size();
     for (const Call& call : request.calls) {
@@ -659,11 +680,15 @@ struct Upstream {
   Chain chain;
   Behaviour behaviour;
   std::deque<Behaviour> queue;
+  std::map<std::string, Behaviour, std::less<>> paths;
   Stats stats;
   RequestReader reader;
 
-  Behaviour next_behaviour() {
-    if (queue.empty()) return behaviour;
+  Behaviour next_behaviour(std::string_view path) {
+    if (queue.empty()) {
+      if (auto it = paths.find(path); it != paths.end()) return it->second;
+      return behaviour;
+    }
     Behaviour next = std::move(queue.front());
     queue.pop_front();
     return next;
@@ -677,6 +702,14 @@ struct Upstream {
       if (!first) out += ',';
       first = false;
       append_json_string(out, method);
+      fmt::format_to(std::back_inserter(out), ":{}", count);
+    }
+    out += R"(},"paths":{)";
+    first = true;
+    for (const auto& [path, count] : stats.paths) {
+      if (!first) out += ',';
+      first = false;
+      append_json_string(out, path);
       fmt::format_to(std::back_inserter(out), ":{}", count);
     }
     fmt::format_to(std::back_inserter(out),
@@ -695,12 +728,16 @@ struct ControlRequest {
   std::optional<std::uint64_t> chain_id;
   std::optional<double> mine_per_sec;
   std::vector<Behaviour> queue;
+  std::vector<std::pair<std::string, Behaviour>> paths;
   bool clear_queue = false;
+  bool clear_paths = false;
   bool reset_stats = false;
 
   void apply_to(Upstream& upstream) const {
     if (reset_stats) upstream.stats = Stats{};
     if (clear_queue) upstream.queue.clear();
+    if (clear_paths) upstream.paths.clear();
+    for (const auto& [path, b] : paths) upstream.paths.insert_or_assign(path, b);
     behaviour.apply_to(upstream.behaviour);
     if (chain_id) upstream.chain.set_chain_id(*chain_id);
     if (mine_per_sec) upstream.chain.set_blocks_per_sec(*mine_per_sec);
@@ -770,12 +807,16 @@ Expected<bool> read_behaviour_field(std::string_view key, ondemand::value& value
   if (key == "message") return store(patch.message, read_value<std::string>(value, key));
   if (key == "data") return store(patch.data, read_raw(value, key));
   if (key == "huge_bytes") return store(patch.huge_bytes, read_value<std::uint64_t>(value, key));
+  if (key == "drip_ms") return store(patch.drip_ms, read_value<std::uint64_t>(value, key));
   return false;
 }
 
-Expected<Behaviour> read_queued_behaviour(ondemand::value& value) {
+// A behaviour given whole (an item of "queue", a value of "paths"), fields not given at defaults.
+Expected<Behaviour> read_queued_behaviour(ondemand::value& value, std::string_view where) {
   ondemand::object object;
-  if (value.get_object().get(object)) return Unexpected{"\"queue\" items must be objects"};
+  if (value.get_object().get(object)) {
+    return Unexpected{fmt::format("\"{}\" items must be objects", where)};
+  }
   BehaviourPatch patch;
   for (auto field_result : object) {
     ondemand::field field;
@@ -785,7 +826,7 @@ Expected<Behaviour> read_queued_behaviour(ondemand::value& value) {
     }
     auto known = read_behaviour_field(key, field.value(), patch);
     if (!known) return Unexpected{known.error()};
-    if (!*known) return Unexpected{fmt::format("unknown field \"{}\" in \"queue\"", key)};
+    if (!*known) return Unexpected{fmt::format("unknown field \"{}\" in \"{}\"", key, where)};
   }
   Behaviour behaviour;
   patch.apply_to(behaviour);
@@ -822,13 +863,30 @@ Expected<ControlRequest> read_control(std::string& body, RequestReader& reader) 
       read = read_value<bool>(value, key).map([&](bool v) { control.reset_stats = v; });
     } else if (key == "clear_queue") {
       read = read_value<bool>(value, key).map([&](bool v) { control.clear_queue = v; });
+    } else if (key == "clear_paths") {
+      read = read_value<bool>(value, key).map([&](bool v) { control.clear_paths = v; });
+    } else if (key == "paths") {
+      ondemand::object paths;
+      if (value.get_object().get(paths)) return Unexpected{"\"paths\" must be an object"};
+      for (auto path_result : paths) {
+        ondemand::field path_field;
+        std::string_view path;
+        if (std::move(path_result).get(path_field) || path_field.unescaped_key().get(path)) {
+          return Unexpected{"bad JSON"};
+        }
+        if (!path.starts_with('/')) return Unexpected{"\"paths\" keys must start with /"};
+        std::string path_text(path);  // the key's buffer is reused by the next read
+        auto behaviour = read_queued_behaviour(path_field.value(), "paths");
+        if (!behaviour) return Unexpected{behaviour.error()};
+        control.paths.emplace_back(std::move(path_text), std::move(*behaviour));
+      }
     } else if (key == "queue") {
       ondemand::array items;
       if (value.get_array().get(items)) return Unexpected{"\"queue\" must be an array"};
       for (auto item_result : items) {
         ondemand::value item;
         if (item_result.get(item)) return Unexpected{"bad JSON"};
-        auto behaviour = read_queued_behaviour(item);
+        auto behaviour = read_queued_behaviour(item, "queue");
         if (!behaviour) return Unexpected{behaviour.error()};
         control.queue.push_back(std::move(*behaviour));
       }
@@ -937,9 +995,10 @@ class Connection {
   }
 
   asio::awaitable<bool> serve_rpc(Request& request) {
-    const Behaviour behaviour = upstream_.next_behaviour();
+    const std::string_view path = target_path(request);
+    const Behaviour behaviour = upstream_.next_behaviour(path);
     const RpcRequest rpc = upstream_.reader.read(request.body());
-    upstream_.stats.record(rpc);
+    upstream_.stats.record(rpc, path);
 
     if (behaviour.delay_ms > 0) {
       asio::steady_timer timer(stream_.get_executor());
@@ -978,6 +1037,9 @@ class Connection {
       case Mode::truncated:
         co_await send_truncated(render_answer(rpc, behaviour, upstream_.chain));
         co_return false;
+      case Mode::drip:
+        co_return co_await send_dripped(request, render_answer(rpc, behaviour, upstream_.chain),
+                                        behaviour);
       case Mode::close:
         close();
         co_return false;
@@ -1025,6 +1087,33 @@ class Connection {
     beast::error_code error;
     co_await asio::async_write(stream_, asio::buffer(head), on_error(error));
     close();
+  }
+
+  // The head at once, then the body one byte at a time, drip_ms apart.
+  asio::awaitable<bool> send_dripped(const Request& request, std::string body,
+                                     const Behaviour& behaviour) {
+    std::string head = fmt::format(
+        "HTTP/1.1 200 OK\r\nServer: fake-upstream\r\nContent-Type: application/json\r\n"
+        "Content-Length: {}\r\n",
+        body.size());
+    if (behaviour.retry_after) head += fmt::format("Retry-After: {}\r\n", *behaviour.retry_after);
+    if (!request.keep_alive()) head += "Connection: close\r\n";
+    head += "\r\n";
+    beast::error_code error;
+    co_await asio::async_write(stream_, asio::buffer(head), on_error(error));
+    asio::steady_timer timer(stream_.get_executor());
+    for (std::size_t i = 0; i < body.size() && !error; ++i) {
+      timer.expires_after(std::chrono::milliseconds(behaviour.drip_ms));
+      beast::error_code ignored;
+      co_await timer.async_wait(on_error(ignored));
+      co_await asio::async_write(stream_, asio::buffer(&body[i], 1), on_error(error));
+    }
+    if (error) co_return false;
+    if (!request.keep_alive()) {
+      close();
+      co_return false;
+    }
+    co_return true;
   }
 
   void close() {
@@ -1175,6 +1264,8 @@ Expected<Options> parse_options(int argc, char** argv) {
       if (!set_number(b.code)) return bad();
     } else if (flag == "--huge-bytes") {
       if (!set_number(b.huge_bytes)) return bad();
+    } else if (flag == "--drip-ms") {
+      if (!set_number(b.drip_ms)) return bad();
     } else if (flag == "--retry-after") {
       b.retry_after = value;
     } else if (flag == "--body") {

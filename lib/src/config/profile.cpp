@@ -266,7 +266,8 @@ class Loader {
         for (auto it = mo.begin(); it != mo.end(); ++it) {
           MethodOverride o;
           o.pattern = scalar(it->first, "method name");
-          const auto& v = it->second;
+          // A copy (a Node is a handle): it->second lives in a proxy that dies with the statement.
+          const YAML::Node v = it->second;
           require_map(v, "method override");
           check_keys(v, {"strategy", "providers", "timeout_ms", "broadcast"}, "method override");
           if (auto s = v["strategy"]) o.policy.strategy = strategy(s);

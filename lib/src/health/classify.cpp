@@ -133,6 +133,9 @@ std::string lower(std::string_view s) {
   return out;
 }
 
+// A provider that asks for more than a week is not believed (nor is NaN): the default applies.
+constexpr double kMaxRetryAfterMs = 7.0 * 86'400'000;
+
 std::optional<std::int64_t> first_number_after(std::string_view text, std::string_view key) {
   auto pos = text.find(key);
   if (pos == std::string_view::npos) return std::nullopt;
@@ -140,7 +143,7 @@ std::optional<std::int64_t> first_number_after(std::string_view text, std::strin
   while (pos < text.size() && (text[pos] == '"' || text[pos] == ':' || text[pos] == ' ')) ++pos;
   double v = 0;
   auto [p, ec] = std::from_chars(text.data() + pos, text.data() + text.size(), v);
-  if (ec != std::errc() || v < 0 || v > 86400 * 7) return std::nullopt;
+  if (ec != std::errc() || !(v >= 0 && v * 1000 <= kMaxRetryAfterMs)) return std::nullopt;
   return static_cast<std::int64_t>(v * 1000);
 }
 
@@ -150,7 +153,9 @@ std::optional<std::int64_t> parse_http_date(std::string_view s, std::int64_t now
   if (strptime(str.c_str(), "%a, %d %b %Y %H:%M:%S", &tm) == nullptr) return std::nullopt;
   auto t = timegm(&tm);
   if (t < 0) return std::nullopt;
-  return std::max<std::int64_t>(0, static_cast<std::int64_t>(t) * 1000 - now_ms);
+  auto ms = std::max<double>(0, static_cast<double>(t) * 1000 - static_cast<double>(now_ms));
+  if (ms > kMaxRetryAfterMs) return std::nullopt;
+  return static_cast<std::int64_t>(ms);
 }
 
 }  // namespace
@@ -176,8 +181,11 @@ std::int64_t retry_after_ms(std::string_view header, std::string_view message, s
   if (!header.empty()) {
     std::int64_t secs = 0;
     auto [p, ec] = std::from_chars(header.data(), header.data() + header.size(), secs);
-    if (ec == std::errc() && p == header.data() + header.size() && secs >= 0) return secs * 1000;
-    if (auto d = parse_http_date(header, now_ms)) return *d;
+    if (ec == std::errc() && p == header.data() + header.size()) {
+      if (secs >= 0 && secs <= static_cast<std::int64_t>(kMaxRetryAfterMs) / 1000) return secs * 1000;
+    } else if (auto d = parse_http_date(header, now_ms)) {
+      return *d;
+    }
   }
   if (!data.empty()) {
     if (auto v = first_number_after(data, "\"retry_after\"")) return *v;
@@ -190,7 +198,7 @@ std::int64_t retry_after_ms(std::string_view header, std::string_view message, s
     auto rest = std::string_view(msg).substr(pos + key.size());
     double v = 0;
     auto [p, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), v);
-    if (ec != std::errc() || v < 0) continue;
+    if (ec != std::errc() || !(v >= 0)) continue;
     auto unit = rest.substr(static_cast<std::size_t>(p - rest.data()));
     while (!unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
     double scale = 1000;  // seconds unless told otherwise
@@ -198,7 +206,7 @@ std::int64_t retry_after_ms(std::string_view header, std::string_view message, s
     else if (unit.rfind("min", 0) == 0 || (unit.rfind("m", 0) == 0 && unit.rfind("mi", 0) != 0)) scale = 60'000;
     else if (unit.rfind("h", 0) == 0) scale = 3'600'000;
     auto ms = v * scale;
-    if (ms > 7.0 * 86'400'000) continue;
+    if (!(ms <= kMaxRetryAfterMs)) continue;
     return static_cast<std::int64_t>(ms);
   }
   return -1;

@@ -1,6 +1,8 @@
 #include "rpcroute/jsonrpc.hpp"
 
+#include <algorithm>
 #include <charconv>
+#include <vector>
 
 #include <fmt/format.h>
 #include <simdjson.h>
@@ -113,6 +115,80 @@ simdjson::error_code validate_scalar(od::document& doc, od::json_type t) {
     }
     default: return simdjson::INCORRECT_TYPE;
   }
+}
+
+/// Checks the grammar of a whole document: brackets, commas and colons in the right places.
+/// On-Demand validates what it reads but skips a value it was not asked for by counting
+/// brackets, so `[1,"x":2},3]` would read as three items; anything we forward must be JSON.
+/// Scalars are only delimited here: their contents are checked when they are read.
+bool well_formed(std::string_view text) {
+  enum class Expect { value, value_or_close, key, key_or_close, colon, comma_or_close };
+  std::vector<char> open;
+  Expect expect = Expect::value;
+  bool done = false;
+  std::size_t i = 0;
+  const std::size_t n = text.size();
+  auto after_value = [&] {
+    if (open.empty()) done = true;
+    expect = Expect::comma_or_close;
+  };
+  while (i < n) {
+    char c = text[i];
+    if (c == ' ' || c == '\n' || c == '\r' || c == '\t') {
+      ++i;
+      continue;
+    }
+    if (done) return false;
+    bool value_expected = expect == Expect::value || expect == Expect::value_or_close;
+    switch (c) {
+      case '"': {
+        for (++i; i < n && text[i] != '"'; ++i) {
+          if (text[i] == '\\') ++i;
+        }
+        if (i >= n) return false;
+        ++i;
+        if (expect == Expect::key || expect == Expect::key_or_close) {
+          expect = Expect::colon;
+        } else if (value_expected) {
+          after_value();
+        } else {
+          return false;
+        }
+        continue;
+      }
+      case '[':
+      case '{':
+        if (!value_expected) return false;
+        open.push_back(c);
+        expect = c == '[' ? Expect::value_or_close : Expect::key_or_close;
+        break;
+      case ']':
+      case '}': {
+        bool empty = c == ']' ? expect == Expect::value_or_close : expect == Expect::key_or_close;
+        if (open.empty() || open.back() != (c == ']' ? '[' : '{') || !(empty || expect == Expect::comma_or_close)) {
+          return false;
+        }
+        open.pop_back();
+        after_value();
+        break;
+      }
+      case ':':
+        if (expect != Expect::colon) return false;
+        expect = Expect::value;
+        break;
+      case ',':
+        if (expect != Expect::comma_or_close || open.empty()) return false;
+        expect = open.back() == '[' ? Expect::value : Expect::key;
+        break;
+      default:
+        if (!value_expected) return false;
+        while (i < n && std::string_view(" \n\r\t,:[]{}\"").find(text[i]) == std::string_view::npos) ++i;
+        after_value();
+        continue;
+    }
+    ++i;
+  }
+  return done;
 }
 
 /// True when nothing but whitespace follows the document's value.
@@ -255,6 +331,7 @@ tl::expected<Body, BodyError> parse_body(std::string_view text) {
     return tl::unexpected(BodyError{kInvalidRequest, "invalid request: expected an object or an array"});
   }
   if (!at_end(doc)) return bad_json("trailing content after the JSON value");
+  if (!well_formed(text)) return bad_json("misplaced bracket, comma or colon");
   return body;
 }
 
@@ -299,7 +376,8 @@ simdjson::error_code parse_reply(od::object obj, od::document& doc, Reply& reply
           if (ct == od::json_type::number) {
             double d;
             if (auto e = ev.get_double().get(d)) return e;
-            err.code = static_cast<std::int64_t>(d);
+            // Clamped: a code beyond int64 (1e300) must not be cast as is (undefined behaviour).
+            err.code = static_cast<std::int64_t>(std::clamp(d, -9.0e18, 9.0e18));
           } else {
             if (auto e = raw_of(ev, doc, raw)) return e;
           }
@@ -370,6 +448,7 @@ tl::expected<Response, std::string> parse_response(std::string_view text, std::s
     return tl::unexpected(std::string("not a JSON-RPC response"));
   }
   if (!at_end(doc)) return tl::unexpected(std::string("invalid JSON: trailing content"));
+  if (!well_formed(text)) return tl::unexpected(std::string("invalid JSON: misplaced bracket, comma or colon"));
   if (!why.empty()) return tl::unexpected(fmt::format("not a JSON-RPC response: {}", why));
   return resp;
 }

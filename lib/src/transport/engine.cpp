@@ -7,6 +7,7 @@
 
 #include "rpcroute/clock.hpp"
 #include "rpcroute/transport.hpp"
+#include "native_http.hpp"
 
 namespace rpcroute {
 
@@ -79,6 +80,7 @@ struct Engine::Core : std::enable_shared_from_this<Engine::Core> {
   explicit Core(asio::io_context& io) : io(io), timer(io) {}
 
   asio::io_context& io;
+  std::shared_ptr<detail::NativeHttp> native;  // plain http:// to an address: no curl
   MultiHandle multi;
   asio::steady_timer timer;
   std::unordered_map<curl_socket_t, std::shared_ptr<SocketWatch>> sockets;
@@ -273,6 +275,7 @@ void Engine::Core::check_done() {
 }
 
 Engine::Engine(asio::io_context& io) : core_(std::make_shared<Core>(io)) {
+  core_->native = std::make_shared<detail::NativeHttp>(io);
   init_curl();
   core_->multi.reset(curl_multi_init());
   CURLM* m = core_->multi.get();
@@ -290,6 +293,7 @@ Engine::~Engine() {
   for (auto& [fd, w] : core_->sockets) w->release();
   core_->sockets.clear();
   core_->timer.cancel();
+  core_->native->close_idle();
   core_->idle_easy.clear();
   core_->multi.reset();
 }
@@ -297,6 +301,16 @@ Engine::~Engine() {
 std::size_t Engine::in_flight() const { return core_->in_flight; }
 
 asio::awaitable<HttpResponse> Engine::perform(HttpRequest request) {
+  if (auto target = core_->native->target_for(request)) {
+    struct InFlight {
+      std::shared_ptr<Core> core;
+      explicit InFlight(std::shared_ptr<Core> c) : core(std::move(c)) { ++core->in_flight; }
+      ~InFlight() { --core->in_flight; }
+    } guard(core_);
+    auto native = core_->native;
+    HttpResponse r = co_await native->perform(std::move(request), std::move(target));
+    co_return r;
+  }
   auto t = std::make_unique<Transfer>(core_, std::move(request));
   t->easy = core_->acquire();
   CURL* e = t->easy.get();

@@ -194,6 +194,21 @@ TEST_CASE("retry_after_ms reads headers, error data and messages", "[classify]")
     CHECK(retry_after_ms("Tue, 14 Nov 2023 22:13:30 GMT", "", "", kNow + 4'000) == 6'000);
     CHECK(retry_after_ms("Mon, 13 Nov 2023 00:00:00 GMT", "", "", kNow) == 0);  // in the past
   }
+  SECTION("more than a week is not believed, whatever says it (found by fuzzing)") {
+    // A huge Retry-After overflowed seconds × 1000 (UB), and would have kept a provider marked
+    // rate-limited for years; the error data and message were already capped at a week.
+    CHECK(retry_after_ms("604800", "", "", kNow) == 604'800'000);
+    CHECK(retry_after_ms("604801", "", "", kNow) == -1);
+    CHECK(retry_after_ms("88888888", "", "", kNow) == -1);
+    CHECK(retry_after_ms("9223372036854775807", "", "", kNow) == -1);
+    CHECK(retry_after_ms("99999999999", "try again in 3 seconds", "", kNow) == 3'000);
+    CHECK(retry_after_ms("Tue, 14 Nov 2073 22:13:20 GMT", "", "", kNow) == -1);
+  }
+  SECTION("not-a-number is not a duration (found by fuzzing: NaN cast to an integer is UB)") {
+    CHECK(retry_after_ms("", "", R"({"retry_after":"nan"})", kNow) == -1);
+    CHECK(retry_after_ms("", "rate limited, try again in nan seconds", "", kNow) == -1);
+    CHECK(retry_after_ms("", "rate limited, try again in inf seconds", "", kNow) == -1);
+  }
   SECTION("an unusable header falls through to the error") {
     CHECK(retry_after_ms("soon", "", "", kNow) == -1);
     CHECK(retry_after_ms("soon", "try again in 3 seconds", "", kNow) == 3'000);

@@ -163,6 +163,22 @@ TEST_CASE("parse_body: invalid JSON inside params is -32700, never forwarded",
   CHECK(code_or_zero(R"([{"id":1,"method":"m","params":[}]}])") == kParseError);
 }
 
+TEST_CASE("parse_body: a misplaced colon or bracket is -32700, not skipped over", "[jsonrpc]") {
+  // Found by tests/fuzz (jsonrpc_request): On-Demand skips a value it is not asked for by counting
+  // brackets, so "x":2,"y"} inside an array vanished and the rest parsed as items or params.
+  CHECK(code_or_zero(R"([1,"x":2,"y"},{"jsonrpc":"2.0","id":1,"method":"m"}])") == kParseError);
+  CHECK(code_or_zero(R"(["a":1}, {"jsonrpc":"2.0","id":1,"method":"m"}])") == kParseError);
+  CHECK(code_or_zero(R"({"jsonrpc":"2.0","id":1,"method":"m","params":[{"a":1},"x":2,"y"},{"b":1}]})") ==
+        kParseError);
+  CHECK(code_or_zero(R"([{"jsonrpc":"2.0","id":"a","method":"eth_blockNumber"},"id":2,"methodkNumber"},)"
+                     R"({"jsonrpc":"2.0","i$d":2,"method":"eth_gasPrice"}])") == kParseError);
+  // Brackets and escapes inside strings are not structure.
+  auto b = body_of(R"({"jsonrpc":"2.0","id":"a\"]}:,","method":"m","params":[{"x":"[{\\"}]})");
+  REQUIRE(b.calls.size() == 1);
+  CHECK(b.calls[0].id == R"("a\"]}:,")");
+  CHECK(b.calls[0].params == R"([{"x":"[{\\"}])");
+}
+
 TEST_CASE("parse_body: invalid items in a batch keep their own reason", "[jsonrpc]") {
   auto b = body_of(R"([
     1,
@@ -285,6 +301,8 @@ TEST_CASE("parse_response: anything else is an error", "[jsonrpc]") {
       "42",
       R"("result")",
       R"([{"jsonrpc":"2.0","id":1,"result":"0x1"}, 5])",  // batch with a non-object
+      R"({"jsonrpc":"2.0","id":1,"result":[1,"x":2},3]})",    // a colon in an array (found by fuzzing)
+      R"([{"jsonrpc":"2.0","id":0,"result":1},"x":1},{"jsonrpc":"2.0","id":1,"result":2}])",
   };
   for (const char* body : bad) {
     INFO(body);
@@ -298,6 +316,16 @@ TEST_CASE("parse_response: anything else is an error", "[jsonrpc]") {
   auto html = parse_response("<html></html>");
   REQUIRE_FALSE(html.has_value());
   CHECK(html.error().find("invalid JSON") != std::string::npos);
+}
+
+TEST_CASE("parse_response: an error code beyond 64 bits is clamped", "[jsonrpc]") {
+  // Found by a fuzz seed under UBSan: casting 1e300 to int64 is undefined behaviour.
+  auto r = parse_response(R"({"jsonrpc":"2.0","id":0,"error":{"code":1e300,"message":"x"}})");
+  REQUIRE(r.has_value());
+  CHECK(r->replies[0].error->code == 9'000'000'000'000'000'000);
+  auto neg = parse_response(R"({"jsonrpc":"2.0","id":0,"error":{"code":-1e300,"message":"x"}})");
+  REQUIRE(neg.has_value());
+  CHECK(neg->replies[0].error->code == -9'000'000'000'000'000'000);
 }
 
 TEST_CASE("make_call, make_result and make_error round-trip", "[jsonrpc]") {

@@ -1,0 +1,425 @@
+#include "native_http.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <limits>
+#include <optional>
+
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <fmt/format.h>
+
+#include "rpcroute/clock.hpp"
+
+namespace rpcroute::detail {
+
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+constexpr std::size_t kMaxIdle = 256;                 // like curl's CURLMOPT_MAXCONNECTS
+constexpr std::int64_t kMaxIdleUs = 60'000'000;       // older idle connections are not reused
+constexpr std::size_t kReadChunk = 16 * 1024;         // like curl's receive buffer
+constexpr std::size_t kLargeReadChunk = 256 * 1024;   // once a large body is on its way
+constexpr std::uint64_t kReserveLimit = std::uint64_t{1} << 31;
+
+/// The body as one std::string, reserved once from Content-Length with simdjson's padding on top,
+/// so that the answer is parsed in place and never copied to grow.
+struct PaddedStringBody {
+  using value_type = std::string;
+  static std::uint64_t size(const value_type& v) { return v.size(); }
+
+  class reader {
+   public:
+    template <bool isRequest, class Fields>
+    reader(bhttp::header<isRequest, Fields>&, value_type& body) : body_(body) {}
+    void init(const boost::optional<std::uint64_t>& length, beast::error_code& ec) {
+      ec = {};
+      if (length && *length <= kReserveLimit) body_.reserve(static_cast<std::size_t>(*length) + 64);
+    }
+    template <class ConstBufferSequence>
+    std::size_t put(const ConstBufferSequence& buffers, beast::error_code& ec) {
+      ec = {};
+      const auto n = asio::buffer_size(buffers);
+      const auto old = body_.size();
+      if (old + n + 64 > body_.capacity()) body_.reserve(std::max(body_.capacity() * 2, old + n + 64));
+      body_.resize(old + n);
+      return asio::buffer_copy(asio::buffer(body_.data() + old, n), buffers);
+    }
+    void finish(beast::error_code& ec) { ec = {}; }
+
+   private:
+    value_type& body_;
+  };
+};
+
+bool proxy_configured() {
+  // curl reads http_proxy (lower case only, for http://), all_proxy and ALL_PROXY: with any of them
+  // set, every request stays with curl so the proxy is honoured exactly as before.
+  for (const char* name : {"http_proxy", "all_proxy", "ALL_PROXY"}) {
+    const char* v = std::getenv(name);
+    if (v != nullptr && *v != '\0') return true;
+  }
+  return false;
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+bool clean_header_text(std::string_view s) { return s.find_first_of("\r\n") == std::string_view::npos; }
+
+}  // namespace
+
+struct NativeHttp::Target {
+  std::vector<tcp::endpoint> endpoints;
+  std::string host;  // for messages
+  std::uint16_t port = 80;
+  std::string key;   // pool key: "host:port"
+  std::string head;  // "POST path HTTP/1.1\r\nHost: …\r\n…" without Content-Length and extra headers
+};
+
+struct NativeHttp::Conn {
+  explicit Conn(asio::io_context& io) : socket(io) {}
+  tcp::socket socket;
+  beast::flat_buffer buffer;
+  std::int64_t idle_since_us = 0;
+};
+
+NativeHttp::NativeHttp(asio::io_context& io) : io_(io) {
+  enabled_ = !proxy_configured();
+  if (const char* v = std::getenv("RPCROUTE_HTTP_CLIENT"); v != nullptr && std::string_view(v) == "curl") enabled_ = false;
+}
+
+NativeHttp::~NativeHttp() { close_idle(); }
+
+void NativeHttp::close_idle() {
+  for (auto& [key, conns] : idle_) {
+    for (auto& c : conns) {
+      boost::system::error_code ec;
+      c->socket.close(ec);
+    }
+  }
+  idle_.clear();
+  idle_count_ = 0;
+}
+
+std::shared_ptr<const NativeHttp::Target> NativeHttp::target_for(const HttpRequest& request) {
+  if (!enabled_) return nullptr;
+  if (request.headers != nullptr) {
+    for (const auto& h : *request.headers) {
+      if (!clean_header_text(h.name) || !clean_header_text(h.value)) return nullptr;
+    }
+  }
+  if (auto it = targets_.find(request.url); it != targets_.end()) return it->second;
+  if (targets_.size() > 4096) targets_.clear();
+  auto parse = [&]() -> std::shared_ptr<const Target> {
+    std::string_view url = request.url;
+    constexpr std::string_view scheme = "http://";
+    if (url.size() <= scheme.size() || !iequals(url.substr(0, scheme.size()), scheme)) return nullptr;
+    url.remove_prefix(scheme.size());
+    const auto authority_end = url.find_first_of("/?#");
+    std::string_view authority = url.substr(0, authority_end);
+    std::string_view rest = authority_end == std::string_view::npos ? std::string_view() : url.substr(authority_end);
+    if (authority.empty() || authority.find('@') != std::string_view::npos) return nullptr;
+    if (auto hash = rest.find('#'); hash != std::string_view::npos) rest = rest.substr(0, hash);
+    for (char c : rest) {
+      if (static_cast<unsigned char>(c) <= 0x20 || static_cast<unsigned char>(c) >= 0x7f) return nullptr;
+    }
+    std::string path = rest.empty() || rest.front() == '?' ? "/" + std::string(rest) : std::string(rest);
+    std::string_view host;
+    std::string_view port_text;
+    if (authority.front() == '[') {
+      const auto close = authority.find(']');
+      if (close == std::string_view::npos) return nullptr;
+      host = authority.substr(1, close - 1);
+      auto after = authority.substr(close + 1);
+      if (!after.empty()) {
+        if (after.front() != ':') return nullptr;
+        port_text = after.substr(1);
+      }
+    } else {
+      const auto colon = authority.find(':');
+      host = authority.substr(0, colon);
+      if (colon != std::string_view::npos) port_text = authority.substr(colon + 1);
+    }
+    unsigned port = 80;
+    if (!port_text.empty()) {
+      auto [p, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+      if (ec != std::errc() || p != port_text.data() + port_text.size() || port == 0 || port > 65535) return nullptr;
+    }
+    auto target = std::make_shared<Target>();
+    boost::system::error_code ec;
+    auto address = asio::ip::make_address(std::string(host), ec);
+    if (!ec) {
+      if (address.is_v6() && address.to_v6().scope_id() != 0) return nullptr;
+      target->endpoints.emplace_back(address, static_cast<std::uint16_t>(port));
+    } else if (iequals(host, "localhost")) {
+      // curl tries both; an IPv4-only node is the common case.
+      target->endpoints.emplace_back(asio::ip::make_address_v4("127.0.0.1"), static_cast<std::uint16_t>(port));
+      target->endpoints.emplace_back(asio::ip::make_address_v6("::1"), static_cast<std::uint16_t>(port));
+    } else {
+      return nullptr;  // a name to resolve: curl does it (and its DNS cache)
+    }
+    target->host = std::string(host);
+    target->port = static_cast<std::uint16_t>(port);
+    target->key = fmt::format("{}:{}", host, port);
+    target->head = fmt::format(
+        "POST {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: rpcroute/0.1\r\nContent-Type: application/json\r\n"
+        "Accept: application/json\r\n",
+        path, authority);
+    return target;
+  };
+  auto target = parse();
+  targets_.emplace(request.url, target);
+  return target;
+}
+
+std::unique_ptr<NativeHttp::Conn> NativeHttp::take_idle(const std::string& key) {
+  auto it = idle_.find(key);
+  if (it == idle_.end()) return nullptr;
+  auto& list = it->second;
+  const auto now = steady_us();
+  while (!list.empty()) {
+    auto conn = std::move(list.back());
+    list.pop_back();
+    --idle_count_;
+    if (now - conn->idle_since_us <= kMaxIdleUs) return conn;
+    boost::system::error_code ec;
+    conn->socket.close(ec);
+  }
+  return nullptr;
+}
+
+void NativeHttp::give_back(const std::string& key, std::unique_ptr<Conn> conn) {
+  if (idle_count_ >= kMaxIdle) return;  // closed by its destructor
+  if (conn->buffer.capacity() > kReadChunk) conn->buffer = beast::flat_buffer();  // after a large body
+  conn->idle_since_us = steady_us();
+  idle_[key].push_back(std::move(conn));
+  ++idle_count_;
+}
+
+asio::awaitable<HttpResponse> NativeHttp::perform(HttpRequest request, std::shared_ptr<const Target> target) {
+  auto self = shared_from_this();
+  HttpResponse r;
+  const auto started = steady_us();
+  const auto timeout_ms = std::max<std::int64_t>(1, request.timeout_ms);
+  const auto connect_timeout_ms = std::clamp<std::int64_t>(request.timeout_ms, 1, 5'000);
+
+  std::string head = target->head;
+  if (request.headers != nullptr) {
+    for (const auto& h : *request.headers) {
+      head += h.name;
+      head += ": ";
+      head += h.value;
+      head += "\r\n";
+    }
+  }
+  head += "Content-Length: ";
+  head += std::to_string(request.body.size());
+  head += "\r\n\r\n";
+
+  // One deadline for the whole transfer (shorter while connecting, like curl's CONNECTTIMEOUT); it
+  // cancels whatever socket operation is pending. Shared, so a late handler never touches a frame.
+  struct Deadline {
+    explicit Deadline(asio::io_context& io) : timer(io) {}
+    asio::steady_timer timer;
+    tcp::socket* socket = nullptr;
+    bool fired = false;
+    std::uint64_t generation = 0;
+  };
+  auto deadline = std::make_shared<Deadline>(io_);
+  const auto start_point = std::chrono::steady_clock::now();
+  auto arm = [&deadline](std::chrono::steady_clock::time_point at) {
+    deadline->timer.expires_at(at);
+    const auto generation = ++deadline->generation;
+    deadline->timer.async_wait([d = deadline, generation](const boost::system::error_code& ec) {
+      if (ec || d->generation != generation) return;
+      d->fired = true;
+      if (d->socket != nullptr) {
+        boost::system::error_code ignored;
+        d->socket->cancel(ignored);
+      }
+    });
+  };
+  arm(start_point + std::chrono::milliseconds(timeout_ms));
+  auto finish = [&](TransportError error, std::string message) {
+    r.error = error;
+    r.error_message = std::move(message);
+  };
+  auto timed_out = [&](std::size_t received) {
+    finish(TransportError::timeout, fmt::format("Operation timed out after {} milliseconds with {} bytes received",
+                                                (steady_us() - started) / 1000, received));
+  };
+
+  for (int attempt = 0;; ++attempt) {
+    std::unique_ptr<Conn> conn = take_idle(target->key);
+    const bool reused = conn != nullptr;
+    boost::system::error_code ec;
+    if (!reused) {
+      conn = std::make_unique<Conn>(io_);
+      deadline->socket = &conn->socket;
+      const auto connect_started = steady_us();
+      const bool short_connect = connect_timeout_ms < timeout_ms;
+      if (short_connect) arm(start_point + std::chrono::milliseconds(connect_timeout_ms));
+      for (const auto& endpoint : target->endpoints) {
+        if (conn->socket.is_open()) conn->socket.close(ec);
+        ec = {};
+        co_await conn->socket.async_connect(endpoint, asio::redirect_error(asio::use_awaitable, ec));
+        if (!ec || deadline->fired) break;
+      }
+      if (deadline->fired) {
+        deadline->socket = nullptr;
+        finish(TransportError::timeout,
+               fmt::format("Connection timed out after {} milliseconds", (steady_us() - started) / 1000));
+        break;
+      }
+      if (short_connect) arm(start_point + std::chrono::milliseconds(timeout_ms));
+      if (ec) {
+        deadline->socket = nullptr;
+        finish(TransportError::connect, fmt::format("Failed to connect to {} port {}: {}", target->host, target->port,
+                                                    ec.message()));
+        break;
+      }
+      conn->socket.set_option(tcp::no_delay(true), ec);
+      conn->socket.set_option(asio::socket_base::keep_alive(true), ec);
+      conn->socket.non_blocking(true, ec);
+      r.connect_us = steady_us() - connect_started;
+    }
+    deadline->socket = &conn->socket;
+
+    std::array<asio::const_buffer, 2> out{asio::buffer(head), asio::buffer(request.body)};
+    co_await asio::async_write(conn->socket, out, asio::redirect_error(asio::use_awaitable, ec));
+    if (deadline->fired) {
+      timed_out(0);
+      break;
+    }
+    if (ec) {
+      deadline->socket = nullptr;
+      if (reused && attempt == 0) continue;  // a stale keep-alive connection: once more on a new one
+      finish(TransportError::reset, fmt::format("Send failure: {}", ec.message()));
+      break;
+    }
+
+    std::optional<bhttp::response_parser<PaddedStringBody>> parser;
+    parser.emplace();
+    parser->eager(true);
+    parser->header_limit(64 * 1024);
+    parser->body_limit(std::numeric_limits<std::uint64_t>::max());
+    std::size_t received = 0;
+    bool ready = false;  // data may already be waiting: read before waiting
+    bool retry = false;
+    bool failed = false;
+    for (;;) {
+      // Feed what is buffered.
+      while (conn->buffer.size() > 0 && !parser->is_done()) {
+        const auto used = parser->put(conn->buffer.data(), ec);
+        conn->buffer.consume(used);
+        if (ec == bhttp::error::need_more) {
+          ec = {};
+          break;
+        }
+        if (ec) break;
+        if (used == 0) break;
+      }
+      if (ec) {
+        finish(TransportError::other, fmt::format("Weird server reply: {}", ec.message()));
+        failed = true;
+        break;
+      }
+      if (parser->is_done()) {
+        const auto status = parser->get().result_int();
+        if (status >= 100 && status < 200 && status != 101) {  // an interim answer: the real one follows
+          parser.emplace();
+          parser->eager(true);
+          parser->header_limit(64 * 1024);
+          parser->body_limit(std::numeric_limits<std::uint64_t>::max());
+          continue;
+        }
+        break;
+      }
+      if (!ready) {
+        co_await conn->socket.async_wait(tcp::socket::wait_read, asio::redirect_error(asio::use_awaitable, ec));
+        if (deadline->fired) break;
+        if (ec) {
+          finish(TransportError::reset, fmt::format("Recv failure: {}", ec.message()));
+          failed = true;
+          break;
+        }
+      }
+      std::size_t want = kReadChunk;
+      if (parser->is_header_done()) {
+        if (auto length = parser->content_length_remaining(); length && *length > kReadChunk) {
+          want = static_cast<std::size_t>(std::min<std::uint64_t>(*length, kLargeReadChunk));
+        } else if (!length && received > kLargeReadChunk) {
+          want = kLargeReadChunk;
+        }
+      }
+      const auto n = conn->socket.read_some(conn->buffer.prepare(want), ec);
+      if (ec == asio::error::would_block || ec == asio::error::try_again) {
+        ready = false;
+        continue;
+      }
+      if (ec == asio::error::eof) {
+        if (received == 0 && reused && attempt == 0) {
+          retry = true;
+          break;
+        }
+        if (parser->is_header_done()) {
+          parser->put_eof(ec);  // a body that ends with the connection is complete now
+          if (!ec && parser->is_done()) break;
+          finish(TransportError::truncated, "transfer closed with outstanding read data remaining");
+        } else if (received == 0) {
+          finish(TransportError::reset, "Empty reply from server");
+        } else {
+          finish(TransportError::reset, "Connection closed in the middle of the response header");
+        }
+        failed = true;
+        break;
+      }
+      if (ec) {
+        if (received == 0 && reused && attempt == 0) {
+          retry = true;
+          break;
+        }
+        finish(TransportError::reset, fmt::format("Recv failure: {}", ec.message()));
+        failed = true;
+        break;
+      }
+      conn->buffer.commit(n);
+      received += n;
+      ready = true;
+    }
+    deadline->socket = nullptr;
+    if (retry) continue;
+    if (deadline->fired && !failed && !parser->is_done()) {
+      timed_out(received);
+      break;
+    }
+    if (failed) break;
+
+    auto& message = parser->get();
+    r.status = static_cast<long>(message.result_int());
+    if (auto it = message.find("Retry-After"); it != message.end()) {
+      std::string_view v(it->value().data(), it->value().size());
+      while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+      while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+      r.retry_after.assign(v);
+    }
+    const bool reusable = parser->keep_alive() && conn->buffer.size() == 0;
+    r.body = std::move(message.body());
+    if (reusable) give_back(target->key, std::move(conn));
+    break;
+  }
+  deadline->socket = nullptr;
+  deadline->timer.cancel();
+  r.latency_us = steady_us() - started;
+  co_return r;
+}
+
+}  // namespace rpcroute::detail

@@ -1,0 +1,47 @@
+#pragma once
+// The engine's own HTTP/1.1 client for plain http:// upstreams on a literal address (or localhost):
+// no curl state machine, no liveness poll() and no epoll_ctl per request. Everything else (https,
+// host names, proxies, user:password@ URLs) goes through curl. Internal to the transport.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "rpcroute/asio_compat.hpp"
+#include "rpcroute/transport.hpp"
+
+namespace rpcroute::detail {
+
+class NativeHttp : public std::enable_shared_from_this<NativeHttp> {
+ public:
+  struct Target;
+  struct Conn;
+
+  explicit NativeHttp(asio::io_context& io);
+  ~NativeHttp();
+  NativeHttp(const NativeHttp&) = delete;
+  NativeHttp& operator=(const NativeHttp&) = delete;
+
+  /// The parsed target when this request can use the native client; null when curl must take it.
+  [[nodiscard]] std::shared_ptr<const Target> target_for(const HttpRequest& request);
+
+  [[nodiscard]] asio::awaitable<HttpResponse> perform(HttpRequest request, std::shared_ptr<const Target> target);
+
+  /// Closes the idle keep-alive connections (engine shutdown).
+  void close_idle();
+
+  [[nodiscard]] std::size_t idle_connections() const { return idle_count_; }
+
+ private:
+  std::unique_ptr<Conn> take_idle(const std::string& key);
+  void give_back(const std::string& key, std::unique_ptr<Conn> conn);
+
+  asio::io_context& io_;
+  bool enabled_ = true;
+  std::unordered_map<std::string, std::shared_ptr<const Target>> targets_;  // by URL; null: not native
+  std::unordered_map<std::string, std::vector<std::unique_ptr<Conn>>> idle_;
+  std::size_t idle_count_ = 0;
+};
+
+}  // namespace rpcroute::detail

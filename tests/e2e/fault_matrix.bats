@@ -1,0 +1,810 @@
+#!/usr/bin/env bats
+# The fault matrix (issue 6; DESIGN.md sections 4, 6, 7, 11, 12): every fault kind × every strategy,
+# through `rpcroute call` and through `rpcroute serve`, plus a "no healthy provider" column.
+#
+# A cell is one fault row and one strategy column. Its profile has two providers: F, the fault
+# (priority 1, timeout_ms 500, more where F must answer), and H, a healthy fake (priority 2,
+# timeout_ms 3000). The cell sends eth_getBalance until F has been tried as often as the row needs (a
+# random strategy may put H first; at most MAX_REQUESTS requests), and checks every answer and F's
+# health marks after each try:
+#   fail     a provider failure: H answers; F's breaker counts it and opens at failure_threshold
+#            (2; 1 in the latency_weighted column, whose ranking stops choosing F after one
+#            failure); the next request skips F ("circuit breaker open"), one attempt.
+#   limit    a rate limit: H answers; F is marked rate-limited until the deadline the answer gave
+#            (Retry-After seconds or date, error data backoff_seconds, else 30 s), its breaker is
+#            untouched; the next request puts F in tier 2 behind H.
+#   serve    not a failure (slow but within the timeout, huge): F's answer is returned, nothing marked.
+#   exclude  a lagging head or a wrong chain id, seen by `rpcroute probe` (call) or the sidecar's own
+#            probes (serve): F is never tried and every answer lists it as excluded, with the reason.
+# Every answer must be exactly one: for call one JSON document on stdout and nothing on stderr, exit
+# 0; for serve one HTTP response (HTTP 200, Content-Length exact, nothing after it) holding one
+# JSON-RPC response with the id sent. The "none" column replaces H by a dead port: exit 3 / HTTP 503
+# with -32050 and one attempt per provider; where breakers open, then no attempt and retry_after_ms.
+# Checks go through the real outputs: call --json meta, `state show --json`, `rank --json`; the
+# X-Rpcroute-* headers, /status and /metrics of the sidecar.
+#
+# Processes: one fake upstream "fx" serves every fault row on its own path (per-path behaviours of
+# /_control), H is another, and the lagging / wrong-chain rows have a fake each (another head or
+# chain id); all started once in setup_file and never reconfigured (except the Retry-After date of
+# http_429_date, set when its row starts). Sidecars: one per strategy with --no-probe (background
+# polls would add failures and rate limits of their own) serving one profile per row, and one with its
+# probes on for the lagging / wrong-chain rows. Breaker and rate-limit state is per profile, so rows
+# do not see each other's marks; the CLI cells each use their own state file. The cells of a row run
+# concurrently (they share nothing but the fakes), the rows one after another.
+#
+# The table (fault rows × strategy columns, pass/FAIL per cell, for call and for serve) is written to
+# the test log (fd 3) by the last test and to $BATS_FILE_TMPDIR/fault_matrix.txt (also copied to
+# $FAULT_MATRIX_OUT when set). A row affected by a known bug (KNOWN_BUG_ROWS) that fails while the
+# bug's reproducer (bug_present) shows it is skipped with the bug's description; its cells show BUG.
+
+# jq programs are single-quoted on purpose; cells run in subshells, so their variables are local.
+# shellcheck disable=SC2016,SC2030,SC2031,SC2153,SC2154
+
+load helpers
+
+STRATEGIES=(load_balanced round_robin random weighted priority fastest latency_weighted)
+ROWS=(dead_port reset close hang slow_over slow_body slow_under slow_body_under http_503 http_502_html html_200
+  rpc_32603 malformed truncated wrong_id huge http_429_retry_after http_429_date http_429_plain
+  rpc_32005 rpc_backoff rpc_compute_units lagging wrong_chain)
+MAX_REQUESTS=${FAULT_MATRIX_MAX_REQUESTS:-40}
+BALANCE=0xde0b6b3a7640000 # the fake's eth_getBalance answer
+HUGE_BYTES=5242880
+
+# Sets, for fault ROW: KIND (fail, limit, serve, exclude), HOW (how F is made: a JSON behaviour for
+# the path /ROW of the shared fault fake; "dead" for a port nobody listens on; "fake ARGS..." for a
+# fake of its own), OUTCOME (ERE on F's attempt outcome), CLASS (its class), LIMIT_MS (rate-limit
+# deadline from the answer's time; 0: the absolute one in $BATS_FILE_TMPDIR/limit_at_ms), EXPLICIT
+# (0 when the answer gave no deadline: 30 s by default), REASON (ERE on the exclusion reason),
+# TIMEOUT_F (F's timeout_ms: generous where F must answer), BLOCK_TIME (the chain's block_time_ms).
+row_spec() { # ROW
+  KIND=fail HOW="" OUTCOME="" CLASS=provider_failure LIMIT_MS=0 EXPLICIT=1 REASON="" TIMEOUT_F=500 BLOCK_TIME=1000
+  case $1 in
+    dead_port) HOW=dead OUTCOME=connect_failed ;;
+    reset) HOW='{"mode":"reset"}' OUTCOME=transport_error ;;
+    close) HOW='{"mode":"close"}' OUTCOME=transport_error ;;
+    hang) HOW='{"mode":"hang"}' OUTCOME=timeout ;;
+    slow_over) HOW='{"mode":"delay","delay_ms":10000}' OUTCOME=timeout ;;
+    slow_body) HOW='{"mode":"drip","drip_ms":200}' OUTCOME=timeout ;;
+    slow_under) HOW='{"mode":"delay","delay_ms":200}' KIND=serve TIMEOUT_F=3000 ;;
+    slow_body_under) HOW='{"mode":"drip","drip_ms":4}' KIND=serve TIMEOUT_F=5000 ;;
+    http_503) HOW='{"mode":"status","status":503}' OUTCOME=http_error ;;
+    http_502_html) HOW='{"mode":"status","status":502,"body":"<html><head><title>502 Bad Gateway</title></head></html>"}' OUTCOME=http_error ;;
+    html_200) HOW='{"mode":"html"}' OUTCOME=bad_response ;;
+    rpc_32603) HOW='{"mode":"rpc_error","code":-32603,"message":"internal error"}' OUTCOME=rpc_error ;;
+    malformed) HOW='{"mode":"malformed"}' OUTCOME=bad_response ;;
+    truncated) HOW='{"mode":"truncated"}' OUTCOME='bad_response|transport_error' ;;
+    wrong_id) HOW='{"mode":"wrong_id"}' OUTCOME=wrong_id ;;
+    huge) HOW="{\"mode\":\"huge\",\"huge_bytes\":$HUGE_BYTES}" KIND=serve TIMEOUT_F=15000 ;;
+    http_429_retry_after) HOW='{"mode":"status","status":429,"retry_after":20}' KIND=limit LIMIT_MS=20000 ;;
+    http_429_date) HOW='{"mode":"status","status":429}' KIND=limit ;; # the date: row_prepare
+    http_429_plain) HOW='{"mode":"status","status":429}' KIND=limit LIMIT_MS=30000 EXPLICIT=0 ;;
+    rpc_32005) HOW='{"mode":"rpc_error","code":-32005,"message":"limit exceeded"}' KIND=limit LIMIT_MS=30000 EXPLICIT=0 ;;
+    rpc_backoff)
+      HOW='{"mode":"rpc_error","code":-32005,"message":"project ID request rate exceeded","data":{"current_rps":13.333,"allowed_rps":10.0,"backoff_seconds":25.0}}'
+      KIND=limit LIMIT_MS=25000
+      ;;
+    rpc_compute_units)
+      HOW='{"mode":"rpc_error","code":429,"message":"Your app has exceeded its compute units per second capacity. If you have retries enabled, you can safely ignore this message."}'
+      KIND=limit LIMIT_MS=30000 EXPLICIT=0
+      ;;
+    lagging) HOW='fake --height 90' KIND=exclude REASON='lagging 10 blocks behind' ;;
+    wrong_chain) HOW='fake --chain-id 5' KIND=exclude REASON='wrong chain id 5' ;;
+    *)
+      echo "unknown fault row $1" >&2
+      return 1
+      ;;
+  esac
+  if [[ $KIND == limit ]]; then OUTCOME=rate_limited CLASS=rate_limited; fi
+  # Lag is judged on heights seen within max(10 s, 3 block times): a long block time keeps the
+  # heights of one `rpcroute probe` (and of the sidecar's polls, every 20 s) fresh for the whole
+  # cell on a slow machine.
+  if [[ $KIND == exclude ]]; then BLOCK_TIME=20000; fi
+  return 0
+}
+
+# How many times F must be tried in a cell of strategy S.
+need_tries() { # S
+  case $KIND in
+    fail) [[ $1 == latency_weighted ]] && echo 1 || echo 2 ;;
+    limit | serve) echo 1 ;;
+    exclude) echo 0 ;;
+  esac
+}
+
+# ---------------------------------------------------------------------------------------------------
+# Setup: fakes, profiles, sidecars
+
+profiles_dir() { echo "$BATS_FILE_TMPDIR/profiles"; }
+
+# Writes a profile with providers F (url F_URL, timeout_ms F_TIMEOUT, priority 1) and ID (url URL,
+# timeout_ms 3000, priority 2). Builtins only: setup_file writes about 200 of them.
+fm_profile() { # FILE STRATEGY THRESHOLD F_URL F_TIMEOUT ID URL BLOCK_TIME_MS
+  printf '%s\n' "name: e2e" "chains:" "  local:" "    chain_id: 31337" "    block_time_ms: $8" "    providers:" \
+    "      - id: F" "        url: $4" "        priority: 1" "        timeout_ms: $5" \
+    "      - id: $6" "        url: $7" "        priority: 2" "        timeout_ms: 3000" \
+    "routing:" "  default_strategy: $2" \
+    "health: {circuit_breaker: {failure_threshold: $3, recovery_timeout_ms: 300000, max_recovery_timeout_ms: 300000}}" >"$1"
+}
+
+setup_file() {
+  require_bins RPCROUTE_BIN FAKE_BIN
+  export NO_COLOR=1
+  local row s dir t url_h url_d th
+  declare -A url_f=()
+  # H, the shared fault fake fx (one path per row), and a fake of its own for rows that need
+  # another chain.
+  local pids=() pid paths=""
+  start_fake h --height 100 &
+  pids+=($!)
+  start_fake fx --height 100 &
+  pids+=($!)
+  dead_port d_none
+  for row in "${ROWS[@]}"; do
+    row_spec "$row"
+    case $HOW in
+      dead) dead_port "f_$row" ;;
+      fake\ *)
+        # shellcheck disable=SC2086
+        start_fake "f_$row" --height 100 ${HOW#fake } &
+        pids+=($!)
+        ;;
+      *) paths+=${paths:+,}"\"/$row\":$HOW" ;;
+    esac
+  done
+  for pid in "${pids[@]}"; do wait "$pid"; done
+  fake_control fx "{\"paths\":{$paths}}"
+  local procs=$BATS_FILE_TMPDIR/procs port_fx port
+  read -r port_fx <"$procs/fx.port"
+  for row in "${ROWS[@]}"; do
+    row_spec "$row"
+    case $HOW in
+      dead | fake\ *)
+        read -r port <"$procs/f_$row.port"
+        url_f[$row]=http://127.0.0.1:$port
+        ;;
+      *) url_f[$row]=http://127.0.0.1:$port_fx/$row ;;
+    esac
+  done
+  read -r port <"$procs/h.port"
+  url_h=http://127.0.0.1:$port
+  read -r port <"$procs/d_none.port"
+  url_d=http://127.0.0.1:$port
+  dir=$(profiles_dir)
+  mkdir -p "$dir/none" "$dir/probe"
+  for s in "${STRATEGIES[@]}"; do
+    mkdir -p "$dir/$s"
+    for row in "${ROWS[@]}"; do
+      row_spec "$row"
+      t=$dir/$s/$row.yaml
+      [[ $KIND != exclude ]] || t=$dir/probe/${row}_$s.yaml
+      th=2
+      [[ $s != latency_weighted ]] || th=1
+      fm_profile "$t" "$s" "$th" "${url_f[$row]}" "$TIMEOUT_F" H "$url_h" "$BLOCK_TIME"
+    done
+  done
+  for row in "${ROWS[@]}"; do
+    row_spec "$row"
+    t=$dir/none/none_$row.yaml
+    [[ $KIND != exclude ]] || t=$dir/probe/none_$row.yaml
+    fm_profile "$t" load_balanced 2 "${url_f[$row]}" "$TIMEOUT_F" D "$url_d" "$BLOCK_TIME"
+  done
+  # One sidecar per strategy (no background probes), one with probes for the exclude rows.
+  local args
+  pids=()
+  for s in "${STRATEGIES[@]}"; do
+    args=()
+    for t in "$dir/$s"/*.yaml; do args+=(-p "$t"); done
+    if [[ $s == load_balanced ]]; then
+      for t in "$dir/none"/*.yaml; do args+=(-p "$t"); done
+    fi
+    start_serve "sc_$s" "${args[@]}" --no-probe --no-state --strategy "$s" &
+    pids+=($!)
+  done
+  args=()
+  for t in "$dir/probe"/*.yaml; do args+=(-p "$t"); done
+  start_serve sc_probe "${args[@]}" --no-state &
+  pids+=($!)
+  for pid in "${pids[@]}"; do wait "$pid"; done
+  : >"$BATS_FILE_TMPDIR/matrix.tsv"
+  echo "$EPOCHSECONDS" >"$BATS_FILE_TMPDIR/sidecars_started_s"
+}
+
+teardown_file() {
+  stop_all
+}
+
+setup() {
+  e2e_setup
+}
+
+teardown() {
+  stop_all
+}
+
+# ---------------------------------------------------------------------------------------------------
+# Checks inside a cell (a subshell with set -e: the first failed check ends the cell). Processes are
+# costly on a loaded machine: one jq per answer, builtins for the rest.
+
+fail_cell() { # MESSAGE
+  echo "FAILED: $1" >&2
+  return 1
+}
+
+ms_now() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
+
+# Port of node NAME started in setup_file, without forking.
+port_of() { # NAME
+  local port
+  read -r port <"$BATS_FILE_TMPDIR/procs/$1.port"
+  echo "$port"
+}
+
+# A jq verdict: prints "ok ..." or "FAIL ..."; fails the cell on FAIL (showing INPUT's start).
+verdict() { # WHAT INPUT_FILE JQ ARGS...
+  local what=$1 input=$2 v
+  shift 2
+  v=$(jq "$@" 2>&1) || v="FAIL jq: $v"
+  if [[ $v != ok* ]]; then
+    printf 'FAILED: %s: %s\n  on %s: %s\n' "$what" "$v" "$(basename "$input")" "$(head -c 1500 "$input")" >&2
+    return 1
+  fi
+  VERDICT=${v#ok}
+  VERDICT=${VERDICT# }
+}
+
+# jq arguments every verdict gets.
+jq_args() {
+  JQ_ARGS=(--arg kind "$KIND" --arg row "$ROW" --arg outcome "^($OUTCOME)$" --arg class "$CLASS"
+    --arg reason "$REASON" --arg balance "$BALANCE" --argjson huge "$HUGE_BYTES")
+}
+
+# jq definitions shared by the verdicts.
+JQ_DEFS='
+def result_ok($who): if $row == "huge" and $who == "F" then (.result | type == "string" and length == $huge)
+                     else .result == $balance end;
+def verdict: if length == 0 then "ok" else "FAIL " + join("; ") end;
+'
+
+# The answer of one `rpcroute call --json` (slurped): one document, the strategy, who was tried and
+# who answered, F's outcome, the result, F's exclusion. Prints "ok PROVIDERS" (attempted, in order).
+JQ_CALL=$JQ_DEFS'
+if length != 1 then "FAIL \(length) JSON documents on stdout" else
+.[0] as $r | ([$r.meta.attempts[].provider] | join(",")) as $p
+| [ (if $r.meta.strategy != $s then "strategy \($r.meta.strategy)" else empty end),
+    (if ($kind == "fail" or $kind == "limit") and $p == "F,H" then
+       (if $r.meta.provider != "H" then "provider \($r.meta.provider), expected H" else empty end),
+       (if $r.meta.attempts[1].outcome != "success" then "H: \($r.meta.attempts[1].outcome)" else empty end),
+       ($r.meta.attempts[0] | if (.outcome | test($outcome)) and .class == $class then empty
+                              else "F: \(.outcome)/\(.class), expected \($outcome)/\($class)" end),
+       ($r | if result_ok("H") then empty else "not the balance" end)
+     elif $kind == "serve" and $p == "F" then
+       (if $r.meta.provider != "F" then "provider \($r.meta.provider), expected F" else empty end),
+       (if $row == "slow_under" and $r.meta.attempts[0].latency_ms < 190 then
+          "F answered in \($r.meta.attempts[0].latency_ms) ms, before its delay" else empty end),
+       ($r | if result_ok("F") then empty else "not F'"'"'s result" end)
+     elif $p == "H" then
+       (if $r.meta.provider != "H" then "provider \($r.meta.provider), expected H" else empty end),
+       ($r | if result_ok("H") then empty else "not the balance" end),
+       (if $kind == "exclude" and ([$r.meta.excluded[] | select(.provider == "F" and (.reason | test($reason)))] | length) != 1
+        then "F not excluded with /\($reason)/: \($r.meta.excluded)" else empty end)
+     else "attempts [\($p)] (fault kind \($kind))" end)
+  ] | verdict | if . == "ok" then "ok " + $p else . end
+end'
+
+# F's marks in a state (state show --json) after TRIES tries of F; rate-limit window [LO, HI].
+JQ_MARKS_STATE=$JQ_DEFS'
+([.providers[] | select(.provider == "F")] | first // {}) as $f
+| ($f.breaker // {}) as $b | ($f.rate_limited_until_ms // 0) as $rl
+| [ if $kind == "fail" then
+      (if $tries < $need then
+         (if $b.state == "closed" and $b.failures == $tries then empty
+          else "breaker \($b.state) with \($b.failures) failure(s) after \($tries), expected closed" end)
+       elif $b.state != "open" then "breaker \($b.state) after \($tries) failures, expected open" else empty end),
+      (if $rl == 0 then empty else "a failure set rate_limited_until_ms" end)
+    elif $kind == "limit" then
+      (if $b.state == "closed" and $b.failures == 0 then empty else "breaker \($b.state)/\($b.failures) after a rate limit" end),
+      (if $rl >= $lo and $rl <= $hi then empty else "rate_limited_until_ms \($rl) - now = \($rl - $t1) ms, expected in [\($lo - $t1), \($hi - $t1)]" end)
+    else
+      (if $b.state == "closed" and $b.failures == 0 and $rl == 0 then empty else "marks on F: \($b), \($rl)" end)
+    end
+  ] | verdict'
+
+# F's marks in /status (the profile's entry) after TRIES tries of F.
+JQ_MARKS_STATUS=$JQ_DEFS'
+(.profiles[] | select(.profile == $profile)) as $e
+| ([$e.candidates[] | select(.provider == "F")] | first) as $c
+| ([$e.excluded[] | select(.provider == "F")] | first) as $x
+| [ if $kind == "fail" then
+      (if $tries < $need then
+         (if $c.breaker == "closed" and $c.tier == 1 then empty else "F: \($c // $x), expected closed in tier 1" end)
+       elif ($x.reason // "" | test("circuit breaker open")) then empty
+       else "F: \($c // $x), expected excluded by an open breaker" end)
+    elif $kind == "limit" then
+      (if $c.breaker == "closed" and $c.tier == 2 then empty else "F: \($c // $x), expected closed in tier 2" end),
+      (if $c.rate_limited_until_ms >= $lo and $c.rate_limited_until_ms <= $hi then empty
+       else "rate_limited_until_ms \($c.rate_limited_until_ms) - now = \($c.rate_limited_until_ms - $t1) ms, expected in [\($lo - $t1), \($hi - $t1)]" end)
+    elif $kind == "serve" then
+      (if $c.breaker == "closed" and $c.tier == 1 and $c.rate_limited_until_ms == 0 then empty else "F: \($c // $x), expected unmarked" end)
+    else
+      (if ($x.reason // "" | test($reason)) then empty else "F: \($c // $x), expected excluded with /\($reason)/" end)
+    end
+  ] | verdict'
+
+# The rate-limit window [LIMIT_LO, LIMIT_HI] (ms since the epoch) for an answer between T0 and T1.
+limit_window() { # T0 T1
+  LIMIT_LO=0 LIMIT_HI=0
+  [[ $KIND == limit ]] || return 0
+  if ((LIMIT_MS > 0)); then
+    LIMIT_LO=$(($1 + LIMIT_MS - 1500)) LIMIT_HI=$(($2 + LIMIT_MS + 1500))
+  else
+    local at
+    read -r at <"$BATS_FILE_TMPDIR/limit_at_ms"
+    LIMIT_LO=$((at - 1500)) LIMIT_HI=$((at + 1500))
+  fi
+}
+
+# ---------------------------------------------------------------------------------------------------
+# rpcroute call cells
+
+# One `rpcroute call --json`; leaves CALL_OUT (stdout), CALL_ERR (stderr), CALL_RC.
+cli_call() { # PROFILE STATE STRATEGY N
+  CALL_OUT=$CELL/call.$4.json CALL_ERR=$CELL/call.$4.err CALL_RC=0
+  rpcroute call -p "$1" --state "$2" --strategy "$3" --json eth_getBalance "$DEV_ACCOUNT" latest \
+    >"$CALL_OUT" 2>"$CALL_ERR" || CALL_RC=$?
+}
+
+# A call that must succeed with one answer; sets PROVIDERS (those attempted, comma-separated).
+cli_call_ok() { # PROFILE STATE STRATEGY N
+  cli_call "$@"
+  [[ $CALL_RC == 0 ]] || fail_cell "call $4: exit $CALL_RC, expected 0: $(head -c 1500 "$CALL_ERR")"
+  [[ ! -s $CALL_ERR ]] || fail_cell "call $4: stderr not empty: $(head -c 1500 "$CALL_ERR")"
+  verdict "call $4" "$CALL_OUT" -rs "${JQ_ARGS[@]}" --arg s "$3" "$JQ_CALL" "$CALL_OUT"
+  PROVIDERS=$VERDICT
+}
+
+call_cell() { # ROW STRATEGY
+  ROW=$1
+  local s=$2 dir prof st need tries=0 i t0 t1
+  row_spec "$ROW"
+  jq_args
+  if [[ $s == none ]]; then
+    call_none_cell
+    return
+  fi
+  dir=$(profiles_dir)
+  prof=$dir/$s/$ROW.yaml
+  [[ $KIND != exclude ]] || prof=$dir/probe/${ROW}_$s.yaml
+  st=$CELL/state.json
+  need=$(need_tries "$s")
+  if [[ $KIND == exclude ]]; then
+    rpcroute probe -p "$prof" --state "$st" >"$CELL/probe.out" 2>&1 || fail_cell "rpcroute probe exit $?: $(cat "$CELL/probe.out")"
+  fi
+  for ((i = 1; i <= MAX_REQUESTS; i++)); do
+    t0=$(ms_now)
+    cli_call_ok "$prof" "$st" "$s" "$i"
+    t1=$(ms_now)
+    if [[ $PROVIDERS == F* ]]; then
+      tries=$((tries + 1))
+      limit_window "$t0" "$t1"
+      rpcroute state show --state "$st" --json >"$CELL/state.$i.json"
+      verdict "marks after try $tries of F" "$CELL/state.$i.json" -r "${JQ_ARGS[@]}" --argjson tries "$tries" \
+        --argjson need "$need" --argjson lo "${LIMIT_LO:-0}" --argjson hi "${LIMIT_HI:-0}" --argjson t1 "$t1" \
+        "$JQ_MARKS_STATE" "$CELL/state.$i.json"
+    fi
+    if [[ $KIND == exclude ]]; then ((i < 3)) || break; else ((tries < need)) || break; fi
+  done
+  ((tries == need)) || fail_cell "F tried $tries time(s) in $MAX_REQUESTS requests, expected $need"
+  # What the marks do to the next request.
+  case $KIND in
+    fail)
+      cli_call_ok "$prof" "$st" "$s" next
+      [[ $PROVIDERS == H ]] || fail_cell "after the breaker opened: attempts [$PROVIDERS]"
+      verdict "after the breaker opened" "$CALL_OUT" -r \
+        '[.meta.excluded[] | select(.provider == "F" and (.reason | test("circuit breaker open")))] | if length == 1 then "ok" else "FAIL F not excluded" end' "$CALL_OUT"
+      ;;
+    limit)
+      cli_call_ok "$prof" "$st" "$s" next
+      [[ $PROVIDERS == H ]] || fail_cell "rate-limited F tried before H: attempts [$PROVIDERS]"
+      rpcroute rank -p "$prof" --state "$st" --strategy "$s" --method eth_getBalance --json >"$CELL/rank.json"
+      verdict "rank: H in tier 1, F in tier 2" "$CELL/rank.json" -r \
+        'if [.candidates[] | [.provider, .tier]] == [["H", 1], ["F", 2]] then "ok" else "FAIL \([.candidates[] | [.provider, .tier]])" end' "$CELL/rank.json"
+      ;;
+  esac
+}
+
+# The answer when no provider could serve (slurped `call --json`): -32050, the attempts, exclusions.
+JQ_NONE=$JQ_DEFS'
+if length != 1 then "FAIL \(length) JSON documents" else .[0] as $r
+| ($r.error.data // {}) as $d
+| [ (if $r.error.code == -32050 then empty else "error \($r.error)" end),
+    (if $kind == "exclude" then
+       # D is tried, or already set aside by its breaker (the sidecar probes it too); F never.
+       (if [$d.attempts[] | [.provider, .outcome]] == [["D", "connect_failed"]]
+           or ($d.attempts == [] and ([$d.excluded[] | select(.provider == "D" and (.reason | test("circuit breaker open")))] | length == 1))
+        then empty else "attempts \($d.attempts), excluded \($d.excluded)" end),
+       (if [$d.excluded[] | select(.provider == "F" and (.reason | test($reason)))] | length == 1 then empty else "excluded \($d.excluded)" end)
+     elif $phase == "open" then
+       (if $d.attempts == [] and ([$d.excluded[] | select(.reason | test("circuit breaker open"))] | length == 2) then empty
+        else "attempts \($d.attempts), excluded \($d.excluded): expected both breakers open" end)
+     else
+       (if [$d.attempts[].provider] | sort == ["D", "F"] then empty else "attempts \($d.attempts)" end),
+       ($d.attempts[] | select(.provider == "F") | if (.outcome | test($outcome)) and .class == $class then empty
+                                                  else "F: \(.outcome)/\(.class), expected \($outcome)/\($class)" end),
+       ($d.attempts[] | select(.provider == "D") | if .outcome == "connect_failed" then empty else "D: \(.outcome)" end),
+       (if all($d.attempts[]; (.latency_ms | type == "number") and (.message | type == "string")) then empty else "attempt details" end)
+     end)
+  ] | verdict
+end'
+
+# No healthy provider: F and a dead port D.
+call_none_cell() {
+  local prof st
+  prof=$(profiles_dir)/none/none_$ROW.yaml
+  [[ $KIND != exclude ]] || prof=$(profiles_dir)/probe/none_$ROW.yaml
+  st=$CELL/state.json
+  if [[ $KIND == exclude ]]; then
+    rpcroute probe -p "$prof" --state "$st" >"$CELL/probe.out" 2>&1 || true
+  fi
+  cli_call "$prof" "$st" load_balanced 1
+  [[ $CALL_RC == 3 ]] || fail_cell "exit $CALL_RC, expected 3: $(head -c 1500 "$CALL_ERR")"
+  verdict "no healthy provider" "$CALL_OUT" -rs "${JQ_ARGS[@]}" --arg phase first "$JQ_NONE" "$CALL_OUT"
+  [[ $KIND != exclude ]] || return 0
+  # Without --json: nothing on stdout, the reason and one line per attempt on stderr.
+  local rc=0 out=$CELL/plain.out err=$CELL/plain.err text
+  rpcroute call -p "$prof" --state "$st" eth_getBalance "$DEV_ACCOUNT" latest >"$out" 2>"$err" || rc=$?
+  [[ $rc == 3 ]] || fail_cell "plain call: exit $rc, expected 3"
+  [[ ! -s $out ]] || fail_cell "plain call: stdout not empty: $(head -c 500 "$out")"
+  IFS= read -r -d '' text <"$err" || true
+  [[ $text == "rpcroute: no provider could serve eth_getBalance"* ]] || fail_cell "plain call: stderr: $text"
+  local re=$'\n''  F: ('"$OUTCOME"') \('"$CLASS"'\)'
+  [[ $text =~ $re ]] || fail_cell "plain call: no F attempt line: $text"
+  [[ $text == *$'\n  D: connect_failed (provider_failure)'* ]] || fail_cell "plain call: no D attempt line: $text"
+  if [[ $KIND == fail ]]; then
+    # Two failures each: both breakers are open, nothing is tried.
+    cli_call "$prof" "$st" load_balanced 3
+    [[ $CALL_RC == 3 ]] || fail_cell "third call: exit $CALL_RC, expected 3"
+    verdict "both breakers open" "$CALL_OUT" -rs "${JQ_ARGS[@]}" --arg phase open "$JQ_NONE" "$CALL_OUT"
+  fi
+}
+
+# ---------------------------------------------------------------------------------------------------
+# rpcroute serve cells
+
+# The body of one sidecar answer (slurped): one JSON-RPC response with the id sent, and the result
+# (or, with $want 503, -32050 and what JQ_NONE checks).
+JQ_SERVE=$JQ_DEFS'
+if length != 1 then "FAIL \(length) JSON documents in the body" else .[0] as $r
+| [ (if $r.jsonrpc == "2.0" and $r.id == $id then empty else "jsonrpc \($r.jsonrpc), id \($r.id), expected \($id)" end),
+    (if $who == "" then empty elif ($r | result_ok($who)) then empty else "not \($who)'"'"'s result" end)
+  ] | verdict
+end'
+
+# One request through sidecar node SC to PATH with id ID: exactly one HTTP response, status WANT, one
+# JSON-RPC response with that id. Leaves RESP (RESP.body), PROVIDER, ATTEMPTS, STRATEGY.
+serve_post() { # SC PATH ID WANT
+  local sc=$1 path=$2 id=$3 want=$4 who=""
+  RESP=$CELL/resp.$id
+  http_once "$(port_of "$sc")" "$path" \
+    "{\"jsonrpc\":\"2.0\",\"id\":\"$id\",\"method\":\"eth_getBalance\",\"params\":[\"$DEV_ACCOUNT\",\"latest\"]}" "$RESP" ||
+    fail_cell "$id: no complete answer (HTTP $HTTP_CODE)"
+  [[ $HTTP_RESPONSES == 1 && $HTTP_EXTRA == 0 ]] ||
+    fail_cell "$id: expected exactly one HTTP response: $HTTP_RESPONSES response(s), $HTTP_EXTRA extra byte(s): $(head -c 800 "$RESP.raw")"
+  [[ $HTTP_CODE == "$want" ]] || fail_cell "$id: HTTP $HTTP_CODE, expected $want: $(head -c 800 "$RESP.raw")"
+  PROVIDER=${HTTP_HDR[x-rpcroute-provider]:-} ATTEMPTS=${HTTP_HDR[x-rpcroute-attempts]:-}
+  STRATEGY=${HTTP_HDR[x-rpcroute-strategy]:-}
+  [[ $want != 200 ]] || who=$PROVIDER
+  verdict "$id: body" "$RESP.body" -rs "${JQ_ARGS[@]}" --arg id "$id" --arg who "$who" "$JQ_SERVE" "$RESP.body"
+}
+
+metric_value() { # SC METRIC LABELS_SUBSTRING...
+  local text
+  text=$(curl -sf --max-time 10 "http://127.0.0.1:$(port_of "$1")/metrics")
+  shift
+  awk -v m="$1" -v a="${2:-}" -v b="${3:-}" -v c="${4:-}" '
+    index($0, m "{") == 1 && index($0, a) && index($0, b) && index($0, c) { v = $NF }
+    END { print (v == "" ? 0 : v) }' <<<"$text"
+}
+
+# Fetches /status of SC and checks F's marks in PROFILE (JQ_MARKS_STATUS); the extra jq args give
+# tries, need, lo, hi, t1.
+status_marks() { # SC PROFILE WHAT JQ ARGS...
+  local sc=$1 profile=$2 what=$3 file=$CELL/status.json
+  shift 3
+  curl -sf --max-time 10 -o "$file" "http://127.0.0.1:$(port_of "$sc")/status" || fail_cell "$what: /status"
+  verdict "$what" "$file" -r "${JQ_ARGS[@]}" --arg profile "$profile" "$@" "$JQ_MARKS_STATUS" "$file"
+}
+
+# Waits (up to 15 s) until the sidecar's own probes have excluded F in PROFILE.
+wait_probed() { # SC PROFILE
+  local deadline=$((SECONDS + 15))
+  while ((SECONDS < deadline)); do
+    if status_marks "$1" "$2" "probes" --argjson tries 0 --argjson need 0 --argjson lo 0 --argjson hi 0 --argjson t1 0 2>/dev/null; then
+      return 0
+    fi
+    sleep 0.3
+  done
+  status_marks "$1" "$2" "/status: the sidecar's probes excluded F" --argjson tries 0 --argjson need 0 \
+    --argjson lo 0 --argjson hi 0 --argjson t1 0
+}
+
+serve_cell() { # ROW STRATEGY
+  ROW=$1
+  local s=$2 sc profile path need tries=0 i t0 t1
+  row_spec "$ROW"
+  jq_args
+  if [[ $s == none ]]; then
+    serve_none_cell
+    return
+  fi
+  sc=sc_$s profile=$ROW
+  if [[ $KIND == exclude ]]; then sc=sc_probe profile=${ROW}_$s; fi
+  path=/rpc/profile/$profile/local
+  need=$(need_tries "$s")
+  [[ $KIND != exclude ]] || wait_probed "$sc" "$profile"
+  for ((i = 1; i <= MAX_REQUESTS; i++)); do
+    t0=$(ms_now)
+    serve_post "$sc" "$path" "$ROW-$s-$i" 200
+    t1=$(ms_now)
+    [[ $STRATEGY == "$s" ]] || fail_cell "$i: X-Rpcroute-Strategy $STRATEGY"
+    case $KIND:$PROVIDER:$ATTEMPTS in
+      fail:H:2 | limit:H:2 | serve:F:1) tries=$((tries + 1)) ;;
+      *:H:1) ;;
+      *) fail_cell "$i: provider $PROVIDER after $ATTEMPTS attempt(s) (fault kind $KIND)" ;;
+    esac
+    if [[ $ROW == slow_under && $PROVIDER == F ]]; then
+      local lat=${HTTP_HDR[x-rpcroute-upstream-latency]:-0}
+      ((${lat%%.*} >= 190)) || fail_cell "$i: F answered in $lat ms, before its delay"
+    fi
+    if [[ $PROVIDER == F || $ATTEMPTS == 2 || $KIND == exclude ]]; then
+      limit_window "$t0" "$t1"
+      status_marks "$sc" "$profile" "/status after try $tries of F" --argjson tries "$tries" --argjson need "$need" \
+        --argjson lo "$LIMIT_LO" --argjson hi "$LIMIT_HI" --argjson t1 "$t1"
+    fi
+    if [[ $KIND == exclude ]]; then ((i < 3)) || break; else ((tries < need)) || break; fi
+  done
+  ((tries == need)) || fail_cell "F tried $tries time(s) in $MAX_REQUESTS requests, expected $need"
+  if [[ $KIND != exclude ]]; then
+    # /metrics: every try of F counted under its outcome, and the breaker or rate-limit gauge.
+    local text counted=0 gauge outcome=$OUTCOME
+    [[ $KIND != serve ]] || outcome=success
+    text=$(curl -sf --max-time 10 "http://127.0.0.1:$(port_of "$sc")/metrics")
+    counted=$(awk -v p="profile=\"$profile\"" -v o="^($outcome)\$" '
+      index($0, "rpcroute_attempts_total{") == 1 && index($0, p) && index($0, "provider=\"F\"") {
+        split($0, a, "outcome=\""); split(a[2], b, "\""); if (b[1] ~ o) n += $NF }
+      END { print n + 0 }' <<<"$text")
+    [[ $counted == "$tries" ]] || fail_cell "/metrics: $counted attempt(s) of F with outcome /$outcome/, expected $tries"
+    gauge=$(awk -v p="profile=\"$profile\"" -v m="$([[ $KIND == limit ]] && echo rpcroute_rate_limited || echo rpcroute_breaker_state)" '
+      index($0, m "{") == 1 && index($0, p) && index($0, "provider=\"F\"") { v = $NF } END { print v + 0 }' <<<"$text")
+    case $KIND in
+      fail) [[ $gauge == 2 ]] || fail_cell "/metrics: rpcroute_breaker_state of F is $gauge, expected 2 (open)" ;;
+      limit) [[ $gauge == 1 ]] || fail_cell "/metrics: rpcroute_rate_limited of F is $gauge, expected 1" ;;
+      serve) [[ $gauge == 0 ]] || fail_cell "/metrics: rpcroute_breaker_state of F is $gauge, expected 0" ;;
+    esac
+  fi
+  case $KIND in
+    fail | limit)
+      serve_post "$sc" "$path" "$ROW-$s-next" 200
+      [[ $PROVIDER:$ATTEMPTS == H:1 ]] || fail_cell "next request: provider $PROVIDER after $ATTEMPTS attempt(s), expected H after 1"
+      ;;
+  esac
+}
+
+serve_none_cell() {
+  local sc=sc_load_balanced profile=none_$ROW t0 t1
+  [[ $KIND != exclude ]] || sc=sc_probe
+  local path=/rpc/profile/$profile/local
+  [[ $KIND != exclude ]] || wait_probed "$sc" "$profile"
+  t0=$(ms_now)
+  serve_post "$sc" "$path" "$ROW-none-1" 503
+  t1=$(ms_now)
+  verdict "503" "$RESP.body" -rs "${JQ_ARGS[@]}" --arg phase first "$JQ_NONE" "$RESP.body"
+  [[ $KIND != exclude ]] || return 0
+  [[ $ATTEMPTS == 2 ]] || fail_cell "X-Rpcroute-Attempts $ATTEMPTS, expected 2"
+  if [[ $KIND == limit && $EXPLICIT == 1 ]]; then
+    # When to come back: the rate limit's deadline, in the body and as Retry-After.
+    limit_window "$t0" "$t1"
+    verdict "retry_after_ms" "$RESP.body" -r --argjson lo "$((LIMIT_LO - t1))" --argjson hi "$((LIMIT_HI - t0))" \
+      '.error.data.retry_after_ms as $v | if $v >= $lo and $v <= $hi then "ok" else "FAIL retry_after_ms \($v), expected in [\($lo), \($hi)]" end' "$RESP.body"
+    [[ ${HTTP_HDR[retry-after]:-} =~ ^[0-9]+$ ]] || fail_cell "no Retry-After header on the 503"
+  fi
+  if [[ $KIND == fail ]]; then
+    serve_post "$sc" "$path" "$ROW-none-2" 503
+    [[ $ATTEMPTS == 2 ]] || fail_cell "second request: X-Rpcroute-Attempts $ATTEMPTS, expected 2"
+    serve_post "$sc" "$path" "$ROW-none-3" 503
+    verdict "both breakers open" "$RESP.body" -rs "${JQ_ARGS[@]}" --arg phase open "$JQ_NONE" "$RESP.body"
+    verdict "retry_after_ms" "$RESP.body" -r \
+      '.error.data.retry_after_ms as $v | if $v > 250000 and $v <= 330000 then "ok" else "FAIL retry_after_ms \($v), expected until a breaker half-opens (~300 s)" end' "$RESP.body"
+  fi
+}
+
+# ---------------------------------------------------------------------------------------------------
+# Rows
+
+# Per row, before its cells.
+row_prepare() { # ROW
+  if [[ $1 == http_429_date ]]; then
+    # Retry-After as an HTTP date 45 s ahead (whole seconds; 45 s tells it apart from the 30 s default).
+    local at_s=$(($(date +%s) + 45))
+    echo $((at_s * 1000)) >"$BATS_FILE_TMPDIR/limit_at_ms"
+    fake_control fx "{\"paths\":{\"/http_429_date\":{\"mode\":\"status\",\"status\":429,\"retry_after\":\"$(LC_ALL=C date -u -d "@$at_s" '+%a, %d %b %Y %H:%M:%S GMT')\"}}}"
+  fi
+}
+
+# Known bugs. A row listed for a bug whose failed cells come with the bug present (checked live
+# by bug_present, a reproducer) is skipped with the bug's description, its failed cells shown as BUG
+# in the table: the suite stays green until the fix lands, then checks the row in full again.
+KNOWN_BUG_ROWS=" slow_body slow_body_under huge "
+KNOWN_BUG="BUG: the native HTTP client (lib/src/transport/native_http.cpp) fails an answer whose body arrives in more than one piece: read_some's would_block is left in ec and reported as 'Weird server reply: Resource temporarily unavailable' (transport_error, counted by the breaker)"
+
+# Exit 0 when the bug is there: a provider that sends its (small, valid) body a byte every 4 ms,
+# alone, well within its timeout.
+bug_present() {
+  local prof=$BATS_FILE_TMPDIR/bug_probe.yaml port out
+  read -r port <"$BATS_FILE_TMPDIR/procs/fx.port"
+  fm_profile "$prof" priority 2 "http://127.0.0.1:$port/slow_body_under" 5000 D http://127.0.0.1:1 1000
+  out=$(rpcroute call -p "$prof" --no-state --provider F --json eth_getBalance "$DEV_ACCOUNT" latest 2>/dev/null || true)
+  [[ $out == *"Weird server reply: Resource temporarily unavailable"* ]]
+}
+
+# Runs the cells of ROW through PATH (call or serve), all strategies and "none" at once; records each
+# cell's result in matrix.tsv; fails (showing the failed cells' logs) when a cell failed.
+row_test() { # call|serve ROW
+  local path=$1 row=$2 col cell pids=() cols=() failed=0 rc i t0
+  row_spec "$row"
+  row_prepare "$row"
+  t0=$(ms_now)
+  for col in "${STRATEGIES[@]}" none; do
+    if [[ $col == none && ($KIND == serve || $row == lagging) ]]; then
+      printf '%s\t%s\t%s\t%s\n' "$path" "$row" "$col" "n/a" >>"$BATS_FILE_TMPDIR/matrix.tsv"
+      continue
+    fi
+    cell=$BATS_TEST_TMPDIR/$col
+    mkdir -p "$cell"
+    (
+      export CELL=$cell
+      set +e
+      (
+        set -e
+        "${path}_cell" "$row" "$col"
+      ) >"$cell/log" 2>&1
+      echo $? >"$cell/rc"
+    ) 3>&- &
+    pids+=($!)
+    cols+=("$col")
+  done
+  local verdict
+  for i in "${!pids[@]}"; do
+    wait "${pids[$i]}" || true
+    col=${cols[$i]}
+    rc=$(cat "$BATS_TEST_TMPDIR/$col/rc" 2>/dev/null || echo "?")
+    verdict=pass
+    if [[ $rc != 0 ]]; then
+      failed=1
+      verdict=FAIL
+      printf -- '--- %s %s × %s (exit %s):\n%s\n' "$path" "$row" "$col" "$rc" "$(tail -c 4000 "$BATS_TEST_TMPDIR/$col/log")" >&2
+    fi
+    cols[i]="$col $verdict"
+  done
+  local known=0
+  if ((failed)) && [[ $KNOWN_BUG_ROWS == *" $row "* ]] && bug_present; then known=1; fi
+  for i in "${!cols[@]}"; do
+    read -r col verdict <<<"${cols[$i]}"
+    ((known == 0)) || [[ $verdict != FAIL ]] || verdict=BUG
+    printf '%s\t%s\t%s\t%s\n' "$path" "$row" "$col" "$verdict" >>"$BATS_FILE_TMPDIR/matrix.tsv"
+  done
+  echo "# $path $row: $(($(ms_now) - t0)) ms" >&3
+  ((known == 0)) || skip "$KNOWN_BUG"
+  ((failed == 0))
+}
+
+# Exclude rows also check that F got none of the cells' requests (the sidecar's probes only poll
+# eth_blockNumber; `rpcroute probe` reads a balance, so for call the count is taken after it).
+row_test_excluded() { # call|serve ROW
+  local before after
+  before=$(fake_stats "f_$2" | jq '.methods.eth_getBalance // 0')
+  row_test "$1" "$2"
+  after=$(fake_stats "f_$2" | jq '.methods.eth_getBalance // 0')
+  if [[ $1 == serve ]]; then assert_equal "$after" "$before" "eth_getBalance requests that reached F"; fi
+}
+
+@test "call: dead port" { row_test call dead_port; }
+@test "call: connection reset" { row_test call reset; }
+@test "call: connection closed without an answer" { row_test call close; }
+@test "call: hang" { row_test call hang; }
+@test "call: slow, over the attempt timeout" { row_test call slow_over; }
+@test "call: slow body (dripped), over the attempt timeout" { row_test call slow_body; }
+@test "call: slow, under the attempt timeout" { row_test call slow_under; }
+@test "call: slow body (dripped), under the attempt timeout" { row_test call slow_body_under; }
+@test "call: HTTP 503" { row_test call http_503; }
+@test "call: HTTP 502 with an HTML body" { row_test call http_502_html; }
+@test "call: HTTP 200 with an HTML page" { row_test call html_200; }
+@test "call: JSON-RPC -32603 internal error" { row_test call rpc_32603; }
+@test "call: malformed JSON" { row_test call malformed; }
+@test "call: truncated body" { row_test call truncated; }
+@test "call: wrong id" { row_test call wrong_id; }
+@test "call: huge response (5 MiB)" { row_test call huge; }
+@test "call: HTTP 429 with Retry-After: 20" { row_test call http_429_retry_after; }
+@test "call: HTTP 429 with Retry-After as an HTTP date" { row_test call http_429_date; }
+@test "call: HTTP 429 without Retry-After" { row_test call http_429_plain; }
+@test "call: JSON-RPC -32005 limit exceeded" { row_test call rpc_32005; }
+@test "call: JSON-RPC -32005 with backoff_seconds in its data" { row_test call rpc_backoff; }
+@test "call: JSON-RPC 429 compute units" { row_test call rpc_compute_units; }
+@test "call: lagging height (seen by rpcroute probe)" { row_test_excluded call lagging; }
+@test "call: wrong chain id (seen by rpcroute probe)" { row_test_excluded call wrong_chain; }
+
+@test "serve: dead port" { row_test serve dead_port; }
+@test "serve: connection reset" { row_test serve reset; }
+@test "serve: connection closed without an answer" { row_test serve close; }
+@test "serve: hang" { row_test serve hang; }
+@test "serve: slow, over the attempt timeout" { row_test serve slow_over; }
+@test "serve: slow body (dripped), over the attempt timeout" { row_test serve slow_body; }
+@test "serve: slow, under the attempt timeout" { row_test serve slow_under; }
+@test "serve: slow body (dripped), under the attempt timeout" { row_test serve slow_body_under; }
+@test "serve: HTTP 503" { row_test serve http_503; }
+@test "serve: HTTP 502 with an HTML body" { row_test serve http_502_html; }
+@test "serve: HTTP 200 with an HTML page" { row_test serve html_200; }
+@test "serve: JSON-RPC -32603 internal error" { row_test serve rpc_32603; }
+@test "serve: malformed JSON" { row_test serve malformed; }
+@test "serve: truncated body" { row_test serve truncated; }
+@test "serve: wrong id" { row_test serve wrong_id; }
+@test "serve: huge response (5 MiB)" { row_test serve huge; }
+@test "serve: HTTP 429 with Retry-After: 20" { row_test serve http_429_retry_after; }
+@test "serve: HTTP 429 with Retry-After as an HTTP date" { row_test serve http_429_date; }
+@test "serve: HTTP 429 without Retry-After" { row_test serve http_429_plain; }
+@test "serve: JSON-RPC -32005 limit exceeded" { row_test serve rpc_32005; }
+@test "serve: JSON-RPC -32005 with backoff_seconds in its data" { row_test serve rpc_backoff; }
+@test "serve: JSON-RPC 429 compute units" { row_test serve rpc_compute_units; }
+@test "serve: lagging height (seen by the sidecar's probes)" { row_test_excluded serve lagging; }
+@test "serve: wrong chain id (seen by the sidecar's probes)" { row_test_excluded serve wrong_chain; }
+
+# ---------------------------------------------------------------------------------------------------
+# Persistent lag trips the breaker (DESIGN.md section 8: lag_trip_ms, default 30 s)
+
+@test "serve: a provider lagging for longer than lag_trip_ms has its breaker tripped" {
+  # The probing sidecar has watched f_lagging 10 blocks behind since setup_file; give it 35 s.
+  local started text state
+  read -r started <"$BATS_FILE_TMPDIR/sidecars_started_s"
+  while ((EPOCHSECONDS < started + 35)); do sleep 1; done
+  text=$(curl -sf --max-time 10 "http://127.0.0.1:$(port_of sc_probe)/metrics")
+  state=$(awk 'index($0, "rpcroute_breaker_state{") == 1 && index($0, "profile=\"lagging_priority\"") && index($0, "provider=\"F\"") { print $NF }' <<<"$text")
+  if [[ $state != 2 ]]; then
+    skip "BUG: lag_trip_ms (DESIGN.md section 8) is not implemented: F has been 10 blocks behind for over 30 s (lag_trip_ms default) and its breaker is ${state:-unknown}, not open; lib/ only parses lag_trip_ms"
+  fi
+}
+
+# ---------------------------------------------------------------------------------------------------
+# The table
+
+@test "the matrix: every cell passed (table in the log)" {
+  local tsv=$BATS_FILE_TMPDIR/matrix.tsv out=$BATS_FILE_TMPDIR/fault_matrix.txt path row col v line cell
+  declare -A result=()
+  while IFS=$'\t' read -r path row col v; do result[$path/$row/$col]=$v; done <"$tsv"
+  local pass=0 fail=0 bug=0 na=0
+  for v in "${result[@]}"; do
+    case $v in pass) pass=$((pass + 1)) ;; FAIL) fail=$((fail + 1)) ;; BUG) bug=$((bug + 1)) ;; *) na=$((na + 1)) ;; esac
+  done
+  {
+    for path in call serve; do
+      echo "fault matrix: rpcroute $path (rows: fault kinds; columns: strategies; none: no healthy provider)"
+      printf -v line '%-21s' fault
+      for col in "${STRATEGIES[@]}" none; do
+        printf -v cell ' %-16s' "$col"
+        line+=$cell
+      done
+      echo "$line"
+      for row in "${ROWS[@]}"; do
+        printf -v line '%-21s' "$row"
+        for col in "${STRATEGIES[@]}" none; do
+          printf -v cell ' %-16s' "${result[$path/$row/$col]:-not run}"
+          line+=$cell
+        done
+        echo "$line"
+      done
+      echo
+    done
+    echo "cells: $pass pass, $fail FAIL, $bug BUG (known bug, row skipped), $na n/a"
+  } >"$out"
+  while IFS= read -r line; do echo "# $line" >&3; done <"$out"
+  [[ -z ${FAULT_MATRIX_OUT:-} ]] || cp "$out" "$FAULT_MATRIX_OUT"
+  ((fail == 0))
+}

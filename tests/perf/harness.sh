@@ -1,0 +1,302 @@
+# shellcheck shell=bash
+# Shared pieces of tests/perf/run, sourced by it: processes and their cleanup, ports, pinning, the
+# nginx upstream and reference proxy, anvil, the sidecar, wrk, memory sampling, formatting and the
+# targets table. Nothing here runs on its own.
+
+say() { echo "perf: $*" >&2; }
+die() { say "$*"; exit 1; }
+
+# ---- processes ------------------------------------------------------------------------------------
+# Every long-running process the harness starts is in `pids`; cleanup ends them (TERM, then KILL
+# after a second) on any exit, Ctrl-C included. Background jobs of a script ignore SIGINT, so they
+# must be ended here.
+pids=()
+cleanup() {
+  local p alive
+  trap - INT TERM
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
+    alive=0
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    ((alive)) || break
+    sleep 0.1
+  done
+  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  if [[ -n ${work:-} && -d $work ]]; then
+    if [[ ${KEEP_WORK:-0} == 1 ]]; then say "kept $work"; else rm -rf "$work"; fi
+  fi
+}
+
+stop_pid() { # PID: end one process started by the harness
+  kill -TERM "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+  local p kept=()
+  for p in "${pids[@]}"; do [[ $p == "$1" ]] || kept+=("$p"); done
+  pids=("${kept[@]}")
+}
+
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+# Clients (wrk, hyperfine, curl, rpcroute bench) on core 0, servers (nginx, anvil, the sidecar) on
+# core 1: a proxy and its upstream share one core in the nginx and in the sidecar case alike.
+client_cpu=() server_cpu=() pin_note="not pinned"
+setup_pinning() {
+  if [[ ${PIN:-1} != 0 ]] && command -v taskset >/dev/null && (($(nproc) >= 2)); then
+    client_cpu=(taskset -c 0)
+    server_cpu=(taskset -c 1)
+    pin_note="clients (wrk, hyperfine, rpcroute bench) on core 0; servers (nginx upstream and proxy, anvil, rpcroute serve) and the micro-benchmarks on core 1 (taskset)"
+  fi
+}
+
+post() { # URL BODY → response body; fails on HTTP errors
+  curl -sf --max-time 30 -X POST -H 'content-type: application/json' --data "$2" "$1"
+}
+
+post_any() { # URL BODY → response body whatever the HTTP status ('' when nothing came)
+  curl -s --max-time 30 -X POST -H 'content-type: application/json' --data "$2" "$1" || true
+}
+
+# Something the reader must know about this run (a failed sanity check): printed now and listed at
+# the top of the report.
+warn() {
+  say "WARNING: $*"
+  printf -- '- **%s**\n' "$*" >>"$out/warnings.md"
+}
+
+wait_for() { # URL BODY WHAT
+  for _ in $(seq 200); do
+    post "$1" "$2" >/dev/null 2>&1 && return 0
+    sleep 0.05
+  done
+  die "$3 did not answer on $1"
+}
+
+bn_req='{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}'
+logs_req='{"jsonrpc":"2.0","id":1,"method":"eth_getLogs","params":[{"fromBlock":"0x1","toBlock":"0x2"}]}'
+large_bytes=$((200 * 1024))
+huge_bytes=$((50 * 1024 * 1024))
+
+# ---- nginx: the fast static upstream and the reference proxy ---------------------------------------
+nginx_bin=${NGINX:-$(command -v nginx || echo /usr/sbin/nginx)}
+
+make_body() { # FILE TOTAL_BYTES: a JSON-RPC result that is one long hex string
+  local prefix='{"jsonrpc":"2.0","id":0,"result":"0x' suffix='"}'
+  local hex=$(($2 - ${#prefix} - ${#suffix}))
+  { printf '%s' "$prefix"; head -c $(((hex + 1) / 2)) /dev/urandom | xxd -p | tr -d '\n' | head -c "$hex"; printf '%s' "$suffix"; } >"$1"
+}
+
+nginx_conf() { # NAME PORT SERVER_BLOCK_BODY [HTTP_EXTRA]: a config in its own prefix under $work
+  local dir=$work/$1
+  mkdir -p "$dir/logs" "$dir/temp"
+  cat >"$dir/nginx.conf" <<EOF
+daemon off;
+worker_processes 1;
+pid $dir/nginx.pid;
+error_log $dir/logs/error.log warn;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  client_body_temp_path $dir/temp/body;
+  proxy_temp_path $dir/temp/proxy;
+  fastcgi_temp_path $dir/temp/fastcgi;
+  uwsgi_temp_path $dir/temp/uwsgi;
+  scgi_temp_path $dir/temp/scgi;
+  keepalive_requests 100000000;
+  keepalive_timeout 300s;
+  ${4:-}
+  server {
+    listen 127.0.0.1:$2 backlog=4096;
+$3
+  }
+}
+EOF
+}
+
+start_nginx() { # NAME → NAME_pid (the master; its one worker is its child)
+  local dir=$work/$1
+  "${server_cpu[@]}" "$nginx_bin" -p "$dir" -e "$dir/logs/error.log" -c "$dir/nginx.conf" </dev/null \
+    >"$dir/logs/stdout.log" 2>&1 &
+  pids+=($!)
+  printf -v "${1}_pid" %s "$!"
+}
+
+nginx_worker() { pgrep -P "$1" | head -1 || true; }  # MASTER_PID → worker pid
+
+upstream_port="" upstream_pid=""
+# nginx (1 worker) answering POST / with {"jsonrpc":"2.0","id":0,"result":"0x1"}, POST /large with a
+# ~200 KB JSON-RPC result and POST /huge with a 50 MiB one (static files; the 405 nginx gives a POST
+# on a file is turned into a 200 + the file).
+ensure_upstream() {
+  [[ -n $upstream_port ]] && return 0
+  mkdir -p "$work/www"
+  chmod 755 "$work" "$work/www"  # nginx workers started by root run as nobody and read www/
+  make_body "$work/www/large" "$large_bytes"
+  make_body "$work/www/huge" "$huge_bytes"
+  chmod 644 "$work/www/large" "$work/www/huge"
+  upstream_port=$(free_port)
+  nginx_conf upstream "$upstream_port" "    root $work/www;
+    default_type application/json;
+    location = / { return 200 '{\"jsonrpc\":\"2.0\",\"id\":0,\"result\":\"0x1\"}'; }
+    location / { error_page 405 =200 \$uri; }"
+  start_nginx upstream
+  wait_for "http://127.0.0.1:$upstream_port/" "$bn_req" "upstream nginx"
+  [[ $(post "http://127.0.0.1:$upstream_port/large" "$logs_req" | wc -c) == "$large_bytes" ]] ||
+    die "upstream /large does not answer a POST with the $large_bytes-byte body"
+}
+
+proxy_port="" proxy_pid=""
+# The reference: nginx (1 worker) proxying to the upstream through a keep-alive pool, buffers large
+# enough to hold the 200 KB answer in memory (no temp files).
+ensure_proxy() {
+  [[ -n $proxy_port ]] && return 0
+  ensure_upstream
+  proxy_port=$(free_port)
+  nginx_conf proxy "$proxy_port" "    location / {
+      proxy_pass http://u;
+      proxy_http_version 1.1;
+      proxy_set_header Connection \"\";
+      proxy_buffers 16 16k;
+      proxy_max_temp_file_size 0;
+    }" "upstream u { server 127.0.0.1:$upstream_port; keepalive 64; }"
+  start_nginx proxy
+  wait_for "http://127.0.0.1:$proxy_port/" "$bn_req" "proxy nginx"
+}
+
+# ---- anvil --------------------------------------------------------------------------------------------
+anvil_bin=${ANVIL:-$repo/.tools/node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil}
+anvil_port="" anvil_pid=""
+ensure_anvil() {
+  [[ -n $anvil_port ]] && return 0
+  [[ -x $anvil_bin ]] || die "$anvil_bin not found; run scripts/setup"
+  anvil_port=$(free_port)
+  "${server_cpu[@]}" "$anvil_bin" --host 127.0.0.1 --port "$anvil_port" --chain-id 31337 --silent \
+    </dev/null >"$work/anvil.log" 2>&1 &
+  anvil_pid=$!
+  pids+=("$anvil_pid")
+  wait_for "http://127.0.0.1:$anvil_port/" "$bn_req" "anvil"
+}
+
+# ---- the sidecar ----------------------------------------------------------------------------------------
+# One provider per chain: local → the upstream's fixed body, large → /large, huge → /huge.
+write_serve_profile() {
+  ensure_upstream
+  cat >"$work/serve.yaml" <<EOF
+name: perf
+chains:
+  local:
+    chain_id: 31337
+    block_time_ms: 1000
+    providers:
+      - { id: nginx, url: "http://127.0.0.1:$upstream_port/" }
+  large:
+    chain_id: 31338
+    block_time_ms: 1000
+    providers:
+      - { id: nginx_large, url: "http://127.0.0.1:$upstream_port/large" }
+  huge:
+    chain_id: 31339
+    block_time_ms: 1000
+    providers:
+      - { id: nginx_huge, url: "http://127.0.0.1:$upstream_port/huge", timeout_ms: 120000 }
+routing:
+  timeout_ms: 120000
+EOF
+}
+
+start_sidecar() { # NAME → NAME_pid, NAME_port: rpcroute serve --no-probe --no-state on a free port
+  [[ -f $work/serve.yaml ]] || write_serve_profile
+  rm -f "$work/$1.port"
+  "${server_cpu[@]}" "$rpcroute_bin" serve --listen 127.0.0.1:0 --port-file "$work/$1.port" --profile "$work/serve.yaml" \
+    --no-probe --no-state --grace 2s </dev/null >"$work/$1.log" 2>&1 &
+  local pid=$!
+  pids+=("$pid")
+  for _ in $(seq 200); do
+    [[ -s $work/$1.port ]] && break
+    kill -0 "$pid" 2>/dev/null || { cat "$work/$1.log" >&2; die "rpcroute serve exited"; }
+    sleep 0.05
+  done
+  [[ -s $work/$1.port ]] || die "rpcroute serve did not write its port"
+  printf -v "${1}_pid" %s "$pid"
+  printf -v "${1}_port" %s "$(cat "$work/$1.port")"
+}
+
+# ---- wrk ----------------------------------------------------------------------------------------------
+wrk_script() { # FILE BODY: POST BODY; the done hook prints one JSON line (WRKJSON …) of figures
+  cat >"$1" <<EOF
+wrk.method = "POST"
+wrk.body = '$2'
+wrk.headers["Content-Type"] = "application/json"
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    'WRKJSON {"requests":%d,"duration_us":%d,"bytes":%d,"connect":%d,"read":%d,"write":%d,"status":%d,"timeout":%d,"p50":%d,"p90":%d,"p99":%d,"mean":%.1f,"max":%d}\n',
+    summary.requests, summary.duration, summary.bytes, e.connect, e.read, e.write, e.status, e.timeout,
+    latency:percentile(50), latency:percentile(90), latency:percentile(99), latency.mean, latency.max))
+end
+EOF
+}
+
+run_wrk() { # URL LUA CONNS SECONDS LOG → the WRKJSON line ('{}' when wrk failed)
+  "${client_cpu[@]}" wrk -t1 -c"$3" -d"$4"s --timeout 10s --latency -s "$2" "$1" >"$5" 2>&1 || true
+  grep '^WRKJSON ' "$5" | sed 's/^WRKJSON //' | head -1 | grep . || echo '{}'
+}
+
+# ---- /proc --------------------------------------------------------------------------------------------
+kib() { awk -v k="$2" '$1 == k":" { print $2 }' "/proc/$1/status" 2>/dev/null; }  # PID VmRSS|VmHWM → KiB
+reset_hwm() { { echo 5 >"/proc/$1/clear_refs"; } 2>/dev/null; }                    # VmHWM := VmRSS now
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }  # user + system
+clk_tck=$(getconf CLK_TCK)
+
+sample_rss() { # PID OUT: the largest VmRSS seen, until killed
+  local max=0 v
+  while :; do
+    v=$(kib "$1" VmRSS) || break
+    [[ -n $v ]] || break
+    ((v > max)) && { max=$v; echo "$max" >"$2"; }
+    sleep 0.05
+  done
+}
+sampler=""
+start_sampler() { # PID OUT
+  rm -f "$2"
+  sample_rss "$1" "$2" &
+  sampler=$!
+  pids+=("$sampler")
+}
+stop_sampler() {
+  if [[ -n $sampler ]]; then stop_pid "$sampler"; fi
+  sampler=""
+}
+
+# Percent of all cores busy, over SECONDS (measured while our servers idle: the other work).
+cpu_busy() {
+  local a b
+  read -ra a </proc/stat; sleep "$1"; read -ra b </proc/stat
+  awk -v a="${a[*]}" -v b="${b[*]}" 'BEGIN {
+    n = split(a, x, " "); split(b, y, " "); t = 0
+    for (i = 2; i <= n; i++) t += y[i] - x[i]
+    idle = (y[5] - x[5]) + (y[6] - x[6])
+    printf "%.0f", (t > 0 ? 100 * (t - idle) / t : 0) }'
+}
+loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
+
+# ---- formatting -----------------------------------------------------------------------------------------
+us() { awk -v v="$1" 'BEGIN { if (v == "n/a" || v == "") print "n/a"; else if (v >= 10000) printf "%.1f ms", v / 1000; else printf "%d µs", v }'; }
+num() { awk -v v="$1" 'BEGIN { if (v == "n/a" || v == "") print "n/a"; else printf "%.0f", v }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "n/a" || b == "n/a" || a == "" || b == "" || b == 0) print "n/a"; else printf "%.2f", a / b }'; }
+mib() { awk -v k="$1" 'BEGIN { if (k == "" || k == "n/a") print "n/a"; else printf "%.1f", k / 1024 }'; }
+ns() { awk -v v="$1" 'BEGIN { if (v == "" || v == "n/a") print "n/a"; else if (v >= 1e6) printf "%.2f ms", v / 1e6; else if (v >= 1e4) printf "%.1f µs", v / 1000; else if (v >= 1000) printf "%.2f µs", v / 1000; else printf "%.0f ns", v }'; }
+# met CONDITION: "met" when the awk expression is true, "**not met**" when false, "n/a" when it
+# involves a missing figure.
+met() {
+  case $1 in *n/a*) echo "n/a"; return ;; esac
+  awk "BEGIN { print (($1) ? \"met\" : \"**not met**\") }"
+}
+
+# target ROW…: one row of the targets table: target | measured | reference | ratio | met
+target_row() { printf '| %s | %s | %s | %s | %s |\n' "$@" >>"$out/targets.md"; }
+# figure ROW…: one row of the key-figures table (no target): what | measured | reference | ratio
+figure_row() { printf '| %s | %s | %s | %s |\n' "$@" >>"$out/figures.md"; }
