@@ -241,7 +241,11 @@ asio::awaitable<void> Server::accept_loop() {
     tcp::socket socket = co_await acceptor_.async_accept(asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
       if (draining_ || ec == asio::error::operation_aborted) co_return;
-      continue;  // e.g. EMFILE: keep serving the connections we have
+      // Out of descriptors (EMFILE, ENFILE) or memory: retrying at once would spin on the CPU.
+      // Keep serving the connections we have and try again shortly.
+      asio::steady_timer pause(io_, std::chrono::milliseconds(50));
+      co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      continue;
     }
     socket.set_option(tcp::no_delay(true), ec);
     asio::co_spawn(io_, serve_connection(std::move(socket)), asio::detached);
@@ -344,9 +348,11 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
         HttpResponse_ res{*status, 11};
         res.set(http::field::content_type, "application/json");
         res.set(http::field::connection, "close");
-        res.body() = json_error_body(ec == http::error::body_limit
-                                         ? fmt::format("request body larger than {} bytes", config_.max_body)
-                                         : ec.message());
+        res.body() = json_error_body(
+            ec == http::error::body_limit ? fmt::format("request body larger than {} bytes", config_.max_body)
+            : timed_out ? fmt::format("request not received within the read timeout ({} ms; see --read-timeout)",
+                                      config_.read_timeout_ms)
+                        : ec.message());
         res.prepare_payload();
         metrics_.on_http(static_cast<int>(*status));
         stream.expires_after(std::chrono::seconds(5));
@@ -368,6 +374,11 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
     res.body() = std::move(reply.body);
     res.keep_alive(req.keep_alive() && !draining_);
     res.prepare_payload();
+    if (req.method() == http::verb::head) {  // headers only, with the length a GET would get
+      const auto length = res.body().size();
+      res.body().clear();
+      res.content_length(length);
+    }
     metrics_.on_http(static_cast<int>(reply.status));
     stream.expires_after(std::chrono::milliseconds(config_.read_timeout_ms));
     co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
