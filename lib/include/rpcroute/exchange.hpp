@@ -41,6 +41,11 @@ struct Exchange {
   [[nodiscard]] double latency_ms() const { return static_cast<double>(http.latency_us) / 1000.0; }
 };
 
+/// Moves the answer's buffer out of `ex`, keeping only `part` (a view into it, such as a reply's
+/// result): a large result is handed on without a copy. `ex.response` must not be used after.
+/// A `part` that does not point into the buffer is copied.
+[[nodiscard]] std::string take_part(Exchange& ex, std::string_view part);
+
 /// A single call is sent as an object, several as a batch.
 [[nodiscard]] std::string upstream_body(std::span<const UpstreamCall> calls);
 

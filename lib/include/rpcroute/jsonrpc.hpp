@@ -55,7 +55,9 @@ struct RpcError {
 /// One response object from a provider.
 struct Reply {
   std::string id;  // raw token
-  std::optional<std::string> result;  // raw JSON
+  /// Raw JSON, a view into the text given to parse_response (which must outlive it): a large
+  /// result is never copied to be forwarded.
+  std::optional<std::string_view> result;
   std::optional<RpcError> error;
 };
 
@@ -65,7 +67,7 @@ struct Response {
 };
 
 /// Parses a provider's answer. Anything that is not a JSON-RPC response (or an array of them) is
-/// an error describing what was wrong.
+/// an error describing what was wrong. Results are views into `body`.
 [[nodiscard]] tl::expected<Response, std::string> parse_response(std::string_view body);
 /// The same, parsing in place when the buffer behind `body` has `capacity` ≥ size + 64 bytes.
 [[nodiscard]] tl::expected<Response, std::string> parse_response(std::string_view body, std::size_t capacity);

@@ -62,7 +62,7 @@ asio::awaitable<ProbeReport> probe_provider(Engine& engine, const Profile& profi
     } else {
       latencies.push_back(ex.latency_ms());
     }
-    if (ex.per_call[0].cls == OutcomeClass::success) co_return *ex.replies[0]->result;
+    if (ex.per_call[0].cls == OutcomeClass::success) co_return std::string(*ex.replies[0]->result);
     co_return std::nullopt;
   };
 

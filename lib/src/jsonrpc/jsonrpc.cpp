@@ -57,6 +57,11 @@ simdjson::error_code validate(od::value v, int depth) {
       return simdjson::SUCCESS;
     }
     case od::json_type::string: {
+      // Stage 1 has checked the string's UTF-8, its unescaped control characters and its closing
+      // quote; only escapes remain to check. Without a backslash there is nothing to unescape: a
+      // large hex result is not copied into the parser's string buffer.
+      std::string_view token = v.raw_json_token();
+      if (token.find('\\') == std::string_view::npos) return simdjson::SUCCESS;
       std::string_view s;
       return v.get_string().get(s);
     }
@@ -202,6 +207,14 @@ od::parser& thread_parser() {
   return parser;
 }
 
+/// The parser keeps index buffers sized for the largest document it has seen. After a large one
+/// they are released, so that one huge answer does not stay resident in an idle process.
+constexpr std::size_t kKeptParserCapacity = 1 << 20;
+void release_large_parser() {
+  auto& parser = thread_parser();
+  if (parser.capacity() > kKeptParserCapacity) parser = od::parser{};
+}
+
 /// simdjson needs SIMDJSON_PADDING readable bytes past the end; copy only when we must.
 class PaddedInput {
  public:
@@ -212,6 +225,11 @@ class PaddedInput {
     }
     copy_ = simdjson::padded_string(view_);
     return simdjson::padded_string_view(copy_.data(), copy_.size(), copy_.size() + simdjson::SIMDJSON_PADDING);
+  }
+  /// The same bytes in the caller's text (views must not point into a copy that dies with us).
+  [[nodiscard]] std::string_view original(std::string_view parsed) const {
+    if (copy_.data() == nullptr || copy_.size() == 0) return parsed;
+    return {view_.data() + (parsed.data() - copy_.data()), parsed.size()};
   }
 
  private:
@@ -288,7 +306,8 @@ simdjson::error_code parse_call(od::object obj, od::document& doc, Call& call) {
 
 }  // namespace
 
-tl::expected<Body, BodyError> parse_body(std::string_view text) {
+namespace {
+tl::expected<Body, BodyError> parse_body_in(std::string_view text) {
   auto bad_json = [](std::string_view why) { return tl::unexpected(BodyError{kParseError, fmt::format("parse error: {}", why)}); };
   if (trim(text).empty()) return bad_json("empty body");
   PaddedInput input(text);
@@ -334,10 +353,12 @@ tl::expected<Body, BodyError> parse_body(std::string_view text) {
   if (!well_formed(text)) return bad_json("misplaced bracket, comma or colon");
   return body;
 }
+}  // namespace
 
 namespace {
 
-simdjson::error_code parse_reply(od::object obj, od::document& doc, Reply& reply, std::string& why) {
+simdjson::error_code parse_reply(od::object obj, od::document& doc, const PaddedInput& input, Reply& reply,
+                                 std::string& why) {
   for (auto field : obj) {
     std::string_view key;
     if (auto e = field.unescaped_key().get(key)) return e;
@@ -349,7 +370,7 @@ simdjson::error_code parse_reply(od::object obj, od::document& doc, Reply& reply
       reply.id.assign(raw);
     } else if (key == "result") {
       if (auto e = raw_of(v, doc, raw)) return e;
-      reply.result.emplace(raw);
+      reply.result.emplace(input.original(raw));
     } else if (key == "error") {
       od::json_type t;
       if (auto e = v.type().get(t)) return e;
@@ -414,7 +435,26 @@ simdjson::error_code parse_reply(od::object obj, od::document& doc, Reply& reply
 
 tl::expected<Response, std::string> parse_response(std::string_view text) { return parse_response(text, 0); }
 
+namespace {
+tl::expected<Response, std::string> parse_response_in(std::string_view text, std::size_t capacity);
+tl::expected<Body, BodyError> parse_body_in(std::string_view text);
+}  // namespace
+
 tl::expected<Response, std::string> parse_response(std::string_view text, std::size_t capacity) {
+  auto r = parse_response_in(text, capacity);
+  if (text.size() > kKeptParserCapacity) release_large_parser();
+  return r;
+}
+
+tl::expected<Body, BodyError> parse_body(std::string_view text) {
+  auto r = parse_body_in(text);
+  if (text.size() > kKeptParserCapacity) release_large_parser();
+  return r;
+}
+
+namespace {
+
+tl::expected<Response, std::string> parse_response_in(std::string_view text, std::size_t capacity) {
   if (trim(text).empty()) return tl::unexpected(std::string("empty body"));
   PaddedInput input(text, capacity);
   od::document doc;
@@ -428,7 +468,7 @@ tl::expected<Response, std::string> parse_response(std::string_view text, std::s
     od::object obj;
     if (auto e = doc.get_object().get(obj)) return invalid(e);
     Reply r;
-    if (auto e = parse_reply(obj, doc, r, why)) return invalid(e);
+    if (auto e = parse_reply(obj, doc, input, r, why)) return invalid(e);
     resp.replies.push_back(std::move(r));
   } else if (t == od::json_type::array) {
     resp.batch = true;
@@ -441,7 +481,7 @@ tl::expected<Response, std::string> parse_response(std::string_view text, std::s
         return invalid(e);
       }
       Reply r;
-      if (auto e = parse_reply(obj, doc, r, why)) return invalid(e);
+      if (auto e = parse_reply(obj, doc, input, r, why)) return invalid(e);
       resp.replies.push_back(std::move(r));
     }
   } else {
@@ -452,6 +492,8 @@ tl::expected<Response, std::string> parse_response(std::string_view text, std::s
   if (!why.empty()) return tl::unexpected(fmt::format("not a JSON-RPC response: {}", why));
   return resp;
 }
+
+}  // namespace
 
 void append_call(std::string& out, std::string_view id, std::string_view method, std::string_view params) {
   out += R"({"jsonrpc":"2.0","id":)";

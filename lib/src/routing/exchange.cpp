@@ -1,6 +1,7 @@
 #include "rpcroute/exchange.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -38,6 +39,18 @@ Classification failure(Outcome o, std::string message) {
 }
 
 }  // namespace
+
+std::string take_part(Exchange& ex, std::string_view part) {
+  auto& body = ex.http.body;
+  const char* begin = body.data();
+  if (part.data() < begin || part.data() + part.size() > begin + body.size()) return std::string(part);
+  const auto offset = static_cast<std::size_t>(part.data() - begin);
+  std::string out = std::move(body);
+  body.clear();
+  if (offset > 0) std::memmove(out.data(), out.data() + offset, part.size());
+  out.resize(part.size());
+  return out;
+}
 
 std::string upstream_body(std::span<const UpstreamCall> calls) {
   if (calls.size() == 1) return jsonrpc::make_call("0", calls[0].method, calls[0].params);

@@ -668,7 +668,7 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
       if (c.cls == OutcomeClass::success) {
         item.done = true;
         item.out.status = CallOutcome::Status::result;
-        item.out.result = *reply->result;
+        item.out.result = group.size() == 1 ? take_part(ex, *reply->result) : std::string(*reply->result);
         item.out.provider = provider.id;
         item.out.upstream_latency_ms = latency_ms;
         on_success(chain, cand, item, now);

@@ -312,7 +312,6 @@ asio::awaitable<HttpResponse> NativeHttp::perform(HttpRequest request, std::shar
     parser->header_limit(64 * 1024);
     parser->body_limit(std::numeric_limits<std::uint64_t>::max());
     std::size_t received = 0;
-    bool ready = false;  // data may already be waiting: read before waiting
     bool retry = false;
     bool failed = false;
     for (;;) {
@@ -343,15 +342,6 @@ asio::awaitable<HttpResponse> NativeHttp::perform(HttpRequest request, std::shar
         }
         break;
       }
-      if (!ready) {
-        co_await conn->socket.async_wait(tcp::socket::wait_read, asio::redirect_error(asio::use_awaitable, ec));
-        if (deadline->fired) break;
-        if (ec) {
-          finish(TransportError::reset, fmt::format("Recv failure: {}", ec.message()));
-          failed = true;
-          break;
-        }
-      }
       std::size_t want = kReadChunk;
       if (parser->is_header_done()) {
         if (auto length = parser->content_length_remaining(); length && *length > kReadChunk) {
@@ -360,11 +350,11 @@ asio::awaitable<HttpResponse> NativeHttp::perform(HttpRequest request, std::shar
           want = kLargeReadChunk;
         }
       }
-      const auto n = conn->socket.read_some(conn->buffer.prepare(want), ec);
-      if (ec == asio::error::would_block || ec == asio::error::try_again) {
-        ready = false;
-        continue;
-      }
+      // async_read_some, not async_wait + read: after a short read Asio queues the next one without
+      // a speculative recv, and unlike async_wait it does not re-arm epoll (EPOLL_CTL_MOD) each time.
+      const auto n = co_await conn->socket.async_read_some(conn->buffer.prepare(want),
+                                                           asio::redirect_error(asio::use_awaitable, ec));
+      if (deadline->fired) break;
       if (ec == asio::error::eof) {
         if (received == 0 && reused && attempt == 0) {
           retry = true;
@@ -393,7 +383,6 @@ asio::awaitable<HttpResponse> NativeHttp::perform(HttpRequest request, std::shar
       }
       conn->buffer.commit(n);
       received += n;
-      ready = true;
     }
     deadline->socket = nullptr;
     if (retry) continue;

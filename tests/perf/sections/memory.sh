@@ -63,7 +63,12 @@ section_memory() {
   if cmp -s <(tail -c +30 "$work/huge.direct") <(tail -c +30 "$work/huge.sidecar"); then same=yes; fi
   rm -f "$work/huge.direct" "$work/huge.sidecar"
 
-  local size_kib=$((huge_bytes / 1024)) limit_kib=$((huge_bytes * 5 / 2 / 1024))
+  local size_kib=$((huge_bytes / 1024)) limit_kib=$((huge_bytes * 5 / 2 / 1024)) huge_ok=1
+  # A failed transfer says nothing about the memory a passing one needs.
+  if [[ $(cut -d' ' -f1-2 <<<"$sidecar_huge") != "200 $huge_bytes" ]]; then
+    huge_ok=0
+    warn "memory: the $((huge_bytes / 1024 / 1024)) MiB answer through the sidecar failed (HTTP status, bytes, seconds: $sidecar_huge); its memory targets are not measured"
+  fi
   {
     echo "## Memory of rpcroute serve"
     echo
@@ -88,13 +93,20 @@ section_memory() {
     "$(met "$idle_rss <= 16 * 1024")"
   target_row "sidecar RSS at 256 connections ≤ 32 MB (MiB), eth_blockNumber" "$(mib "${rss[bn]}") MiB (peak $(mib "${hwm[bn]}") MiB)" \
     "32 MiB; nginx worker $(mib "${nginx_rss[bn]:-n/a}") MiB" "$(ratio "${rss[bn]}" $((32 * 1024)))×" "$(met "${rss[bn]} <= 32 * 1024")"
+  local verdict_peak verdict_bytes
+  verdict_peak=$(met "$huge_hwm <= $limit_kib")
+  verdict_bytes=$([[ $same == yes ]] && echo "bytes kept (no direct measure of re-serialising)" || echo "**not met**")
+  if ((!huge_ok)); then
+    verdict_peak="n/a: the transfer failed"
+    verdict_bytes="**not met: the transfer failed**"
+  fi
   target_row "peak while passing a 50 MiB response ≤ 2.5 × its size" "$(mib "$huge_hwm") MiB (+$(mib "$((huge_hwm - huge_before))") MiB over idle)" \
-    "$(mib "$limit_kib") MiB" "$(ratio "$huge_hwm" "$size_kib")× the size" "$(met "$huge_hwm <= $limit_kib")"
+    "$(mib "$limit_kib") MiB" "$(ratio "$huge_hwm" "$size_kib")× the size" "$verdict_peak"
   local t_sc t_direct
   t_sc=$(cut -d' ' -f3 <<<"$sidecar_huge"); t_direct=$(cut -d' ' -f3 <<<"$direct_huge")
   target_row "large bodies forwarded without re-serialising JSON (50 MiB answer)" \
     "result bytes identical: $same; $(ratio 50 "$t_sc") MiB/s through the sidecar" "direct $(ratio 50 "$t_direct") MiB/s" \
-    "$(ratio "$t_sc" "$t_direct")× direct's time" "$([[ $same == yes ]] && echo "bytes kept (no direct measure of re-serialising)" || echo "**not met**")"
+    "$(ratio "$t_sc" "$t_direct")× direct's time" "$verdict_bytes"
   figure_row "sidecar RSS at 256 connections, 200 KB answers" "$(mib "${rss[large]}") MiB" "nginx worker $(mib "${nginx_rss[large]:-n/a}") MiB" \
     "$(ratio "${rss[large]}" "${nginx_rss[large]:-n/a}")×"
 }

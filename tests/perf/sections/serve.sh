@@ -139,16 +139,38 @@ section_serve() {
     [[ $c == 64 ]] && has64=1
     [[ $c == 1 ]] && has1=1
   done
+  # Requests/s and latencies of error answers compare nothing: such cells are warned about and their
+  # targets judged n/a.
+  local bad
+  bad=$(jq -r 'select((.status // 0) > 0 or (.sock // 0) > 0 or .ok_rounds < .rounds) | "\(.target) \(.body) \(.conns) connections: \(.status // "n/a") non-2xx, \(.sock // "n/a") socket errors"' "$agg")
+  while IFS= read -r line; do
+    [[ -n $line ]] && warn "serve: errors in $line (its figures are not comparable)"
+  done <<<"$bad"
+  clean() { # TARGET BODY CONNS → true when the cell had no errors
+    [[ $(jq -r --arg t "$1" --arg b "$2" --argjson c "$3" \
+      'select(.target == $t and .body == $b and .conns == $c) | (.status // 1) == 0 and (.sock // 1) == 0 and .ok_rounds == .rounds' \
+      "$agg" | head -1) == true ]]
+  }
+  judged() { # VERDICT TARGET BODY CONNS…: the verdict, or n/a when a cell involved had errors
+    local v=$1 t b c
+    shift
+    while (($#)); do
+      t=$1 b=$2 c=$3
+      shift 3
+      clean "$t" "$b" "$c" || { echo "n/a: errors in the $t run"; return; }
+    done
+    echo "$v"
+  }
   if ((has64)); then
     local rps_sc rps_ng p99_sc p99_ng r
     rps_sc=$(rps sidecar bn 64); rps_ng=$(rps nginx bn 64)
     p99_sc=$(get sidecar bn 64 p99); p99_ng=$(get nginx bn 64 p99)
     r=$(ratio "$rps_sc" "$rps_ng")
     target_row "sidecar requests/s ≥ 1.0 × nginx's, 64 connections, eth_blockNumber" "$(num "$rps_sc") req/s" \
-      "nginx $(num "$rps_ng") req/s" "${r}×" "$(met "$r >= 1.0")"
+      "nginx $(num "$rps_ng") req/s" "${r}×" "$(judged "$(met "$r >= 1.0")" sidecar bn 64 nginx bn 64)"
     r=$(ratio "$p99_sc" "$p99_ng")
     target_row "sidecar p99 ≤ nginx's, 64 connections, eth_blockNumber" "$(us "$p99_sc")" "nginx $(us "$p99_ng")" "${r}×" \
-      "$(met "$p99_sc <= $p99_ng")"
+      "$(judged "$(met "$p99_sc <= $p99_ng")" sidecar bn 64 nginx bn 64)"
     rps_sc=$(rps sidecar large 64); rps_ng=$(rps nginx large 64)
     p99_sc=$(get sidecar large 64 p99); p99_ng=$(get nginx large 64 p99)
     figure_row "sidecar requests/s, 64 connections, 200 KB answers" "$(num "$rps_sc") req/s" "nginx $(num "$rps_ng") req/s" \
@@ -167,8 +189,8 @@ section_serve() {
     added() { awk -v a="$(get "$1" bn 1 "$2")" -v b="$(get direct bn 1 "$2")" 'BEGIN { if (a == "n/a" || b == "n/a") print "n/a"; else print a - b }'; }
     added_sc=$(added sidecar p50); added_ng=$(added nginx p50)
     best_sc=$(added sidecar p50_best); best_ng=$(added nginx p50_best)
-    verdict=$(met "$added_sc <= 60")
-    if [[ $verdict != n/a ]] && awk -v a="$added_sc" -v b="$added_ng" 'BEGIN { exit !(a < 0 || b < 0) }'; then
+    verdict=$(judged "$(met "$added_sc <= 60")" sidecar bn 1 direct bn 1)
+    if [[ $verdict != n/a* ]] && awk -v a="$added_sc" -v b="$added_ng" 'BEGIN { exit !(a < 0 || b < 0) }'; then
       verdict="inconclusive: a proxy measured faster than direct (noise)"
     fi
     local best_note=""
