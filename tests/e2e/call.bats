@@ -321,7 +321,7 @@ three_fakes() { # [write_profile options]
 breaker_profile() {
   start_fake f1 --mode status --status 500
   start_fake f2 --height 100
-  write_profile "$P" f1 f2 --extra 'health: {circuit_breaker: {failure_threshold: 2, recovery_timeout_ms: 1500}}'
+  write_profile "$P" f1 f2 --extra 'health: {circuit_breaker: {failure_threshold: 2, recovery_timeout_ms: 4000}}'
 }
 
 # Two calls, each failing on f1 then served by f2: the breaker of f1 opens.
@@ -353,7 +353,7 @@ open_f1_breaker() {
   breaker_profile
   open_f1_breaker
   fake_control f1 '{"mode":"ok","height":100}'
-  sleep 2
+  sleep 4.5
   # Half-open: eligible again, in a tier below the closed f2 (DESIGN.md section 4, step 5).
   run --separate-stderr rpcroute call --profile "$P" --strategy priority --json eth_blockNumber
   assert_status 0
@@ -371,7 +371,7 @@ open_f1_breaker() {
 
 @test "breaker: a half-open provider with only itself to try is tried" {
   start_fake f1 --mode status --status 500
-  write_profile "$P" f1 --extra 'health: {circuit_breaker: {failure_threshold: 2, recovery_timeout_ms: 1500}}'
+  write_profile "$P" f1 --extra 'health: {circuit_breaker: {failure_threshold: 2, recovery_timeout_ms: 4000}}'
   run --separate-stderr rpcroute call --profile "$P" --json eth_blockNumber
   assert_status 3
   run --separate-stderr rpcroute call --profile "$P" --json eth_blockNumber
@@ -383,7 +383,7 @@ open_f1_breaker() {
   assert_jq '[.meta.excluded[] | select(.provider == "f1") | .reason | test("breaker"; "i")] == [true]'
   assert_equal "$(fake_requests f1)" 2 "f1 requests while open"
   fake_control f1 '{"mode":"ok","height":100}'
-  sleep 2
+  sleep 4.5
   run --separate-stderr rpcroute call --profile "$P" --json eth_blockNumber
   assert_status 0
   assert_jq '.meta.provider == "f1" and .result == "0x64"'
@@ -392,7 +392,7 @@ open_f1_breaker() {
 @test "breaker: a failure in half-open reopens it" {
   breaker_profile
   open_f1_breaker
-  sleep 2
+  sleep 4.5
   fake_control f2 '{"mode":"status","status":503}'
   run --separate-stderr rpcroute call --profile "$P" --strategy priority --json eth_blockNumber
   assert_status 3
