@@ -67,12 +67,13 @@ Result<Fd> lock_exclusive(const std::filesystem::path& path) {
 
 enum class ReadStatus { ok, missing, unreadable, not_regular };
 
-/// What is at the state path when it is not a regular file ("a FIFO", "a directory"), else empty.
+/// What is at the state path when it is a special file ("a FIFO", "a device"), else empty. Such a
+/// file is not ours to move or replace (`--state /dev/null`). A directory is only unreadable: it is
+/// moved aside like a corrupt file.
 std::string odd_file_type(const std::filesystem::path& path) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return {};
+  if (::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) return {};
   if (S_ISFIFO(st.st_mode)) return "a FIFO";
-  if (S_ISDIR(st.st_mode)) return "a directory";
   if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) return "a device";
   if (S_ISSOCK(st.st_mode)) return "a socket";
   return "not a regular file";
@@ -88,7 +89,15 @@ ReadStatus read_file(const std::filesystem::path& path, std::string& out, std::s
     return ReadStatus::unreadable;
   }
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (::fstat(fd.get(), &st) != 0) {
+    why = errno_text();
+    return ReadStatus::unreadable;
+  }
+  if (S_ISDIR(st.st_mode)) {
+    why = "a directory";
+    return ReadStatus::unreadable;
+  }
+  if (!S_ISREG(st.st_mode)) {
     why = "not a regular file";
     return ReadStatus::not_regular;
   }

@@ -755,7 +755,7 @@ TEST_CASE("StateStore: a temporary file left by a killed writer is removed at th
   CHECK(parse_state(read_file(path)).has_value());
 }
 
-TEST_CASE("StateStore: a FIFO or a directory at the state path is left alone", "[state][store]") {
+TEST_CASE("StateStore: a FIFO at the state path is left alone; a directory is moved aside", "[state][store]") {
   TempDir dir;
   FakeClock clock(kNow);
   std::vector<std::string> warnings;
@@ -773,10 +773,14 @@ TEST_CASE("StateStore: a FIFO or a directory at the state path is left alone", "
   REQUIRE(::stat(fifo.c_str(), &st) == 0);
   CHECK(S_ISFIFO(st.st_mode));
 
+  // A directory is merely unreadable: moved aside like a corrupt file, and state works again.
   const auto folder = dir / "folder.json";
   std::filesystem::create_directory(folder);
   StateStore in_folder(folder, clock, warn);
   in_folder.load();
-  CHECK_THAT(warnings.back(), Catch::Contains("is a directory"));
-  CHECK(std::filesystem::is_directory(folder));
+  CHECK_THAT(warnings.back(), Catch::Contains("a directory") && Catch::Contains("moved it to"));
+  CHECK_FALSE(std::filesystem::exists(folder));
+  in_folder.record(sample(kKey, "eth_call", kNow, 5), test_health());
+  REQUIRE(in_folder.save().has_value());
+  CHECK(parse_state(read_file(folder)).has_value());
 }
