@@ -32,21 +32,32 @@ std::string_view status_name(CallOutcome::Status s) {
 
 }  // namespace
 
+/// The value under a key given as views, inserting it (with owned strings) when it is new.
+template <class Map, class... Views>
+typename Map::mapped_type& slot(Map& map, Views... views) {
+  const auto key = std::make_tuple(std::string_view(views)...);
+  auto it = map.find(key);
+  if (it == map.end()) it = map.emplace(typename Map::key_type(std::string(views)...), typename Map::mapped_type{}).first;
+  return it->second;
+}
+
 void Metrics::on_call(const std::string& profile, const std::string& chain, std::string_view method,
                       const CallOutcome& out) {
   // Method names come from clients: cap how many distinct ones become label values.
-  std::string m(method);
-  if (!methods_seen_.count(m)) {
+  std::string_view m = method;
+  if (auto seen = methods_seen_.find(m); seen == methods_seen_.end()) {
     if (methods_seen_.size() >= 256 || m.size() > 64) {
       m = "other";
     } else {
-      methods_seen_[m] = true;
+      methods_seen_.emplace(std::string(m), true);
     }
   }
-  ++calls_[{profile, chain, m, out.provider.empty() ? "-" : out.provider, std::string(status_name(out.status))}];
+  ++slot(calls_, std::string_view(profile), std::string_view(chain), m,
+         out.provider.empty() ? std::string_view("-") : std::string_view(out.provider), status_name(out.status));
   for (const auto& a : out.attempts) {
-    ++attempts_[{profile, chain, a.provider, std::string(outcome_name(a.result.outcome))}];
-    auto& h = latency_[{profile, chain, a.provider}];
+    ++slot(attempts_, std::string_view(profile), std::string_view(chain), std::string_view(a.provider),
+           outcome_name(a.result.outcome));
+    auto& h = slot(latency_, std::string_view(profile), std::string_view(chain), std::string_view(a.provider));
     for (std::size_t i = 0; i < kBucketsMs.size(); ++i) {
       if (a.latency_ms <= kBucketsMs[i]) ++h.buckets[i];
     }

@@ -35,9 +35,10 @@ class Metrics {
   using AttemptKey = std::tuple<std::string, std::string, std::string, std::string>;  // profile chain provider outcome
   using ProviderKey = std::tuple<std::string, std::string, std::string>;
 
-  std::map<CallKey, std::uint64_t> calls_;
-  std::map<AttemptKey, std::uint64_t> attempts_;
-  std::map<ProviderKey, Histogram> latency_;
+  // Transparent: looked up per call with tuples of string_views, strings made only for a new key.
+  std::map<CallKey, std::uint64_t, std::less<>> calls_;
+  std::map<AttemptKey, std::uint64_t, std::less<>> attempts_;
+  std::map<ProviderKey, Histogram, std::less<>> latency_;
   std::map<int, std::uint64_t> http_;
   std::int64_t in_flight_ = 0;
   std::map<std::string, bool, std::less<>> methods_seen_;

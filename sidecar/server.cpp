@@ -25,7 +25,6 @@ namespace rpcroute::sidecar {
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
-using HttpRequest_ = http::request<http::string_body>;
 using HttpResponse_ = http::response<http::string_body>;
 
 struct Connection {
@@ -106,20 +105,24 @@ std::string json_error_body(std::string_view message, std::string_view extra_key
 
 /// The status line and header block of a response, as Beast's serializer writes them after
 /// keep_alive() and prepare_payload(): Server, Content-Type, the reply's headers, Connection when
-/// it differs from the version's default, Content-Length (none for 1xx, 204 and 304).
-std::string response_head(http::status status, unsigned version, bool keep_alive, std::string_view content_type,
-                          const std::vector<std::pair<std::string, std::string>>& headers, std::size_t body_size) {
-  std::string h;
-  std::size_t need = 128 + content_type.size();
-  for (const auto& [k, v] : headers) need += k.size() + v.size() + 4;
-  h.reserve(need);
+/// it differs from the version's default, Content-Length (none for 1xx, 204 and 304). Written into
+/// `h`, a buffer the connection reuses.
+void response_head(std::string& h, http::status status, unsigned version, bool keep_alive,
+                   std::string_view content_type, std::string_view header_lines, std::size_t body_size) {
+  h.clear();
+  h.reserve(128 + content_type.size() + header_lines.size());
   h += "HTTP/";
   h += static_cast<char>('0' + version / 10 % 10);
   h += '.';
   h += static_cast<char>('0' + version % 10);
   h += ' ';
   const auto code = static_cast<unsigned>(status);
-  h += std::to_string(code);
+  char digits[24];
+  auto append_number = [&](std::uint64_t v) {
+    auto [end, ec] = std::to_chars(digits, digits + sizeof digits, v);
+    h.append(digits, end);
+  };
+  append_number(code);
   h += ' ';
   h += sv(http::obsolete_reason(status));
   h += "\r\nServer: rpcroute\r\n";
@@ -128,35 +131,108 @@ std::string response_head(http::status status, unsigned version, bool keep_alive
     h += content_type;
     h += "\r\n";
   }
-  for (const auto& [k, v] : headers) {
-    h += k;
-    h += ": ";
-    h += v;
-    h += "\r\n";
-  }
+  h += header_lines;
   if (version >= 11 && !keep_alive) h += "Connection: close\r\n";
   if (version < 11 && keep_alive) h += "Connection: keep-alive\r\n";
   if (!(code / 100 == 1 || code == 204 || code == 304)) {
     h += "Content-Length: ";
-    h += std::to_string(body_size);
+    append_number(body_size);
     h += "\r\n";
   }
   h += "\r\n";
-  return h;
 }
 
 }  // namespace
 
+/// What the sidecar keeps of a request: the request line, the three fields answers depend on, and
+/// the body, in buffers that a connection reuses from one request to the next.
 struct Request {
-  const HttpRequest_* http = nullptr;
+  http::verb method = http::verb::unknown;
+  std::string method_string;
+  std::string target;
+  unsigned version = 11;
+  bool keep_alive = true;
+  std::string host;  // the first of each, as a request_parser's fields would answer
+  std::string origin;
+  std::string authorization;
+  std::string body;
   std::string remote;
+
+  void clear() {
+    method = http::verb::unknown;
+    method_string.clear();
+    target.clear();
+    version = 11;
+    keep_alive = true;
+    host.clear();
+    origin.clear();
+    authorization.clear();
+    body.clear();
+    seen = 0;
+  }
+  unsigned seen = 0;  // which of host, origin, authorization arrived
 };
+
+namespace {
+
+/// Beast's HTTP/1.1 parser (limits, chunked bodies, keep-alive rules) writing into a Request:
+/// unlike request_parser<string_body>, it does not allocate a node for every header field, and the
+/// body goes into the connection's buffer (reserved from Content-Length, which Beast has already
+/// checked against the body limit).
+class RequestReader final : public http::basic_parser<true> {
+ public:
+  explicit RequestReader(Request& r) : r_(r) { r_.clear(); }
+
+ private:
+  void on_request_impl(http::verb method, beast::string_view method_str, beast::string_view target, int version,
+                       beast::error_code&) override {
+    r_.method = method;
+    r_.method_string.assign(method_str.data(), method_str.size());
+    r_.target.assign(target.data(), target.size());
+    r_.version = static_cast<unsigned>(version);
+  }
+  void on_response_impl(int, beast::string_view, int, beast::error_code&) override {}
+  void on_field_impl(http::field name, beast::string_view, beast::string_view value, beast::error_code&) override {
+    auto keep = [&](unsigned bit, std::string& slot) {
+      if ((r_.seen & bit) != 0) return;
+      r_.seen |= bit;
+      slot.assign(value.data(), value.size());
+    };
+    if (name == http::field::host) keep(1, r_.host);
+    else if (name == http::field::origin) keep(2, r_.origin);
+    else if (name == http::field::authorization) keep(4, r_.authorization);
+  }
+  void on_header_impl(beast::error_code&) override { r_.keep_alive = keep_alive(); }
+  void on_body_init_impl(const boost::optional<std::uint64_t>& length, beast::error_code&) override {
+    if (length) r_.body.reserve(static_cast<std::size_t>(*length) + kBodySlack);  // parsed in place
+  }
+  std::size_t on_body_impl(beast::string_view body, beast::error_code&) override {
+    r_.body.append(body.data(), body.size());
+    return body.size();
+  }
+  void on_chunk_header_impl(std::uint64_t, beast::string_view, beast::error_code&) override {}
+  std::size_t on_chunk_body_impl(std::uint64_t, beast::string_view body, beast::error_code&) override {
+    r_.body.append(body.data(), body.size());
+    return body.size();
+  }
+  void on_finish_impl(beast::error_code&) override {}
+
+  Request& r_;
+};
+
+}  // namespace
 
 struct Server::Reply {
   http::status status = http::status::ok;
   std::string body;
   std::string content_type = "application/json";
-  std::vector<std::pair<std::string, std::string>> headers;
+  std::string header_lines;  // "Name: value\r\n" each; values never hold CR or LF (Beast rejects them)
+  void header(std::string_view name, std::string_view value) {
+    header_lines.append(name);
+    header_lines.append(": ");
+    header_lines.append(value);
+    header_lines.append("\r\n");
+  }
   // For the log line.
   std::string rpc_method;
   std::string provider;
@@ -351,6 +427,9 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
   connections_.insert(&conn);
   beast::flat_buffer buffer;
   buffer.max_size(config_.max_body + 64 * 1024);
+  Request req;
+  req.remote = remote;
+  std::string head;  // each response's status line and headers
 
   for (;;) {
     if (draining_) break;
@@ -365,7 +444,7 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
     }
     conn.busy = true;
     metrics_.in_flight(+1);
-    http::request_parser<http::string_body> parser;
+    RequestReader parser(req);
     parser.body_limit(config_.max_body);
     parser.header_limit(32 * 1024);
     // Our own deadline rather than the stream's: the stream's closes the socket, and a slow client
@@ -408,33 +487,32 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
       metrics_.in_flight(-1);
       break;
     }
-    auto req = parser.release();
     const auto started = steady_us();
-    Request request{&req, remote};
-    Reply reply = co_await answer(request);
+    Reply reply = co_await answer(req);
 
     // The status line and headers are written by hand next to the body (one gathered send): what
     // Beast's serializer would produce, at a fraction of its cost per response.
-    const bool keep_alive = req.keep_alive() && !draining_;
-    const std::string head = response_head(reply.status, req.version(), keep_alive,
-                                           !reply.body.empty() || reply.status != http::status::no_content
-                                               ? std::string_view(reply.content_type)
-                                               : std::string_view(),
-                                           reply.headers, reply.body.size());
+    const bool keep_alive = req.keep_alive && !draining_;
+    response_head(head, reply.status, req.version, keep_alive,
+                  !reply.body.empty() || reply.status != http::status::no_content ? std::string_view(reply.content_type)
+                                                                                  : std::string_view(),
+                  reply.header_lines, reply.body.size());
     metrics_.on_http(static_cast<int>(reply.status));
     stream.expires_after(std::chrono::milliseconds(config_.read_timeout_ms));
     {
       // HEAD: headers only, with the length a GET would get.
-      const bool head_only = req.method() == http::verb::head;
+      const bool head_only = req.method == http::verb::head;
       std::array<asio::const_buffer, 2> out{asio::buffer(head),
                                             head_only ? asio::const_buffer() : asio::buffer(reply.body)};
       co_await asio::async_write(stream, out, asio::redirect_error(asio::use_awaitable, ec));
     }
     metrics_.in_flight(-1);
     conn.busy = false;
+    // A large request's buffer is not kept for the life of a keep-alive connection.
+    if (req.body.capacity() > 64 * 1024) std::string().swap(req.body);
     if (config_.verbose) {
       const double ms = static_cast<double>(steady_us() - started) / 1000.0;
-      std::string target(req.target().substr(0, 200));
+      std::string target = req.target.substr(0, 200);
       if (config_.json_logs) {
         json::Writer w;
         w.begin_object();
@@ -443,7 +521,7 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
         w.key("remote");
         w.value(remote);
         w.key("method");
-        w.value(std::string(req.method_string()));
+        w.value(req.method_string);
         w.key("path");
         w.value(target);
         w.key("status");
@@ -460,7 +538,7 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
         log(w.take());
       } else {
         log(fmt::format("{} {} {} {} {} {} provider={} attempts={} {:.2f}ms", iso_now(), remote,
-                        std::string(req.method_string()), target, static_cast<int>(reply.status),
+                        req.method_string, target, static_cast<int>(reply.status),
                         reply.rpc_method.empty() ? "-" : reply.rpc_method, reply.provider.empty() ? "-" : reply.provider,
                         reply.attempts, ms));
       }
@@ -472,8 +550,7 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
   stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
 }
 
-asio::awaitable<Server::Reply> Server::answer(const Request& request) {
-  const auto& req = *request.http;
+asio::awaitable<Server::Reply> Server::answer(const Request& req) {
   Reply reply;
   auto error = [&](http::status status, std::string message) {
     reply.status = status;
@@ -482,37 +559,37 @@ asio::awaitable<Server::Reply> Server::answer(const Request& request) {
 
   // DNS rebinding: only loopback names, unless remote access was asked for.
   if (!config_.allow_remote) {
-    auto host = sv(req[http::field::host]);
+    std::string_view host = req.host;
     if (!host.empty() && !loopback_name(host_only(host)) && host_only(host) != lower(config_.host)) {
       error(http::status::forbidden, "Host header is not a loopback name");
       co_return reply;
     }
   }
-  auto origin = sv(req[http::field::origin]);
+  std::string_view origin = req.origin;
   if (!origin.empty()) {
     if (!origin_allowed(origin, config_.allow_origins)) {
       error(http::status::forbidden, fmt::format("origin {} is not allowed (see --allow-origin)", std::string(origin.substr(0, 200))));
       co_return reply;
     }
-    reply.headers.emplace_back("Access-Control-Allow-Origin", std::string(origin));
-    reply.headers.emplace_back("Vary", "Origin");
-    reply.headers.emplace_back("Access-Control-Expose-Headers",
+    reply.header("Access-Control-Allow-Origin", std::string(origin));
+    reply.header("Vary", "Origin");
+    reply.header("Access-Control-Expose-Headers",
                                "X-Rpcroute-Provider, X-Rpcroute-Upstream-Latency, X-Rpcroute-Attempts, "
                                "X-Rpcroute-Strategy, X-Rpcroute-Cache, X-Rpcroute-Request-Id");
   }
-  if (req.method() == http::verb::options) {
+  if (req.method == http::verb::options) {
     reply.status = http::status::no_content;
-    reply.headers.emplace_back("Access-Control-Allow-Methods", "POST, GET, OPTIONS");
-    reply.headers.emplace_back("Access-Control-Allow-Headers", "Content-Type, Authorization");
-    reply.headers.emplace_back("Access-Control-Max-Age", "600");
+    reply.header("Access-Control-Allow-Methods", "POST, GET, OPTIONS");
+    reply.header("Access-Control-Allow-Headers", "Content-Type, Authorization");
+    reply.header("Access-Control-Max-Age", "600");
     co_return reply;
   }
-  auto route = parse_route(sv(req.target()));
+  auto route = parse_route(req.target);
   if (!config_.token.empty() && route.kind != RouteKind::healthz) {
-    auto auth = sv(req[http::field::authorization]);
+    std::string_view auth = req.authorization;
     if (!constant_time_equal(auth, "Bearer " + config_.token)) {
       error(http::status::unauthorized, "missing or wrong bearer token");
-      reply.headers.emplace_back("WWW-Authenticate", "Bearer");
+      reply.header("WWW-Authenticate", "Bearer");
       co_return reply;
     }
   }
@@ -521,11 +598,11 @@ asio::awaitable<Server::Reply> Server::answer(const Request& request) {
     reply.body = json_error_body(route.problem, "routes", route_shapes_json());
     co_return reply;
   }
-  const bool is_get = req.method() == http::verb::get || req.method() == http::verb::head;
+  const bool is_get = req.method == http::verb::get || req.method == http::verb::head;
   if (route.kind != RouteKind::rpc) {
     if (!is_get) {
       error(http::status::method_not_allowed, "use GET");
-      reply.headers.emplace_back("Allow", "GET");
+      reply.header("Allow", "GET");
       co_return reply;
     }
     const auto now = clock_.now_ms();
@@ -581,9 +658,9 @@ asio::awaitable<Server::Reply> Server::answer(const Request& request) {
     co_return reply;
   }
 
-  if (req.method() != http::verb::post) {
+  if (req.method != http::verb::post) {
     error(http::status::method_not_allowed, "JSON-RPC routes take POST");
-    reply.headers.emplace_back("Allow", "POST, OPTIONS");
+    reply.header("Allow", "POST, OPTIONS");
     co_return reply;
   }
   ProfileRuntime* rt = runtime(route.target.profile);
@@ -607,7 +684,7 @@ asio::awaitable<Server::Reply> Server::answer(const Request& request) {
     co_return reply;
   }
 
-  auto parsed = jsonrpc::parse_body(req.body());
+  auto parsed = jsonrpc::parse_body(req.body, req.body.capacity());
   if (!parsed) {
     reply.body = jsonrpc::make_error("null", parsed.error().code, parsed.error().message);
     co_return reply;
@@ -621,6 +698,7 @@ asio::awaitable<Server::Reply> Server::answer(const Request& request) {
   RouteOptions options;
   options.strategy = route.target.strategy ? route.target.strategy : config_.strategy;
   options.provider = route.target.provider;
+  options.keep_result = false;  // only responses are written: large results become them in place
   std::string request_id(16, '0');  // {:08x}{:08x} of the prefix and the counter, without fmt
   if (request_prefix_ > 0xffffffffULL || request_counter_ + 1 > 0xffffffffULL) {
     request_id = fmt::format("{:08x}{:08x}", request_prefix_, ++request_counter_);
@@ -669,21 +747,23 @@ asio::awaitable<Server::Reply> Server::answer(const Request& request) {
   if (reply.body.empty()) reply.status = http::status::no_content;  // notifications only
   if (routed > 0 && unavailable == routed) {
     reply.status = http::status::service_unavailable;
-    if (retry_after >= 0) reply.headers.emplace_back("Retry-After", std::to_string((retry_after + 999) / 1000));
+    if (retry_after >= 0) reply.header("Retry-After", std::to_string((retry_after + 999) / 1000));
   }
   reply.provider = providers;
   reply.attempts = attempts;
-  reply.headers.emplace_back("X-Rpcroute-Provider", providers.empty() ? "-" : providers);
+  reply.header_lines.reserve(reply.header_lines.size() + 224 + providers.size());
+  reply.header("X-Rpcroute-Provider", providers.empty() ? std::string_view("-") : std::string_view(providers));
   {
     char buf[64];
     auto [end, ec] = std::to_chars(buf, buf + sizeof buf, latency, std::chars_format::fixed, 3);
-    reply.headers.emplace_back("X-Rpcroute-Upstream-Latency",
-                               ec == std::errc() ? std::string(buf, end) : fmt::format("{:.3f}", latency));
+    reply.header("X-Rpcroute-Upstream-Latency",
+                 ec == std::errc() ? std::string(buf, end) : fmt::format("{:.3f}", latency));
+    auto [end2, ec2] = std::to_chars(buf, buf + sizeof buf, attempts);
+    reply.header("X-Rpcroute-Attempts", std::string_view(buf, static_cast<std::size_t>(end2 - buf)));
   }
-  reply.headers.emplace_back("X-Rpcroute-Attempts", std::to_string(attempts));
-  reply.headers.emplace_back("X-Rpcroute-Strategy", std::string(strategy_name(strategy)));
-  reply.headers.emplace_back("X-Rpcroute-Cache", "MISS");
-  reply.headers.emplace_back("X-Rpcroute-Request-Id", request_id);
+  reply.header("X-Rpcroute-Strategy", strategy_name(strategy));
+  reply.header("X-Rpcroute-Cache", "MISS");
+  reply.header("X-Rpcroute-Request-Id", request_id);
   co_return reply;
 }
 

@@ -60,7 +60,7 @@ struct Exchange {
 
 /// Records an exchange in the state the way live traffic does: one attempt (breaker, rate-limit
 /// mark) and one latency sample per call.
-void record_exchange(StateStore& store, const HealthConfig& health, const std::string& key,
+void record_exchange(StateStore& store, const HealthConfig& health, std::string_view key,
                      std::span<const UpstreamCall> calls, const Exchange& exchange, std::int64_t now_ms,
                      double jitter);
 

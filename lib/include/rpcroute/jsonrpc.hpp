@@ -43,8 +43,10 @@ struct BodyError {
 
 /// Parses a request body with simdjson On-Demand. Invalid JSON → -32700; a body that is not a
 /// request object or a non-empty array → -32600. Invalid objects inside a batch are kept as calls
-/// with invalid_reason set, so each gets its own -32600 answer.
-[[nodiscard]] tl::expected<Body, BodyError> parse_body(std::string_view body);
+/// with invalid_reason set, so each gets its own -32600 answer. `capacity`: the bytes readable from
+/// body.data() (a std::string's capacity); with SIMDJSON_PADDING (64) to spare, the body is parsed
+/// in place rather than copied.
+[[nodiscard]] tl::expected<Body, BodyError> parse_body(std::string_view body, std::size_t capacity = 0);
 
 struct RpcError {
   std::int64_t code = 0;
@@ -77,6 +79,9 @@ struct Response {
 void append_call(std::string& out, std::string_view id, std::string_view method, std::string_view params);
 /// {"jsonrpc":"2.0","id":ID,"result":R}
 [[nodiscard]] std::string make_result(std::string_view id, std::string_view result);
+/// The same response built in the result's own buffer: no copy when its capacity has room for the
+/// envelope (bodies are received with kBodySlack).
+[[nodiscard]] std::string make_result_in_place(std::string_view id, std::string&& result);
 /// {"jsonrpc":"2.0","id":ID,"error":{"code":C,"message":M[,"data":D]}}
 [[nodiscard]] std::string make_error(std::string_view id, std::int64_t code, std::string_view message,
                                      std::string_view data = {});

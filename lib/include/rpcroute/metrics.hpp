@@ -1,6 +1,7 @@
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <span>
 
 #include "rpcroute/state.hpp"
 
@@ -21,5 +22,7 @@ struct LatencyStats {
 
 /// Quantile q in [0, 1] of a non-empty sample set (nearest-rank on a sorted copy).
 [[nodiscard]] double quantile(std::vector<double> values, double q);
+/// The same, reordering `values` (no copy).
+[[nodiscard]] double quantile_in_place(std::span<double> values, double q);
 
 }  // namespace rpcroute

@@ -63,6 +63,9 @@ struct RouteOptions {
   std::optional<std::int64_t> timeout_ms;  // overall deadline
   std::optional<int> max_attempts;
   bool with_stats = false;  // fill latency stats even when the strategy does not rank by them (rank, /status)
+  /// false: the caller only needs CallOutcome::response (the sidecar). A result is then turned into
+  /// the response in place, without a copy of a large body, and CallOutcome::result is left empty.
+  bool keep_result = true;
 };
 
 /// One exchange with one provider, as the caller of the router sees it.
@@ -131,10 +134,12 @@ class Router {
   Random& rng_;
   std::map<std::string, int, std::less<>> half_open_in_flight_;
   std::unordered_map<const Provider*, std::string> keys_;  // state keys, built once
+  std::unordered_map<const Chain*, std::string> chain_keys_;
   int background_ = 0;                                      // broadcast sends still in flight
   std::optional<asio::steady_timer> drained_;               // woken when background_ reaches 0
 
   const std::string& key_for(const Chain& chain, const Provider& provider);
+  const std::string& chain_key_for(const Chain& chain);
 };
 
 /// True for methods whose repetition could act twice: sent to one provider only.

@@ -21,7 +21,7 @@ enum class Tier : int { healthy = 1, rate_limited = 2, half_open = 3, half_open_
 struct Candidate {
   const Provider* provider = nullptr;
   std::size_t position = 0;  // in the profile
-  std::string key;           // state key
+  std::string_view key;      // state key (the Router keeps the string); candidates copy cheaply
   Tier tier = Tier::healthy;
   BreakerState breaker = BreakerState::closed;
   std::int64_t rate_limited_until_ms = 0;

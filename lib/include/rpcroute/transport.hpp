@@ -17,6 +17,11 @@ struct HttpRequest {
   std::int64_t timeout_ms = 10'000;
 };
 
+/// Bytes reserved past a body's Content-Length: simdjson's padding (64), so that the answer is
+/// parsed in place, and room for the router to turn a result into the client's response in place
+/// (the envelope with a client id of up to ~200 bytes) instead of copying a large body.
+inline constexpr std::size_t kBodySlack = 256;
+
 struct HttpResponse {
   TransportError error = TransportError::none;
   std::string error_message;

@@ -1,6 +1,8 @@
 #include "rpcroute/jsonrpc.hpp"
 
 #include <algorithm>
+#include <array>
+#include <cstring>
 #include <charconv>
 #include <vector>
 
@@ -122,24 +124,35 @@ simdjson::error_code validate_scalar(od::document& doc, od::json_type t) {
   }
 }
 
+/// Byte classes for well_formed: 0 a byte inside a scalar, 1 whitespace, 2 a delimiter.
+constexpr std::array<std::uint8_t, 256> kByteClass = [] {
+  std::array<std::uint8_t, 256> t{};
+  for (unsigned char c : {' ', '\n', '\r', '\t'}) t[c] = 1;
+  for (unsigned char c : {',', ':', '[', ']', '{', '}', '"'}) t[c] = 2;
+  return t;
+}();
+
 /// Checks the grammar of a whole document: brackets, commas and colons in the right places.
 /// On-Demand validates what it reads but skips a value it was not asked for by counting
 /// brackets, so `[1,"x":2},3]` would read as three items; anything we forward must be JSON.
-/// Scalars are only delimited here: their contents are checked when they are read.
+/// Scalars are only delimited here: their contents are checked when they are read. It runs over
+/// every answer: strings (most of a large answer) are crossed with memchr, not byte by byte.
 bool well_formed(std::string_view text) {
   enum class Expect { value, value_or_close, key, key_or_close, colon, comma_or_close };
-  std::vector<char> open;
+  std::string open;  // the open brackets; no allocation up to 15 levels
   Expect expect = Expect::value;
   bool done = false;
   std::size_t i = 0;
   const std::size_t n = text.size();
+  const char* data = text.data();
   auto after_value = [&] {
     if (open.empty()) done = true;
     expect = Expect::comma_or_close;
   };
   while (i < n) {
-    char c = text[i];
-    if (c == ' ' || c == '\n' || c == '\r' || c == '\t') {
+    const char c = data[i];
+    const auto cls = kByteClass[static_cast<unsigned char>(c)];
+    if (cls == 1) {
       ++i;
       continue;
     }
@@ -147,11 +160,24 @@ bool well_formed(std::string_view text) {
     bool value_expected = expect == Expect::value || expect == Expect::value_or_close;
     switch (c) {
       case '"': {
-        for (++i; i < n && text[i] != '"'; ++i) {
-          if (text[i] == '\\') ++i;
+        // The closing quote: the first one after an even run of backslashes.
+        const char* content = data + i + 1;
+        const char* from = content;
+        const char* end = data + n;
+        const char* close = nullptr;
+        while (from < end) {
+          const auto* q = static_cast<const char*>(std::memchr(from, '"', static_cast<std::size_t>(end - from)));
+          if (q == nullptr) break;
+          const char* b = q;
+          while (b > content && b[-1] == '\\') --b;
+          if (((q - b) & 1) == 0) {
+            close = q;
+            break;
+          }
+          from = q + 1;
         }
-        if (i >= n) return false;
-        ++i;
+        if (close == nullptr) return false;
+        i = static_cast<std::size_t>(close - data) + 1;
         if (expect == Expect::key || expect == Expect::key_or_close) {
           expect = Expect::colon;
         } else if (value_expected) {
@@ -187,7 +213,7 @@ bool well_formed(std::string_view text) {
         break;
       default:
         if (!value_expected) return false;
-        while (i < n && std::string_view(" \n\r\t,:[]{}\"").find(text[i]) == std::string_view::npos) ++i;
+        while (i < n && kByteClass[static_cast<unsigned char>(data[i])] == 0) ++i;
         after_value();
         continue;
     }
@@ -307,10 +333,10 @@ simdjson::error_code parse_call(od::object obj, od::document& doc, Call& call) {
 }  // namespace
 
 namespace {
-tl::expected<Body, BodyError> parse_body_in(std::string_view text) {
+tl::expected<Body, BodyError> parse_body_in(std::string_view text, std::size_t capacity) {
   auto bad_json = [](std::string_view why) { return tl::unexpected(BodyError{kParseError, fmt::format("parse error: {}", why)}); };
   if (trim(text).empty()) return bad_json("empty body");
-  PaddedInput input(text);
+  PaddedInput input(text, capacity);
   od::document doc;
   if (auto e = thread_parser().iterate(input.view()).get(doc)) return bad_json(simdjson::error_message(e));
   od::json_type t;
@@ -437,7 +463,7 @@ tl::expected<Response, std::string> parse_response(std::string_view text) { retu
 
 namespace {
 tl::expected<Response, std::string> parse_response_in(std::string_view text, std::size_t capacity);
-tl::expected<Body, BodyError> parse_body_in(std::string_view text);
+tl::expected<Body, BodyError> parse_body_in(std::string_view text, std::size_t capacity);
 }  // namespace
 
 tl::expected<Response, std::string> parse_response(std::string_view text, std::size_t capacity) {
@@ -446,8 +472,8 @@ tl::expected<Response, std::string> parse_response(std::string_view text, std::s
   return r;
 }
 
-tl::expected<Body, BodyError> parse_body(std::string_view text) {
-  auto r = parse_body_in(text);
+tl::expected<Body, BodyError> parse_body(std::string_view text, std::size_t capacity) {
+  auto r = parse_body_in(text, capacity);
   if (text.size() > kKeptParserCapacity) release_large_parser();
   return r;
 }
@@ -521,6 +547,23 @@ std::string make_result(std::string_view id, std::string_view result) {
   out += result;
   out += '}';
   return out;
+}
+
+std::string make_result_in_place(std::string_view id, std::string&& result) {
+  static constexpr std::string_view kHead = R"({"jsonrpc":"2.0","id":)";
+  static constexpr std::string_view kResult = R"(,"result":)";
+  if (id.empty()) id = "null";
+  const std::size_t prefix = kHead.size() + id.size() + kResult.size();
+  if (result.capacity() < result.size() + prefix + 1) return make_result(id, std::string_view(result));
+  const std::size_t n = result.size();
+  result.resize(n + prefix + 1);  // within the capacity: no reallocation
+  std::memmove(result.data() + prefix, result.data(), n);
+  char* p = result.data();
+  std::memcpy(p, kHead.data(), kHead.size());
+  std::memcpy(p + kHead.size(), id.data(), id.size());
+  std::memcpy(p + kHead.size() + id.size(), kResult.data(), kResult.size());
+  result[prefix + n] = '}';
+  return std::move(result);
 }
 
 std::string error_object(std::int64_t code, std::string_view message, std::string_view data) {

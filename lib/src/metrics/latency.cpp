@@ -6,17 +6,22 @@
 
 namespace rpcroute {
 
-double quantile(std::vector<double> values, double q) {
+double quantile_in_place(std::span<double> values, double q) {
   if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
   auto rank = static_cast<std::size_t>(std::ceil(q * static_cast<double>(values.size())));
-  return values[std::clamp<std::size_t>(rank, 1, values.size()) - 1];
+  auto nth = values.begin() + static_cast<std::ptrdiff_t>(std::clamp<std::size_t>(rank, 1, values.size()) - 1);
+  std::nth_element(values.begin(), nth, values.end());  // what a full sort would put there
+  return *nth;
 }
+
+double quantile(std::vector<double> values, double q) { return quantile_in_place(values, q); }
 
 LatencyStats summarize(const std::deque<Sample>* samples, std::int64_t now_ms, std::int64_t window_ms) {
   LatencyStats s;
   if (samples == nullptr) return s;
-  std::vector<double> latencies;
+  // Called for every provider of every plan by the latency strategies: one buffer per thread.
+  thread_local std::vector<double> latencies;
+  latencies.clear();
   for (auto it = samples->rbegin(); it != samples->rend(); ++it) {
     if (it->t_ms < now_ms - window_ms) break;  // time-ordered, newest last
     ++s.calls;
@@ -27,7 +32,7 @@ LatencyStats summarize(const std::deque<Sample>* samples, std::int64_t now_ms, s
     }
   }
   if (s.calls > 0) s.success_rate = static_cast<double>(s.answered) / s.calls;
-  if (!latencies.empty()) s.p50_ms = quantile(std::move(latencies), 0.5);
+  if (!latencies.empty()) s.p50_ms = quantile_in_place(latencies, 0.5);
   return s;
 }
 

@@ -128,10 +128,10 @@ asio::awaitable<Exchange> send_exchange(Engine& engine, const Provider& provider
   co_return classify_exchange(std::move(http), calls.size(), clock.now_ms(), profile);
 }
 
-void record_exchange(StateStore& store, const HealthConfig& health, const std::string& key,
+void record_exchange(StateStore& store, const HealthConfig& health, std::string_view key,
                      std::span<const UpstreamCall> calls, const Exchange& ex, std::int64_t now_ms, double jitter) {
   AttemptEvent attempt;
-  attempt.key = key;
+  attempt.key.assign(key);
   attempt.t_ms = now_ms;
   attempt.cls = ex.overall.cls;
   attempt.reason = std::string(outcome_name(ex.overall.outcome));
@@ -139,7 +139,7 @@ void record_exchange(StateStore& store, const HealthConfig& health, const std::s
   attempt.jitter = jitter;
   store.record(std::move(attempt), health);
   for (std::size_t i = 0; i < calls.size(); ++i) {
-    store.record(SampleEvent{key, std::string(calls[i].method), Sample{now_ms, ex.http.latency_us, ex.per_call[i].outcome}},
+    store.record(SampleEvent{std::string(key), std::string(calls[i].method), Sample{now_ms, ex.http.latency_us, ex.per_call[i].outcome}},
                  health);
   }
 }

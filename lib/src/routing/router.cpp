@@ -127,6 +127,7 @@ struct Router::Item {
   std::string held_provider;
   double held_latency_ms = 0;
   bool done = false;
+  bool keep_result = true;  // RouteOptions::keep_result
   CallOutcome out;
 };
 
@@ -143,6 +144,12 @@ Router::Router(const Profile& profile, Engine& engine, StateStore& store, const 
 const std::string& Router::key_for(const Chain& chain, const Provider& provider) {
   auto it = keys_.find(&provider);
   if (it == keys_.end()) it = keys_.emplace(&provider, provider_key(profile_.name, chain.name, provider)).first;
+  return it->second;
+}
+
+const std::string& Router::chain_key_for(const Chain& chain) {
+  auto it = chain_keys_.find(&chain);
+  if (it == chain_keys_.end()) it = chain_keys_.emplace(&chain, chain_key(profile_.name, chain.name)).first;
   return it->second;
 }
 
@@ -173,9 +180,13 @@ Plan Router::plan(const Chain& chain, std::string_view method, std::string_view 
   // an older one. The best is taken over providers not shut out by their breaker (a dead provider's
   // last height would make every live one look behind); the high-water mark counts when no
   // provider height is fresh. The head, for archive and block decisions, is the greatest of all.
-  const auto ckey = chain_key(profile_.name, chain.name);
-  std::vector<const ProviderState*> states(chain.providers.size(), nullptr);
-  std::vector<std::optional<std::uint64_t>> estimates(chain.providers.size());
+  const std::string& ckey = chain_key_for(chain);
+  // Per-thread buffers: plan() runs for every call and never suspends.
+  thread_local std::vector<const ProviderState*> states;
+  thread_local std::vector<std::optional<std::uint64_t>> estimates;
+  states.assign(chain.providers.size(), nullptr);
+  estimates.assign(chain.providers.size(), std::nullopt);
+  plan.candidates.reserve(chain.providers.size());
   std::uint64_t reference = 0;
   for (std::size_t i = 0; i < chain.providers.size(); ++i) {
     auto it = state.providers.find(key_for(chain, chain.providers[i]));
@@ -386,7 +397,7 @@ void Router::finish_unavailable(Item& item, const Chain& chain, std::string_view
 void Router::on_success(const Chain& chain, const Candidate& cand, Item& item, std::int64_t now) {
   const auto& call = *item.call;
   auto& out = item.out;
-  const auto ckey = chain_key(profile_.name, chain.name);
+  const std::string& ckey = chain_key_for(chain);
   if (call.method == "eth_blockNumber") {
     if (auto h = jsonrpc::parse_quantity(out.result)) {
       observe_height(store_, profile_, chain, *cand.provider, Height{*h, now}, rng_.uniform());
@@ -417,9 +428,16 @@ void Router::on_success(const Chain& chain, const Candidate& cand, Item& item, s
     }
   }
   if (item.plan.needs_archive && !cand.provider->archival) {
-    store_.record(ArchivalEvent{cand.key, ArchivalSeen{true, now}}, profile_.health);
+    store_.record(ArchivalEvent{std::string(cand.key), ArchivalSeen{true, now}}, profile_.health);
   }
-  out.response = call.has_id() ? jsonrpc::make_result(call.id, out.result) : std::string();
+  if (!call.has_id()) {
+    out.response.clear();
+  } else if (item.keep_result) {
+    out.response = jsonrpc::make_result(call.id, out.result);
+  } else {
+    out.response = jsonrpc::make_result_in_place(call.id, std::move(out.result));
+    out.result.clear();
+  }
 }
 
 struct Router::Broadcast {
@@ -484,7 +502,7 @@ asio::awaitable<void> Router::broadcast_send(std::shared_ptr<Broadcast> b, const
   const UpstreamCall one{method, params};
   const std::vector<UpstreamCall> upstream{one};
   if (provider.rate_limit) {
-    store_.record(QuotaEvent{cand.key, clock_.now_ms(), 1.0, *provider.rate_limit}, profile_.health);
+    store_.record(QuotaEvent{std::string(cand.key), clock_.now_ms(), 1.0, *provider.rate_limit}, profile_.health);
   }
   Exchange ex = co_await send_exchange(engine_, provider, upstream, timeout, clock_, profile_);
   const auto now = clock_.now_ms();
@@ -532,7 +550,7 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
   std::vector<Item> items;
   items.reserve(calls.size());
   const int max_attempts = options.max_attempts.value_or(profile_.routing.max_attempts.value_or(INT_MAX));
-  const auto ckey = chain_key(profile_.name, chain.name);
+  const std::string& ckey = chain_key_for(chain);
 
   // The overall deadline: --timeout, else the profile's, stretched for methods whose attempts may
   // take longer (debug_*, trace_*).
@@ -563,6 +581,7 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
     Item item;
     item.index = i;
     item.call = &call;
+    item.keep_result = options.keep_result;
     item.plan = plan(chain, call.method, call.params, options);
     // Every provider is over its quota: wait for the first token when it comes within the deadline,
     // rather than fail a script that calls in a tight loop.
@@ -632,13 +651,13 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
     for (auto* it : group) upstream.push_back({it->call->method, it->call->params});
 
     if (provider.rate_limit) {
-      store_.record(QuotaEvent{cand.key, clock_.now_ms(), static_cast<double>(group.size()), *provider.rate_limit},
+      store_.record(QuotaEvent{std::string(cand.key), clock_.now_ms(), static_cast<double>(group.size()), *provider.rate_limit},
                     profile_.health);
     }
     const bool trial = cand.breaker == BreakerState::half_open;
-    if (trial) ++half_open_in_flight_[cand.key];
+    if (trial) ++half_open_in_flight_[std::string(cand.key)];
     Exchange ex = co_await send_exchange(engine_, provider, upstream, attempt_timeout, clock_, profile_);
-    if (trial) --half_open_in_flight_[cand.key];
+    if (trial) --half_open_in_flight_[std::string(cand.key)];
     const auto now = clock_.now_ms();
     record_exchange(store_, profile_.health, cand.key, upstream, ex, now, rng_.uniform());
     const auto& http = ex.http;
@@ -680,7 +699,7 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
       }
       if (c.cls == OutcomeClass::capability && reply != nullptr && reply->error && item.plan.needs_archive &&
           !provider.archival && says_missing_state(reply->error->message)) {
-        store_.record(ArchivalEvent{cand.key, ArchivalSeen{false, now}}, profile_.health);
+        store_.record(ArchivalEvent{std::string(cand.key), ArchivalSeen{false, now}}, profile_.health);
       }
       if (reply != nullptr && reply->error && (c.cls == OutcomeClass::capability || c.cls == OutcomeClass::unknown)) {
         item.held_error = answer_error(*reply);

@@ -11,8 +11,21 @@ namespace {
 
 using Candidates = std::vector<Candidate>;
 
+/// x^y, by multiplication for small whole exponents (beta is 3 by default): std::pow costs more
+/// than the rest of a candidate's weight.
+double power(double x, double y) {
+  if (y >= 0 && y <= 8 && y == std::floor(y)) {
+    double r = 1;
+    for (int i = 0; i < static_cast<int>(y); ++i) r *= x;
+    return r;
+  }
+  return std::pow(x, y);
+}
+
+/// Profile order. Router::plan builds candidates in it already: sorting is then a check.
 void by_position(Candidates& c) {
-  std::stable_sort(c.begin(), c.end(), [](const Candidate& a, const Candidate& b) { return a.position < b.position; });
+  auto before = [](const Candidate& a, const Candidate& b) { return a.position < b.position; };
+  if (!std::is_sorted(c.begin(), c.end(), before)) std::sort(c.begin(), c.end(), before);
 }
 
 void uniform_probability(Candidates& c) {
@@ -23,31 +36,52 @@ void first_only_probability(Candidates& c) {
   for (std::size_t i = 0; i < c.size(); ++i) c[i].first_probability = i == 0 ? 1.0 : 0.0;
 }
 
-/// Weighted random order without replacement (Efraimidis–Spirakis: key = u^(1/w), descending).
-/// The first pick has probability w / Σw exactly; zero weights go last in profile order.
-void weighted_order(Candidates& c, const std::vector<double>& weights, Random& rng) {
-  std::vector<std::pair<double, std::size_t>> keys;
-  keys.reserve(c.size());
+/// A per-thread buffer for weights: ranking runs for every call and should not allocate.
+std::vector<double>& weight_buffer(std::size_t n) {
+  thread_local std::vector<double> w;
+  w.resize(n);
+  return w;
+}
+
+/// Weighted random order without replacement: each next candidate is drawn with probability
+/// proportional to its weight among those left (the order Efraimidis–Spirakis keys u^(1/w) give,
+/// without a logarithm per candidate). The first pick has probability w / Σw exactly; zero weights
+/// go last in profile order. `weights` is consumed.
+void weighted_order(Candidates& c, std::vector<double>& weights, Random& rng) {
+  const std::size_t n = c.size();
   double total = 0;
-  for (std::size_t i = 0; i < c.size(); ++i) {
-    double w = weights[i];
-    double key = -std::numeric_limits<double>::infinity();
-    if (w > 0) {
-      double u = std::max(rng.uniform(), std::numeric_limits<double>::min());
-      key = std::log(u) / w;  // log of u^(1/w): same order, no underflow
-      total += w;
-    }
-    keys.emplace_back(key, i);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (weights[i] > 0) total += weights[i];
   }
-  std::stable_sort(keys.begin(), keys.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  Candidates out;
-  out.reserve(c.size());
-  for (auto& [key, i] : keys) {
+  for (std::size_t i = 0; i < n; ++i) {
     c[i].metric = weights[i];
-    c[i].first_probability = total > 0 ? weights[i] / total : 1.0 / static_cast<double>(c.size());
-    out.push_back(std::move(c[i]));
+    c[i].first_probability = total > 0 ? std::max(weights[i], 0.0) / total : 1.0 / static_cast<double>(n);
   }
-  c = std::move(out);
+  double left = total;
+  for (std::size_t k = 0; k + 1 < n && left > 0; ++k) {
+    const double r = rng.uniform() * left;
+    double sum = 0;
+    std::size_t pick = n;
+    std::size_t last_positive = n;
+    for (std::size_t j = k; j < n; ++j) {
+      if (weights[j] <= 0) continue;
+      last_positive = j;
+      sum += weights[j];
+      if (r < sum) {
+        pick = j;
+        break;
+      }
+    }
+    if (pick == n) pick = last_positive;  // rounding at the end of the running sum
+    if (pick == n) break;                 // only zero weights are left
+    left -= weights[pick];
+    // Keep the rest in profile order (a rotation, not a swap): zero weights end in profile order.
+    std::rotate(c.begin() + static_cast<long>(k), c.begin() + static_cast<long>(pick),
+                c.begin() + static_cast<long>(pick) + 1);
+    std::rotate(weights.begin() + static_cast<long>(k), weights.begin() + static_cast<long>(pick),
+                weights.begin() + static_cast<long>(pick) + 1);
+  }
+  // Left undrawn: one candidate, or only zero weights; rotations kept them in profile order.
 }
 
 void load_balanced(Candidates& c, const RankInput& in) {
@@ -74,13 +108,13 @@ void random_first(Candidates& c, const RankInput& in) {
 
 void weighted(Candidates& c, const RankInput& in) {
   by_position(c);
-  std::vector<double> w;
-  for (const auto& x : c) w.push_back(x.provider->weight);
+  auto& w = weight_buffer(c.size());
+  for (std::size_t i = 0; i < c.size(); ++i) w[i] = c[i].provider->weight;
   weighted_order(c, w, *in.rng);
 }
 
 void priority(Candidates& c, const RankInput&) {
-  std::stable_sort(c.begin(), c.end(), [](const Candidate& a, const Candidate& b) {
+  std::sort(c.begin(), c.end(), [](const Candidate& a, const Candidate& b) {  // positions are unique
     if (a.provider->priority != b.provider->priority) return a.provider->priority < b.provider->priority;
     return a.position < b.position;
   });
@@ -112,7 +146,7 @@ void fastest(Candidates& c, const RankInput& in) {
       x.cold = true;
     }
   }
-  std::stable_sort(c.begin(), c.end(), [](const Candidate& a, const Candidate& b) {
+  std::sort(c.begin(), c.end(), [](const Candidate& a, const Candidate& b) {  // positions are unique
     if (a.metric != b.metric) return a.metric < b.metric;
     return a.position < b.position;
   });
@@ -129,10 +163,11 @@ void latency_weighted(Candidates& c, const RankInput& in) {
     if (eff > 0) best = std::min(best, std::max(eff, p.ms_floor));
   }
   if (!std::isfinite(best)) best = p.ms_floor;
-  std::vector<double> w;
-  for (auto& x : c) {
+  auto& w = weight_buffer(c.size());
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    auto& x = c[i];
     x.cold = !(x.stats.calls >= p.min_calls && x.stats.has_latency());
-    w.push_back(latency_weight(x, best, baseline, p));
+    w[i] = latency_weight(x, best, baseline, p);
   }
   weighted_order(c, w, *in.rng);
 }
@@ -154,18 +189,19 @@ constexpr StrategyEntry kStrategies[] = {
 }  // namespace
 
 double cold_start_baseline(std::span<const Candidate> c, int min_calls, double min_success_rate) {
-  std::vector<double> p50s;
+  thread_local std::vector<double> p50s;
+  p50s.clear();
   for (const auto& x : c) {
     if (qualifies(x.stats, min_calls, min_success_rate)) p50s.push_back(x.stats.p50_ms);
   }
-  return p50s.empty() ? 0.0 : quantile(std::move(p50s), 0.75);
+  return p50s.empty() ? 0.0 : quantile_in_place(p50s, 0.75);
 }
 
 double latency_weight(const Candidate& c, double best_p50_ms, double baseline_ms, const LatencyWeightedParams& p) {
   bool known = c.stats.calls >= p.min_calls && c.stats.has_latency();
   double p50 = known ? c.stats.p50_ms : baseline_ms;
   double latency_term = 1.0;
-  if (p50 > 0) latency_term = std::pow(best_p50_ms / std::max(p50, p.ms_floor), p.beta);
+  if (p50 > 0) latency_term = power(best_p50_ms / std::max(p50, p.ms_floor), p.beta);
   latency_term = std::min(latency_term, 1.0);
   double success = c.stats.calls > 0 ? c.stats.success_rate : 1.0;
   // Few samples: trust the estimate less, but keep exploring (0.5 with none, 1 at min_calls).
@@ -202,7 +238,8 @@ void order_by_strategy(std::vector<Candidate>& c, const RankInput& in) {
 }
 
 void apply_tiers(std::vector<Candidate>& c) {
-  std::stable_sort(c.begin(), c.end(), [](const Candidate& a, const Candidate& b) { return a.tier < b.tier; });
+  auto by_tier = [](const Candidate& a, const Candidate& b) { return a.tier < b.tier; };
+  if (!std::is_sorted(c.begin(), c.end(), by_tier)) std::stable_sort(c.begin(), c.end(), by_tier);
   if (c.empty()) return;
   Tier best = c.front().tier;
   double total = 0;

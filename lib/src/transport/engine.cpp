@@ -90,6 +90,7 @@ struct Engine::Core : std::enable_shared_from_this<Engine::Core> {
   bool timer_armed = false;
 
   void check_done();
+  void ensure_multi();
   void socket_action(curl_socket_t fd, int mask) {
     int running = 0;
     curl_multi_socket_action(multi.get(), fd, mask, &running);
@@ -221,12 +222,12 @@ struct Transfer {
     if (line.size() > length_key.size() && std::equal(length_key.begin(), length_key.end(), line.begin(), [](char a, char b) {
           return a == std::tolower(static_cast<unsigned char>(b));
         })) {
-      // Reserve the whole body once (plus the parser's padding): no regrowth, no copies.
+      // Reserve the whole body once (plus kBodySlack): no regrowth, no copies.
       auto v = line.substr(length_key.size());
       while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
       std::size_t length = 0;
       auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), length);
-      if (ec == std::errc() && length <= (std::size_t{1} << 31)) t->response.body.reserve(length + 64);
+      if (ec == std::errc() && length <= (std::size_t{1} << 31)) t->response.body.reserve(length + kBodySlack);
       return size * n;
     }
     constexpr std::string_view key = "retry-after:";
@@ -276,13 +277,19 @@ void Engine::Core::check_done() {
 
 Engine::Engine(asio::io_context& io) : core_(std::make_shared<Core>(io)) {
   core_->native = std::make_shared<detail::NativeHttp>(io);
+}
+
+void Engine::Core::ensure_multi() {
+  // On first use: a `call` whose providers are all served by the native client never pays for
+  // curl_global_init (TLS library set-up) and the multi handle.
+  if (multi) return;
   init_curl();
-  core_->multi.reset(curl_multi_init());
-  CURLM* m = core_->multi.get();
+  multi.reset(curl_multi_init());
+  CURLM* m = multi.get();
   curl_multi_setopt(m, CURLMOPT_SOCKETFUNCTION, &Core::on_socket);
-  curl_multi_setopt(m, CURLMOPT_SOCKETDATA, core_.get());
+  curl_multi_setopt(m, CURLMOPT_SOCKETDATA, this);
   curl_multi_setopt(m, CURLMOPT_TIMERFUNCTION, &Core::on_timer);
-  curl_multi_setopt(m, CURLMOPT_TIMERDATA, core_.get());
+  curl_multi_setopt(m, CURLMOPT_TIMERDATA, this);
   curl_multi_setopt(m, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
   curl_multi_setopt(m, CURLMOPT_MAXCONNECTS, 256L);
 }
@@ -311,6 +318,7 @@ asio::awaitable<HttpResponse> Engine::perform(HttpRequest request) {
     HttpResponse r = co_await native->perform(std::move(request), std::move(target));
     co_return r;
   }
+  core_->ensure_multi();
   auto t = std::make_unique<Transfer>(core_, std::move(request));
   t->easy = core_->acquire();
   CURL* e = t->easy.get();

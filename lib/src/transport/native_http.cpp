@@ -26,34 +26,48 @@ constexpr std::size_t kReadChunk = 16 * 1024;         // like curl's receive buf
 constexpr std::size_t kLargeReadChunk = 256 * 1024;   // once a large body is on its way
 constexpr std::uint64_t kReserveLimit = std::uint64_t{1} << 31;
 
-/// The body as one std::string, reserved once from Content-Length with simdjson's padding on top,
-/// so that the answer is parsed in place and never copied to grow.
-struct PaddedStringBody {
-  using value_type = std::string;
-  static std::uint64_t size(const value_type& v) { return v.size(); }
+/// Beast's HTTP/1.1 response parser (status line, framing, chunked bodies, limits) keeping only
+/// what the router reads: the status, Retry-After and the body. The body is one std::string,
+/// reserved once from Content-Length with kBodySlack on top, so that the answer is parsed in place
+/// and never copied to grow; no header field is stored (response_parser would allocate each one).
+class ResponseReader final : public bhttp::basic_parser<false> {
+ public:
+  int status = 0;
+  std::string retry_after;  // the first Retry-After, trimmed
+  std::string body;
 
-  class reader {
-   public:
-    template <bool isRequest, class Fields>
-    reader(bhttp::header<isRequest, Fields>&, value_type& body) : body_(body) {}
-    void init(const boost::optional<std::uint64_t>& length, beast::error_code& ec) {
-      ec = {};
-      if (length && *length <= kReserveLimit) body_.reserve(static_cast<std::size_t>(*length) + 64);
-    }
-    template <class ConstBufferSequence>
-    std::size_t put(const ConstBufferSequence& buffers, beast::error_code& ec) {
-      ec = {};
-      const auto n = asio::buffer_size(buffers);
-      const auto old = body_.size();
-      if (old + n + 64 > body_.capacity()) body_.reserve(std::max(body_.capacity() * 2, old + n + 64));
-      body_.resize(old + n);
-      return asio::buffer_copy(asio::buffer(body_.data() + old, n), buffers);
-    }
-    void finish(beast::error_code& ec) { ec = {}; }
+ private:
+  void on_request_impl(bhttp::verb, beast::string_view, beast::string_view, int, beast::error_code&) override {}
+  void on_response_impl(int code, beast::string_view, int, beast::error_code&) override { status = code; }
+  void on_field_impl(bhttp::field name, beast::string_view, beast::string_view value, beast::error_code&) override {
+    if (name != bhttp::field::retry_after || seen_retry_after_) return;
+    seen_retry_after_ = true;
+    std::string_view v(value.data(), value.size());
+    while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+    while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+    retry_after.assign(v);
+  }
+  void on_header_impl(beast::error_code&) override {}
+  void on_body_init_impl(const boost::optional<std::uint64_t>& length, beast::error_code&) override {
+    if (length && *length <= kReserveLimit) body.reserve(static_cast<std::size_t>(*length) + kBodySlack);
+  }
+  std::size_t on_body_impl(beast::string_view piece, beast::error_code&) override { return append(piece); }
+  void on_chunk_header_impl(std::uint64_t, beast::string_view, beast::error_code&) override {}
+  std::size_t on_chunk_body_impl(std::uint64_t, beast::string_view piece, beast::error_code&) override {
+    return append(piece);
+  }
+  void on_finish_impl(beast::error_code&) override {}
 
-   private:
-    value_type& body_;
-  };
+  std::size_t append(beast::string_view piece) {
+    const auto old = body.size();
+    if (old + piece.size() + kBodySlack > body.capacity()) {
+      body.reserve(std::max(body.capacity() * 2, old + piece.size() + kBodySlack));
+    }
+    body.append(piece.data(), piece.size());
+    return piece.size();
+  }
+
+  bool seen_retry_after_ = false;
 };
 
 bool proxy_configured() {
@@ -211,7 +225,9 @@ asio::awaitable<HttpResponse> NativeHttp::perform(HttpRequest request, std::shar
   const auto timeout_ms = std::max<std::int64_t>(1, request.timeout_ms);
   const auto connect_timeout_ms = std::clamp<std::int64_t>(request.timeout_ms, 1, 5'000);
 
-  std::string head = target->head;
+  std::string head;
+  head.reserve(target->head.size() + 40 + (request.headers != nullptr ? request.headers->size() * 64 : 0));
+  head = target->head;
   if (request.headers != nullptr) {
     for (const auto& h : *request.headers) {
       head += h.name;
@@ -306,7 +322,7 @@ asio::awaitable<HttpResponse> NativeHttp::perform(HttpRequest request, std::shar
       break;
     }
 
-    std::optional<bhttp::response_parser<PaddedStringBody>> parser;
+    std::optional<ResponseReader> parser;
     parser.emplace();
     parser->eager(true);
     parser->header_limit(64 * 1024);
@@ -332,7 +348,7 @@ asio::awaitable<HttpResponse> NativeHttp::perform(HttpRequest request, std::shar
         break;
       }
       if (parser->is_done()) {
-        const auto status = parser->get().result_int();
+        const auto status = parser->status;
         if (status >= 100 && status < 200 && status != 101) {  // an interim answer: the real one follows
           parser.emplace();
           parser->eager(true);
@@ -392,16 +408,10 @@ asio::awaitable<HttpResponse> NativeHttp::perform(HttpRequest request, std::shar
     }
     if (failed) break;
 
-    auto& message = parser->get();
-    r.status = static_cast<long>(message.result_int());
-    if (auto it = message.find("Retry-After"); it != message.end()) {
-      std::string_view v(it->value().data(), it->value().size());
-      while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
-      while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
-      r.retry_after.assign(v);
-    }
+    r.status = static_cast<long>(parser->status);
+    r.retry_after = std::move(parser->retry_after);
     const bool reusable = parser->keep_alive() && conn->buffer.size() == 0;
-    r.body = std::move(message.body());
+    r.body = std::move(parser->body);
     if (reusable) give_back(target->key, std::move(conn));
     break;
   }

@@ -372,6 +372,19 @@ TEST_CASE("make_call, make_result and make_error round-trip", "[jsonrpc]") {
     REQUIRE(null_id.has_value());
     CHECK(null_id->replies[0].id == "null");
   }
+  SECTION("make_result in the result's own buffer") {
+    const std::string result = R"({"logs":[)" + std::string(100'000, ' ') + "]}";
+    std::string roomy = result;
+    roomy.reserve(result.size() + 256);
+    const char* buffer = roomy.data();
+    auto text = make_result_in_place(R"("client-7")", std::move(roomy));
+    CHECK(text == make_result(R"("client-7")", std::string_view(result)));
+    CHECK(text.data() == buffer);  // built in place: no copy of the body
+    // Without room it is still right (a copy).
+    std::string tight = "[1,2]";
+    tight.shrink_to_fit();
+    CHECK(make_result_in_place("", std::move(tight)) == R"({"jsonrpc":"2.0","id":null,"result":[1,2]})");
+  }
   SECTION("make_error with and without data") {
     auto text =
         make_error(R"("abc")", kNoProvider, "no provider: \"all\" failed\n", R"({"attempts":[]})");

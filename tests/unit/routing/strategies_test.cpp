@@ -222,6 +222,45 @@ TEST_CASE("weighted: first pick follows weight / sum of weights", "[strategy]") 
   }
 }
 
+TEST_CASE("weighted: the whole order is drawn by weight without replacement", "[strategy]") {
+  // After the first pick, each next one is drawn in proportion to the weights left: the order
+  // Efraimidis–Spirakis keys give. P(w6, w3, w1) = 0.6 × 3/4, P(w3, w6, w1) = 0.3 × 6/7, …
+  Fixture f;
+  f.add("w1", 0, 1);
+  f.add("w3", 0, 3);
+  f.add("w6", 0, 6);
+  std::map<std::string, double> freq;
+  for (int i = 0; i < kDraws; ++i) {
+    auto c = f.candidates();
+    order_by_strategy(c, f.input(Strategy::weighted));
+    REQUIRE(is_permutation_of_all(c, f));
+    auto order = ids(c);
+    freq[order[0] + "," + order[1] + "," + order[2]] += 1.0 / kDraws;
+  }
+  CHECK(freq["w6,w3,w1"] == Approx(0.6 * 3 / 4).margin(kTolerance));
+  CHECK(freq["w6,w1,w3"] == Approx(0.6 * 1 / 4).margin(kTolerance));
+  CHECK(freq["w3,w6,w1"] == Approx(0.3 * 6 / 7).margin(kTolerance));
+  CHECK(freq["w3,w1,w6"] == Approx(0.3 * 1 / 7).margin(kTolerance));
+  CHECK(freq["w1,w6,w3"] == Approx(0.1 * 6 / 9).margin(kTolerance));
+  CHECK(freq["w1,w3,w6"] == Approx(0.1 * 3 / 9).margin(kTolerance));
+
+  SECTION("zero weights stay last, in profile order, behind any drawn order") {
+    Fixture z;
+    z.add("zero_a", 0, 0);
+    z.add("one", 0, 1);
+    z.add("zero_b", 0, 0);
+    z.add("two", 0, 2);
+    for (int i = 0; i < 500; ++i) {
+      auto c = z.candidates();
+      order_by_strategy(c, z.input(Strategy::weighted));
+      auto order = ids(c);
+      REQUIRE(order.size() == 4);
+      CHECK(order[2] == "zero_a");
+      CHECK(order[3] == "zero_b");
+    }
+  }
+}
+
 TEST_CASE("weighted: an excluded provider's share is redistributed", "[strategy]") {
   Fixture f;
   f.add("w1", 0, 1);
