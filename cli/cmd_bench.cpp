@@ -778,7 +778,7 @@ int run_bench(const BenchOptions& options) {
   std::string text;
   bool any_answer = false;
   {
-    asio::io_context io;
+    asio::io_context io(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE);  // one thread, no locks
     Engine engine(io);
     Bench bench(plan, io, engine, clock, rng, store ? &*store : nullptr);
     asio::co_spawn(io, bench.run(), [&](std::exception_ptr e) {

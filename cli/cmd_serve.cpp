@@ -114,7 +114,9 @@ int run_serve(const ServeOptions& options) {
   // ones are still mapped (and unmapped when freed); the heap is trimmed when the sidecar is idle.
   mallopt(M_MMAP_THRESHOLD, 4 << 20);
   mallopt(M_TRIM_THRESHOLD, 16 << 20);
-  asio::io_context io(1);
+  // One thread does everything (accept, parse, route, curl's callbacks, timers, signals): no locks
+  // in the scheduler or the reactor. Nothing here resolves names through Asio (curl does its own).
+  asio::io_context io(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE);
   Engine engine(io);
   sidecar::Server server(io, config, std::move(profiles), engine, store, clock);
   auto port = server.listen();

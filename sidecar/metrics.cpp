@@ -52,12 +52,26 @@ void Metrics::on_call(const std::string& profile, const std::string& chain, std:
       methods_seen_.emplace(std::string(m), true);
     }
   }
-  ++slot(calls_, std::string_view(profile), std::string_view(chain), m,
-         out.provider.empty() ? std::string_view("-") : std::string_view(out.provider), status_name(out.status));
+  const std::string_view provider = out.provider.empty() ? std::string_view("-") : std::string_view(out.provider);
+  const auto status = status_name(out.status);
+  if (last_call_.count == nullptr ||
+      last_call_.key != std::make_tuple(std::string_view(profile), std::string_view(chain), m, provider, status)) {
+    last_call_.count = &slot(calls_, std::string_view(profile), std::string_view(chain), m, provider, status);
+    last_call_.key = CallKey(profile, chain, std::string(m), std::string(provider), std::string(status));
+  }
+  ++*last_call_.count;
   for (const auto& a : out.attempts) {
-    ++slot(attempts_, std::string_view(profile), std::string_view(chain), std::string_view(a.provider),
-           outcome_name(a.result.outcome));
-    auto& h = slot(latency_, std::string_view(profile), std::string_view(chain), std::string_view(a.provider));
+    const auto outcome = outcome_name(a.result.outcome);
+    if (last_attempt_.count == nullptr ||
+        last_attempt_.key != std::make_tuple(std::string_view(profile), std::string_view(chain),
+                                             std::string_view(a.provider), outcome)) {
+      last_attempt_.count =
+          &slot(attempts_, std::string_view(profile), std::string_view(chain), std::string_view(a.provider), outcome);
+      last_attempt_.latency = &slot(latency_, std::string_view(profile), std::string_view(chain), std::string_view(a.provider));
+      last_attempt_.key = AttemptKey(profile, chain, a.provider, std::string(outcome));
+    }
+    ++*last_attempt_.count;
+    auto& h = *last_attempt_.latency;
     for (std::size_t i = 0; i < kBucketsMs.size(); ++i) {
       if (a.latency_ms <= kBucketsMs[i]) ++h.buckets[i];
     }

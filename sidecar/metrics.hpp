@@ -42,6 +42,18 @@ class Metrics {
   std::map<int, std::uint64_t> http_;
   std::int64_t in_flight_ = 0;
   std::map<std::string, bool, std::less<>> methods_seen_;
+
+  // The last keys used and where their values live (std::map never moves them): steady traffic
+  // counts without walking the maps.
+  struct LastCall {
+    CallKey key;
+    std::uint64_t* count = nullptr;
+  } last_call_;
+  struct LastAttempt {
+    AttemptKey key;
+    std::uint64_t* count = nullptr;
+    Histogram* latency = nullptr;
+  } last_attempt_;
 };
 
 }  // namespace rpcroute::sidecar

@@ -9,6 +9,7 @@
 #include <malloc.h>
 
 #include <boost/beast/core.hpp>
+#include <boost/beast/core/read_size.hpp>
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
 
@@ -25,11 +26,21 @@ namespace rpcroute::sidecar {
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
+using namespace std::string_view_literals;
 using HttpResponse_ = http::response<http::string_body>;
 
+/// A client connection as the server tracks it. Deadlines are enforced by one sweeper for all
+/// connections (Server::sweep_loop), not by a timer armed and cancelled for every read and write.
 struct Connection {
-  beast::tcp_stream* stream = nullptr;
+  tcp::socket* socket = nullptr;
   bool busy = false;
+  std::int64_t deadline_us = 0;  // steady_us() after which the pending operation is cancelled; 0: none
+  bool timed_out = false;        // the sweeper cancelled it
+
+  void expire_in(std::int64_t ms) {
+    deadline_us = steady_us() + ms * 1000;
+    timed_out = false;
+  }
 };
 
 namespace {
@@ -111,7 +122,7 @@ void response_head(std::string& h, http::status status, unsigned version, bool k
                    std::string_view content_type, std::string_view header_lines, std::size_t body_size) {
   h.clear();
   h.reserve(128 + content_type.size() + header_lines.size());
-  h += "HTTP/";
+  h += "HTTP/"sv;
   h += static_cast<char>('0' + version / 10 % 10);
   h += '.';
   h += static_cast<char>('0' + version % 10);
@@ -125,21 +136,31 @@ void response_head(std::string& h, http::status status, unsigned version, bool k
   append_number(code);
   h += ' ';
   h += sv(http::obsolete_reason(status));
-  h += "\r\nServer: rpcroute\r\n";
+  h += "\r\nServer: rpcroute\r\n"sv;
   if (!content_type.empty()) {
-    h += "Content-Type: ";
+    h += "Content-Type: "sv;
     h += content_type;
-    h += "\r\n";
+    h += "\r\n"sv;
   }
   h += header_lines;
-  if (version >= 11 && !keep_alive) h += "Connection: close\r\n";
-  if (version < 11 && keep_alive) h += "Connection: keep-alive\r\n";
+  if (version >= 11 && !keep_alive) h += "Connection: close\r\n"sv;
+  if (version < 11 && keep_alive) h += "Connection: keep-alive\r\n"sv;
   if (!(code / 100 == 1 || code == 204 || code == 304)) {
-    h += "Content-Length: ";
+    h += "Content-Length: "sv;
     append_number(body_size);
-    h += "\r\n";
+    h += "\r\n"sv;
   }
-  h += "\r\n";
+  h += "\r\n"sv;
+}
+
+/// Drops `n` sent bytes from the front of a two-buffer sequence; true when something is left.
+bool advance(std::array<asio::const_buffer, 2>& out, std::size_t n) {
+  for (auto& b : out) {
+    const auto k = std::min(n, b.size());
+    b += k;
+    n -= k;
+  }
+  return out[0].size() + out[1].size() > 0;
 }
 
 }  // namespace
@@ -219,6 +240,22 @@ class RequestReader final : public http::basic_parser<true> {
 
   Request& r_;
 };
+
+/// Feeds what `buffer` holds to the parser. True when the message is complete or `ec` is set;
+/// false when more bytes are needed.
+bool feed(RequestReader& parser, beast::flat_buffer& buffer, beast::error_code& ec) {
+  while (buffer.size() > 0) {
+    const auto used = parser.put(buffer.data(), ec);
+    buffer.consume(used);
+    if (ec == http::error::need_more) {
+      ec = {};
+      return parser.is_done();
+    }
+    if (ec || parser.is_done()) return true;
+    if (used == 0) return false;
+  }
+  return parser.is_done();
+}
 
 }  // namespace
 
@@ -376,6 +413,7 @@ asio::awaitable<void> Server::accept_loop() {
 
 asio::awaitable<void> Server::run() {
   asio::co_spawn(io_, flush_loop(), asio::detached);
+  asio::co_spawn(io_, sweep_loop(), asio::detached);
   if (config_.background_probes) {
     for (auto& [name, rt] : profiles_) {
       for (const auto& chain : rt->profile.chains) {
@@ -397,8 +435,8 @@ asio::awaitable<void> Server::run() {
   }
   for (auto* c : connections_) {
     boost::system::error_code ec;
-    c->stream->socket().shutdown(tcp::socket::shutdown_both, ec);
-    c->stream->socket().close(ec);
+    c->socket->shutdown(tcp::socket::shutdown_both, ec);
+    c->socket->close(ec);
   }
   flush_state();
 }
@@ -411,8 +449,26 @@ void Server::shutdown() {
   // Idle keep-alive connections: cancel their wait for a next request. One whose request already
   // arrived (its read completed, not yet resumed) still gets its answer, with Connection: close.
   for (auto* c : connections_) {
-    if (!c->busy) c->stream->socket().cancel(ec);
+    if (!c->busy) c->socket->cancel(ec);
   }
+}
+
+asio::awaitable<void> Server::sweep_loop() {
+  ++background_;
+  asio::steady_timer timer(io_);
+  while (!draining_) {
+    timer.expires_after(std::chrono::milliseconds(kSweepMs));
+    boost::system::error_code ec;
+    co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    const auto now = steady_us();
+    for (auto* c : connections_) {
+      if (c->deadline_us == 0 || now < c->deadline_us) continue;
+      c->deadline_us = 0;
+      c->timed_out = true;
+      c->socket->cancel(ec);
+    }
+  }
+  --background_;
 }
 
 asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
@@ -422,9 +478,12 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
     auto ep = socket.remote_endpoint(ec);
     if (!ec) remote = fmt::format("{}:{}", ep.address().to_string(), ep.port());
   }
-  beast::tcp_stream stream(std::move(socket));
-  Connection conn{&stream, false};
+  Connection conn{&socket};
   connections_.insert(&conn);
+  {
+    boost::system::error_code ec;
+    socket.non_blocking(true, ec);  // write_some below never blocks the loop
+  }
   beast::flat_buffer buffer;
   buffer.max_size(config_.max_body + 64 * 1024);
   Request req;
@@ -437,31 +496,41 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
     // Wait for the next request as long as an idle connection may live, then give it the read
     // timeout for its headers and body (slow clients cannot hold a connection forever).
     if (buffer.size() == 0) {
-      stream.expires_after(std::chrono::milliseconds(config_.idle_timeout_ms));
-      auto n = co_await stream.async_read_some(buffer.prepare(16 * 1024), asio::redirect_error(asio::use_awaitable, ec));
+      conn.expire_in(config_.idle_timeout_ms);
+      auto n = co_await socket.async_read_some(buffer.prepare(16 * 1024), asio::redirect_error(asio::use_awaitable, ec));
+      conn.deadline_us = 0;
       if (ec) break;
       buffer.commit(n);
     }
     conn.busy = true;
     metrics_.in_flight(+1);
     RequestReader parser(req);
+    parser.eager(true);
     parser.body_limit(config_.max_body);
     parser.header_limit(32 * 1024);
-    // Our own deadline rather than the stream's: the stream's closes the socket, and a slow client
-    // should still be told 408.
-    bool timed_out = false;
-    asio::steady_timer deadline(io_);
-    deadline.expires_after(std::chrono::milliseconds(config_.read_timeout_ms));
-    deadline.async_wait([&timed_out, &stream](const boost::system::error_code& e) {
-      if (e) return;
-      timed_out = true;
-      boost::system::error_code ignored;
-      stream.socket().cancel(ignored);
-    });
-    stream.expires_never();
-    co_await http::async_read(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
-    deadline.cancel();
+    // A slow client is cancelled by the sweeper and still told 408. A request that has arrived
+    // whole (the common case) is parsed from the buffer at once: no read operation for it.
+    conn.expire_in(config_.read_timeout_ms);
+    bool complete = feed(parser, buffer, ec);
+    while (!complete && !ec) {
+      const auto size = beast::read_size(buffer, 64 * 1024);
+      if (size == 0) {
+        ec = http::error::buffer_overflow;
+        break;
+      }
+      auto n = co_await socket.async_read_some(buffer.prepare(size), asio::redirect_error(asio::use_awaitable, ec));
+      if (ec == asio::error::eof) {
+        // As http::async_read reports it: nothing at all, or a message cut short.
+        ec = parser.got_some() ? beast::error_code(http::error::partial_message) : beast::error_code(http::error::end_of_stream);
+        break;
+      }
+      if (ec) break;
+      buffer.commit(n);
+      complete = feed(parser, buffer, ec);
+    }
+    conn.deadline_us = 0;
     if (ec) {
+      const bool timed_out = conn.timed_out;
       std::optional<http::status> status;
       if (timed_out) status = http::status::request_timeout;
       else if (ec == http::error::body_limit) status = http::status::payload_too_large;
@@ -480,8 +549,9 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
                         : ec.message());
         res.prepare_payload();
         metrics_.on_http(static_cast<int>(*status));
-        stream.expires_after(std::chrono::seconds(5));
-        co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
+        conn.expire_in(5'000);
+        co_await http::async_write(socket, res, asio::redirect_error(asio::use_awaitable, ec));
+        conn.deadline_us = 0;
         if (config_.verbose) log(fmt::format("{} {} - {} {}", iso_now(), remote, static_cast<int>(*status), ec.message()));
       }
       metrics_.in_flight(-1);
@@ -498,14 +568,20 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
                                                                                   : std::string_view(),
                   reply.header_lines, reply.body.size());
     metrics_.on_http(static_cast<int>(reply.status));
-    stream.expires_after(std::chrono::milliseconds(config_.read_timeout_ms));
+    conn.expire_in(config_.read_timeout_ms);
     {
       // HEAD: headers only, with the length a GET would get.
       const bool head_only = req.method == http::verb::head;
       std::array<asio::const_buffer, 2> out{asio::buffer(head),
                                             head_only ? asio::const_buffer() : asio::buffer(reply.body)};
-      co_await asio::async_write(stream, out, asio::redirect_error(asio::use_awaitable, ec));
+      // Most answers fit the socket's send buffer: one non-blocking send, and a write operation
+      // only for what is left.
+      if (const auto sent = socket.write_some(out, ec); !ec || ec == asio::error::would_block) {
+        ec = {};
+        if (advance(out, sent)) co_await asio::async_write(socket, out, asio::redirect_error(asio::use_awaitable, ec));
+      }
     }
+    conn.deadline_us = 0;
     metrics_.in_flight(-1);
     conn.busy = false;
     // A large request's buffer is not kept for the life of a keep-alive connection.
@@ -547,7 +623,7 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
   }
   connections_.erase(&conn);
   boost::system::error_code ignored;
-  stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  socket.shutdown(tcp::socket::shutdown_both, ignored);
 }
 
 asio::awaitable<Server::Reply> Server::answer(const Request& req) {
@@ -699,14 +775,19 @@ asio::awaitable<Server::Reply> Server::answer(const Request& req) {
   options.strategy = route.target.strategy ? route.target.strategy : config_.strategy;
   options.provider = route.target.provider;
   options.keep_result = false;  // only responses are written: large results become them in place
-  std::string request_id(16, '0');  // {:08x}{:08x} of the prefix and the counter, without fmt
+  // {:08x}{:08x} of the prefix and the counter, without fmt or an allocation.
+  char request_id_text[40];
+  std::string_view request_id;
   if (request_prefix_ > 0xffffffffULL || request_counter_ + 1 > 0xffffffffULL) {
-    request_id = fmt::format("{:08x}{:08x}", request_prefix_, ++request_counter_);
+    const auto r = fmt::format_to_n(request_id_text, sizeof request_id_text, "{:08x}{:08x}", request_prefix_,
+                                    ++request_counter_);
+    request_id = std::string_view(request_id_text, std::min(r.size, sizeof request_id_text));
   } else {
     static constexpr char kHex[] = "0123456789abcdef";
     std::uint64_t v = (static_cast<std::uint64_t>(request_prefix_ & 0xffffffffULL) << 32) |
                       (static_cast<std::uint64_t>(++request_counter_) & 0xffffffffULL);
-    for (int i = 15; i >= 0; --i, v >>= 4) request_id[static_cast<std::size_t>(i)] = kHex[v & 0xf];
+    for (int i = 15; i >= 0; --i, v >>= 4) request_id_text[i] = kHex[v & 0xf];
+    request_id = std::string_view(request_id_text, 16);
   }
   std::vector<CallOutcome> outs = co_await rt->router->route(*chain, parsed->calls, options);
 

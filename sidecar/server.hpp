@@ -64,6 +64,10 @@ class Server {
   ProfileRuntime* runtime(const std::string& name);  // empty: the default profile
   asio::awaitable<void> accept_loop();
   asio::awaitable<void> flush_loop();
+  /// Every kSweepMs: cancels the operation of each connection past its deadline (idle, read or
+  /// write timeout). One timer for all connections instead of one per operation.
+  asio::awaitable<void> sweep_loop();
+  static constexpr int kSweepMs = 100;
   asio::awaitable<void> poll_provider(ProfileRuntime* rt, const Chain* chain, const Provider* provider);
   void flush_state();
   void log(const std::string& line);

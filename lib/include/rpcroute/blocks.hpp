@@ -63,10 +63,12 @@ struct BlockNeed {
 /// marks when the provider fell more than max_lag_blocks behind, clears the mark when it caught up,
 /// and trips its breaker (reason "lag: ...") once it has stayed behind longer than lag_trip_ms.
 /// Every height a process learns (answers, probes, the sidecar's poll) goes through here.
+/// `key`: the provider's state key when the caller has it (the router does), else computed.
 void observe_height(StateStore& store, const Profile& profile, const Chain& chain, const Provider& provider,
-                    const Height& height, double jitter);
+                    const Height& height, double jitter, std::string_view key = {});
 /// The judgement half of observe_height() on the provider's latest known height, for callers that
 /// record several heights at once first (probe judges after every provider has answered).
-void judge_lag(StateStore& store, const Profile& profile, const Chain& chain, const Provider& provider, double jitter);
+void judge_lag(StateStore& store, const Profile& profile, const Chain& chain, const Provider& provider, double jitter,
+               std::string_view key = {});
 
 }  // namespace rpcroute

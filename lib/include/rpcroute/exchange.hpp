@@ -46,6 +46,12 @@ struct Exchange {
 /// A `part` that does not point into the buffer is copied.
 [[nodiscard]] std::string take_part(Exchange& ex, std::string_view part);
 
+/// The client's response {"jsonrpc":"2.0","id":ID,"result":RESULT}, built in the answer's own
+/// buffer: the provider's envelope around `result` (a view into it) is replaced, moving the result
+/// at most once — not at all when the two ids have the same length. A large result is forwarded
+/// without a copy. `ex.response` must not be used after. Copies when the buffer has no room.
+[[nodiscard]] std::string take_as_response(Exchange& ex, std::string_view result, std::string_view id);
+
 /// A single call is sent as an object, several as a batch.
 [[nodiscard]] std::string upstream_body(std::span<const UpstreamCall> calls);
 

@@ -79,9 +79,6 @@ struct Response {
 void append_call(std::string& out, std::string_view id, std::string_view method, std::string_view params);
 /// {"jsonrpc":"2.0","id":ID,"result":R}
 [[nodiscard]] std::string make_result(std::string_view id, std::string_view result);
-/// The same response built in the result's own buffer: no copy when its capacity has room for the
-/// envelope (bodies are received with kBodySlack).
-[[nodiscard]] std::string make_result_in_place(std::string_view id, std::string&& result);
 /// {"jsonrpc":"2.0","id":ID,"error":{"code":C,"message":M[,"data":D]}}
 [[nodiscard]] std::string make_error(std::string_view id, std::int64_t code, std::string_view message,
                                      std::string_view data = {});

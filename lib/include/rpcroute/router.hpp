@@ -64,7 +64,8 @@ struct RouteOptions {
   std::optional<int> max_attempts;
   bool with_stats = false;  // fill latency stats even when the strategy does not rank by them (rank, /status)
   /// false: the caller only needs CallOutcome::response (the sidecar). A result is then turned into
-  /// the response in place, without a copy of a large body, and CallOutcome::result is left empty.
+  /// the response in the provider's answer buffer, without a copy of a large body, and
+  /// CallOutcome::result is left empty.
   bool keep_result = true;
 };
 
@@ -124,7 +125,9 @@ class Router {
   [[nodiscard]] asio::awaitable<void> route_broadcast(const Chain& chain, Item& item, std::int64_t deadline_us);
   [[nodiscard]] asio::awaitable<void> broadcast_send(std::shared_ptr<Broadcast> b, const Chain* chain, Candidate cand,
                                                      std::string method, std::string params, std::int64_t deadline_us);
-  void on_success(const Chain& chain, const Candidate& cand, Item& item, std::int64_t now);
+  /// What a success teaches (heights, the high-water mark, filters, archival); `result` is a view
+  /// into the answer. Raising an eth_blockNumber answer sets out.raised_from and out.result.
+  void on_success(const Chain& chain, const Candidate& cand, Item& item, std::int64_t now, std::string_view result);
   [[nodiscard]] Classification scrubbed(const Classification& c) const;
 
   const Profile& profile_;

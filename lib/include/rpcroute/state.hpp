@@ -123,6 +123,8 @@ struct State {
 };
 
 [[nodiscard]] std::string provider_key(std::string_view profile, std::string_view chain, const Provider& p);
+/// provider_key() written into `out` (replacing its contents): lookups reuse one buffer.
+void provider_key_into(std::string& out, std::string_view profile, std::string_view chain, const Provider& p);
 [[nodiscard]] std::string chain_key(std::string_view profile, std::string_view chain);
 [[nodiscard]] std::string filter_key(std::string_view profile, std::string_view chain, std::string_view filter_id);
 

@@ -150,8 +150,10 @@ std::uint64_t best_known_height(const State& state, const Profile& profile, cons
   if (auto it = state.chains.find(chain_key(profile.name, chain.name)); it != state.chains.end()) {
     if (height_fresh(it->second.high_water, now_ms, chain)) head = it->second.high_water.block;
   }
+  thread_local std::string key;  // one buffer for every lookup
   for (const auto& p : chain.providers) {
-    auto it = state.providers.find(provider_key(profile.name, chain.name, p));
+    provider_key_into(key, profile.name, chain.name, p);
+    auto it = state.providers.find(key);
     if (it == state.providers.end()) continue;
     const auto& ps = it->second;
     const bool right_chain = ps.probe.chain_id == 0 || ps.probe.chain_id == chain.chain_id;

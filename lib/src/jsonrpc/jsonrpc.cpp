@@ -132,6 +132,29 @@ constexpr std::array<std::uint8_t, 256> kByteClass = [] {
   return t;
 }();
 
+/// The quote that closes a string whose contents start at `p`, or nullptr. Short strings (keys,
+/// quantities) are scanned in line; the rest of a long one (most of a large answer) with memchr,
+/// a quote being the closing one when an even run of backslashes precedes it.
+const char* closing_quote(const char* p, const char* end) {
+  const char* const start = p;
+  for (const char* stop = std::min(end, p + 32); p < stop; ++p) {
+    if (*p == '\\') {
+      ++p;  // the escaped byte
+    } else if (*p == '"') {
+      return p;
+    }
+  }
+  while (p < end) {
+    const auto* q = static_cast<const char*>(std::memchr(p, '"', static_cast<std::size_t>(end - p)));
+    if (q == nullptr) return nullptr;
+    const char* b = q;
+    while (b > start && b[-1] == '\\') --b;
+    if (((q - b) & 1) == 0) return q;
+    p = q + 1;
+  }
+  return nullptr;
+}
+
 /// Checks the grammar of a whole document: brackets, commas and colons in the right places.
 /// On-Demand validates what it reads but skips a value it was not asked for by counting
 /// brackets, so `[1,"x":2},3]` would read as three items; anything we forward must be JSON.
@@ -160,22 +183,7 @@ bool well_formed(std::string_view text) {
     bool value_expected = expect == Expect::value || expect == Expect::value_or_close;
     switch (c) {
       case '"': {
-        // The closing quote: the first one after an even run of backslashes.
-        const char* content = data + i + 1;
-        const char* from = content;
-        const char* end = data + n;
-        const char* close = nullptr;
-        while (from < end) {
-          const auto* q = static_cast<const char*>(std::memchr(from, '"', static_cast<std::size_t>(end - from)));
-          if (q == nullptr) break;
-          const char* b = q;
-          while (b > content && b[-1] == '\\') --b;
-          if (((q - b) & 1) == 0) {
-            close = q;
-            break;
-          }
-          from = q + 1;
-        }
+        const char* close = closing_quote(data + i + 1, data + n);
         if (close == nullptr) return false;
         i = static_cast<std::size_t>(close - data) + 1;
         if (expect == Expect::key || expect == Expect::key_or_close) {
@@ -547,23 +555,6 @@ std::string make_result(std::string_view id, std::string_view result) {
   out += result;
   out += '}';
   return out;
-}
-
-std::string make_result_in_place(std::string_view id, std::string&& result) {
-  static constexpr std::string_view kHead = R"({"jsonrpc":"2.0","id":)";
-  static constexpr std::string_view kResult = R"(,"result":)";
-  if (id.empty()) id = "null";
-  const std::size_t prefix = kHead.size() + id.size() + kResult.size();
-  if (result.capacity() < result.size() + prefix + 1) return make_result(id, std::string_view(result));
-  const std::size_t n = result.size();
-  result.resize(n + prefix + 1);  // within the capacity: no reallocation
-  std::memmove(result.data() + prefix, result.data(), n);
-  char* p = result.data();
-  std::memcpy(p, kHead.data(), kHead.size());
-  std::memcpy(p + kHead.size(), id.data(), id.size());
-  std::memcpy(p + kHead.size() + id.size(), kResult.data(), kResult.size());
-  result[prefix + n] = '}';
-  return std::move(result);
 }
 
 std::string error_object(std::int64_t code, std::string_view message, std::string_view data) {

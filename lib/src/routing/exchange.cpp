@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "rpcroute/jsonrpc.hpp"
+
 namespace rpcroute {
 
 namespace {
@@ -49,6 +51,31 @@ std::string take_part(Exchange& ex, std::string_view part) {
   body.clear();
   if (offset > 0) std::memmove(out.data(), out.data() + offset, part.size());
   out.resize(part.size());
+  return out;
+}
+
+std::string take_as_response(Exchange& ex, std::string_view result, std::string_view id) {
+  static constexpr std::string_view kHead = R"({"jsonrpc":"2.0","id":)";
+  static constexpr std::string_view kResult = R"(,"result":)";
+  if (id.empty()) id = "null";
+  auto& body = ex.http.body;
+  const char* begin = body.data();
+  const std::size_t prefix = kHead.size() + id.size() + kResult.size();
+  const std::size_t need = prefix + result.size() + 1;
+  if (result.data() < begin || result.data() + result.size() > begin + body.size() || need > body.capacity()) {
+    return jsonrpc::make_result(id, result);
+  }
+  const auto offset = static_cast<std::size_t>(result.data() - begin);
+  std::string out = std::move(body);
+  body.clear();
+  if (out.size() < need) out.resize(need);  // within the capacity: the result's bytes stay put
+  if (offset != prefix) std::memmove(out.data() + prefix, out.data() + offset, result.size());
+  char* p = out.data();
+  std::memcpy(p, kHead.data(), kHead.size());
+  std::memcpy(p + kHead.size(), id.data(), id.size());
+  std::memcpy(p + kHead.size() + id.size(), kResult.data(), kResult.size());
+  p[prefix + result.size()] = '}';
+  out.resize(need);
   return out;
 }
 

@@ -394,13 +394,14 @@ void Router::finish_unavailable(Item& item, const Chain& chain, std::string_view
                                      : std::string();
 }
 
-void Router::on_success(const Chain& chain, const Candidate& cand, Item& item, std::int64_t now) {
+void Router::on_success(const Chain& chain, const Candidate& cand, Item& item, std::int64_t now,
+                        std::string_view result) {
   const auto& call = *item.call;
   auto& out = item.out;
   const std::string& ckey = chain_key_for(chain);
   if (call.method == "eth_blockNumber") {
-    if (auto h = jsonrpc::parse_quantity(out.result)) {
-      observe_height(store_, profile_, chain, *cand.provider, Height{*h, now}, rng_.uniform());
+    if (auto h = jsonrpc::parse_quantity(result)) {
+      observe_height(store_, profile_, chain, *cand.provider, Height{*h, now}, rng_.uniform(), cand.key);
       // Never backwards: an answer below the high-water mark is raised to it, while the mark is
       // fresh. A mark nobody has confirmed for a whole horizon is taken as gone (a restarted dev
       // chain) and the lower answer resets it.
@@ -417,26 +418,18 @@ void Router::on_success(const Chain& chain, const Candidate& cand, Item& item, s
     }
   } else if (call.method == "eth_getBlockByNumber" && item.plan.need.block &&
              item.plan.need.block->kind == BlockRef::Kind::latest) {
-    if (auto h = block_number_of(out.result)) {
+    if (auto h = block_number_of(result)) {
       observe_height(store_, profile_, chain, *cand.provider, Height{*h, now}, rng_.uniform());
       store_.record(HighWaterEvent{ckey, Height{*h, now}, false}, profile_.health);
     }
   } else if (creates_filter(call.method)) {
-    if (auto id = json_string_value(out.result)) {
+    if (auto id = json_string_value(result)) {
       store_.record(FilterEvent{filter_key(profile_.name, chain.name, *id), FilterPin{cand.provider->id, now}},
                     profile_.health);
     }
   }
   if (item.plan.needs_archive && !cand.provider->archival) {
     store_.record(ArchivalEvent{std::string(cand.key), ArchivalSeen{true, now}}, profile_.health);
-  }
-  if (!call.has_id()) {
-    out.response.clear();
-  } else if (item.keep_result) {
-    out.response = jsonrpc::make_result(call.id, out.result);
-  } else {
-    out.response = jsonrpc::make_result_in_place(call.id, std::move(out.result));
-    out.result.clear();
   }
 }
 
@@ -686,11 +679,23 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
 
       if (c.cls == OutcomeClass::success) {
         item.done = true;
-        item.out.status = CallOutcome::Status::result;
-        item.out.result = group.size() == 1 ? take_part(ex, *reply->result) : std::string(*reply->result);
-        item.out.provider = provider.id;
-        item.out.upstream_latency_ms = latency_ms;
-        on_success(chain, cand, item, now);
+        auto& out = item.out;
+        out.status = CallOutcome::Status::result;
+        out.provider = provider.id;
+        out.upstream_latency_ms = latency_ms;
+        const std::string_view result = *reply->result;  // into the answer's buffer
+        on_success(chain, cand, item, now, result);
+        // A large result is handed on without a copy: moved out of the answer's buffer (call),
+        // or made the client's response in that buffer (the sidecar, which needs only that).
+        const bool alone = group.size() == 1;
+        if (out.raised_from) {  // the answer was raised to the high-water mark: out.result holds it
+          if (call.has_id()) out.response = jsonrpc::make_result(call.id, out.result);
+        } else if (item.keep_result) {
+          out.result = alone ? take_part(ex, result) : std::string(result);
+          if (call.has_id()) out.response = jsonrpc::make_result(call.id, out.result);
+        } else if (call.has_id()) {
+          out.response = alone ? take_as_response(ex, result, call.id) : jsonrpc::make_result(call.id, result);
+        }
         continue;
       }
       if (c.cls == OutcomeClass::deterministic) {

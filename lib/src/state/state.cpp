@@ -30,10 +30,31 @@ std::int64_t Breaker::retry_in_ms(std::int64_t now_ms) const {
   return std::max<std::int64_t>(0, opened_ms + recovery_ms - now_ms);
 }
 
-std::string provider_key(std::string_view profile, std::string_view chain, const Provider& p) {
-  return fmt::format("{}/{}/{}#{}", profile, chain, p.id, p.fingerprint);
+// Keys are built on every routed call: appends, not a format string.
+void provider_key_into(std::string& out, std::string_view profile, std::string_view chain, const Provider& p) {
+  out.clear();
+  out.reserve(profile.size() + chain.size() + p.id.size() + p.fingerprint.size() + 3);
+  out.append(profile);
+  out.push_back('/');
+  out.append(chain);
+  out.push_back('/');
+  out.append(p.id);
+  out.push_back('#');
+  out.append(p.fingerprint);
 }
-std::string chain_key(std::string_view profile, std::string_view chain) { return fmt::format("{}/{}", profile, chain); }
+std::string provider_key(std::string_view profile, std::string_view chain, const Provider& p) {
+  std::string out;
+  provider_key_into(out, profile, chain, p);
+  return out;
+}
+std::string chain_key(std::string_view profile, std::string_view chain) {
+  std::string out;
+  out.reserve(profile.size() + chain.size() + 1);
+  out.append(profile);
+  out.push_back('/');
+  out.append(chain);
+  return out;
+}
 std::string filter_key(std::string_view profile, std::string_view chain, std::string_view filter_id) {
   std::string id(filter_id);
   std::transform(id.begin(), id.end(), id.begin(), [](unsigned char c) { return std::tolower(c); });

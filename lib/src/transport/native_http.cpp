@@ -309,8 +309,22 @@ asio::awaitable<HttpResponse> NativeHttp::perform(HttpRequest request, std::shar
     }
     deadline->socket = &conn->socket;
 
+    // One non-blocking send first (the socket is in non-blocking mode): a request almost always
+    // fits the send buffer, and then no write operation is needed.
     std::array<asio::const_buffer, 2> out{asio::buffer(head), asio::buffer(request.body)};
-    co_await asio::async_write(conn->socket, out, asio::redirect_error(asio::use_awaitable, ec));
+    std::size_t sent = conn->socket.write_some(out, ec);
+    if (ec == asio::error::would_block) {
+      ec = {};
+      sent = 0;
+    }
+    if (!ec && sent < head.size() + request.body.size()) {
+      for (auto& b : out) {
+        const auto k = std::min(sent, b.size());
+        b += k;
+        sent -= k;
+      }
+      co_await asio::async_write(conn->socket, out, asio::redirect_error(asio::use_awaitable, ec));
+    }
     if (deadline->fired) {
       timed_out(0);
       break;
@@ -330,6 +344,7 @@ asio::awaitable<HttpResponse> NativeHttp::perform(HttpRequest request, std::shar
     std::size_t received = 0;
     bool retry = false;
     bool failed = false;
+    bool direct_done = false;  // the body was read past the parser, to its Content-Length
     for (;;) {
       // Feed what is buffered.
       while (conn->buffer.size() > 0 && !parser->is_done()) {
@@ -360,7 +375,34 @@ asio::awaitable<HttpResponse> NativeHttp::perform(HttpRequest request, std::shar
       }
       std::size_t want = kReadChunk;
       if (parser->is_header_done()) {
-        if (auto length = parser->content_length_remaining(); length && *length > kReadChunk) {
+        const auto length = parser->content_length_remaining();
+        if (length && *length > kReadChunk && *length <= kReserveLimit && !parser->chunked() &&
+            conn->buffer.size() == 0) {
+          // A large body of known length: read straight into the body (reserved at the header),
+          // not through the connection's buffer and the parser: one copy less, and no large
+          // read buffer allocated, faulted in and freed per answer.
+          auto& body = parser->body;
+          const auto old = body.size();
+          const auto left = static_cast<std::size_t>(*length);
+          body.resize(old + left);
+          const auto n = co_await asio::async_read(conn->socket, asio::buffer(body.data() + old, left),
+                                                   asio::redirect_error(asio::use_awaitable, ec));
+          received += n;
+          body.resize(old + n);
+          if (n == left) {
+            direct_done = true;
+            break;
+          }
+          if (deadline->fired) break;
+          if (ec == asio::error::eof) {
+            finish(TransportError::truncated, "transfer closed with outstanding read data remaining");
+          } else {
+            finish(TransportError::reset, fmt::format("Recv failure: {}", ec.message()));
+          }
+          failed = true;
+          break;
+        }
+        if (length && *length > kReadChunk) {
           want = static_cast<std::size_t>(std::min<std::uint64_t>(*length, kLargeReadChunk));
         } else if (!length && received > kLargeReadChunk) {
           want = kLargeReadChunk;
@@ -402,7 +444,7 @@ asio::awaitable<HttpResponse> NativeHttp::perform(HttpRequest request, std::shar
     }
     deadline->socket = nullptr;
     if (retry) continue;
-    if (deadline->fired && !failed && !parser->is_done()) {
+    if (deadline->fired && !failed && !parser->is_done() && !direct_done) {
       timed_out(received);
       break;
     }
