@@ -530,11 +530,11 @@ tl::expected<Response, std::string> parse_response_in(std::string_view text, std
 }  // namespace
 
 void append_call(std::string& out, std::string_view id, std::string_view method, std::string_view params) {
-  out += R"({"jsonrpc":"2.0","id":)";
+  out += std::string_view(R"({"jsonrpc":"2.0","id":)");
   out += id.empty() ? std::string_view("null") : id;
-  out += R"(,"method":)";
+  out += std::string_view(R"(,"method":)");
   json::append_string(out, method);
-  out += R"(,"params":)";
+  out += std::string_view(R"(,"params":)");
   out += params.empty() ? std::string_view("[]") : params;
   out += '}';
 }
@@ -549,9 +549,9 @@ std::string make_call(std::string_view id, std::string_view method, std::string_
 std::string make_result(std::string_view id, std::string_view result) {
   std::string out;
   out.reserve(32 + id.size() + result.size());
-  out += R"({"jsonrpc":"2.0","id":)";
+  out += std::string_view(R"({"jsonrpc":"2.0","id":)");
   out += id.empty() ? std::string_view("null") : id;
-  out += R"(,"result":)";
+  out += std::string_view(R"(,"result":)");
   out += result;
   out += '}';
   return out;
@@ -561,7 +561,7 @@ std::string error_object(std::int64_t code, std::string_view message, std::strin
   std::string out = fmt::format(R"({{"code":{},"message":)", code);
   json::append_string(out, message);
   if (!data.empty()) {
-    out += R"(,"data":)";
+    out += std::string_view(R"(,"data":)");
     out += data;
   }
   out += '}';
@@ -569,9 +569,9 @@ std::string error_object(std::int64_t code, std::string_view message, std::strin
 }
 
 std::string make_error(std::string_view id, std::int64_t code, std::string_view message, std::string_view data) {
-  std::string out = R"({"jsonrpc":"2.0","id":)";
+  std::string out(std::string_view(R"({"jsonrpc":"2.0","id":)"));
   out += id.empty() ? std::string_view("null") : id;
-  out += R"(,"error":)";
+  out += std::string_view(R"(,"error":)");
   out += error_object(code, message, data);
   out += '}';
   return out;

@@ -385,7 +385,11 @@ asio::awaitable<HttpResponse> NativeHttp::perform(HttpRequest request, std::shar
           const auto old = body.size();
           const auto left = static_cast<std::size_t>(*length);
           body.resize(old + left);
-          const auto n = co_await asio::async_read(conn->socket, asio::buffer(body.data() + old, left),
+          // As much per receive as the socket holds (transfer_all would stop at 64 KiB a call).
+          const auto rest = [left](const boost::system::error_code& e, std::size_t got) -> std::size_t {
+            return e ? 0 : left - got;
+          };
+          const auto n = co_await asio::async_read(conn->socket, asio::buffer(body.data() + old, left), rest,
                                                    asio::redirect_error(asio::use_awaitable, ec));
           received += n;
           body.resize(old + n);
