@@ -55,7 +55,7 @@ void Metrics::on_call(const std::string& profile, const std::string& chain, std:
   const std::string_view provider = out.provider.empty() ? std::string_view("-") : std::string_view(out.provider);
   const auto status = status_name(out.status);
   if (last_call_.count == nullptr ||
-      last_call_.key != std::make_tuple(std::string_view(profile), std::string_view(chain), m, provider, status)) {
+      LabelLess::views(last_call_.key) != std::make_tuple(std::string_view(profile), std::string_view(chain), m, provider, status)) {
     last_call_.count = &slot(calls_, std::string_view(profile), std::string_view(chain), m, provider, status);
     last_call_.key = CallKey(profile, chain, std::string(m), std::string(provider), std::string(status));
   }
@@ -63,8 +63,8 @@ void Metrics::on_call(const std::string& profile, const std::string& chain, std:
   for (const auto& a : out.attempts) {
     const auto outcome = outcome_name(a.result.outcome);
     if (last_attempt_.count == nullptr ||
-        last_attempt_.key != std::make_tuple(std::string_view(profile), std::string_view(chain),
-                                             std::string_view(a.provider), outcome)) {
+        LabelLess::views(last_attempt_.key) !=
+            std::make_tuple(std::string_view(profile), std::string_view(chain), std::string_view(a.provider), outcome)) {
       last_attempt_.count =
           &slot(attempts_, std::string_view(profile), std::string_view(chain), std::string_view(a.provider), outcome);
       last_attempt_.latency = &slot(latency_, std::string_view(profile), std::string_view(chain), std::string_view(a.provider));

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -35,10 +36,23 @@ class Metrics {
   using AttemptKey = std::tuple<std::string, std::string, std::string, std::string>;  // profile chain provider outcome
   using ProviderKey = std::tuple<std::string, std::string, std::string>;
 
-  // Transparent: looked up per call with tuples of string_views, strings made only for a new key.
-  std::map<CallKey, std::uint64_t, std::less<>> calls_;
-  std::map<AttemptKey, std::uint64_t, std::less<>> attempts_;
-  std::map<ProviderKey, Histogram, std::less<>> latency_;
+  /// Orders label tuples by their text. Keys are tuples of strings; lookups pass tuples of
+  /// string_views, so a string is made only for a new key. (Both sides are compared as views:
+  /// mixed string / string_view tuple comparisons do not compile with every standard library.)
+  struct LabelLess {
+    using is_transparent = void;
+    template <class... T>
+    static auto views(const std::tuple<T...>& t) {
+      return std::apply([](const auto&... x) { return std::make_tuple(std::string_view(x)...); }, t);
+    }
+    template <class L, class R>
+    bool operator()(const L& l, const R& r) const {
+      return views(l) < views(r);
+    }
+  };
+  std::map<CallKey, std::uint64_t, LabelLess> calls_;
+  std::map<AttemptKey, std::uint64_t, LabelLess> attempts_;
+  std::map<ProviderKey, Histogram, LabelLess> latency_;
   std::map<int, std::uint64_t> http_;
   std::int64_t in_flight_ = 0;
   std::map<std::string, bool, std::less<>> methods_seen_;

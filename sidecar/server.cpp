@@ -5,6 +5,7 @@
 #include <charconv>
 #include <chrono>
 #include <ctime>
+#include <cstring>
 
 #include <malloc.h>
 
@@ -120,37 +121,40 @@ std::string json_error_body(std::string_view message, std::string_view extra_key
 /// `h`, a buffer the connection reuses.
 void response_head(std::string& h, http::status status, unsigned version, bool keep_alive,
                    std::string_view content_type, std::string_view header_lines, std::size_t body_size) {
-  h.clear();
-  h.reserve(128 + content_type.size() + header_lines.size());
-  h += "HTTP/"sv;
-  h += static_cast<char>('0' + version / 10 % 10);
-  h += '.';
-  h += static_cast<char>('0' + version % 10);
-  h += ' ';
-  const auto code = static_cast<unsigned>(status);
-  char digits[24];
-  auto append_number = [&](std::uint64_t v) {
-    auto [end, ec] = std::to_chars(digits, digits + sizeof digits, v);
-    h.append(digits, end);
+  // Written through a cursor into a buffer sized for the longest head: no append per piece.
+  const std::string_view reason = sv(http::obsolete_reason(status));
+  h.resize(160 + reason.size() + content_type.size() + header_lines.size());  // fixed parts: < 120
+  char* p = h.data();
+  auto put = [&p](std::string_view piece) {
+    std::memcpy(p, piece.data(), piece.size());
+    p += piece.size();
   };
-  append_number(code);
-  h += ' ';
-  h += sv(http::obsolete_reason(status));
-  h += "\r\nServer: rpcroute\r\n"sv;
+  auto put_number = [&p](std::uint64_t v) { p = std::to_chars(p, p + 24, v).ptr; };
+  const auto code = static_cast<unsigned>(status);
+  put("HTTP/"sv);
+  *p++ = static_cast<char>('0' + version / 10 % 10);
+  *p++ = '.';
+  *p++ = static_cast<char>('0' + version % 10);
+  *p++ = ' ';
+  put_number(code);
+  *p++ = ' ';
+  put(reason);
+  put("\r\nServer: rpcroute\r\n"sv);
   if (!content_type.empty()) {
-    h += "Content-Type: "sv;
-    h += content_type;
-    h += "\r\n"sv;
+    put("Content-Type: "sv);
+    put(content_type);
+    put("\r\n"sv);
   }
-  h += header_lines;
-  if (version >= 11 && !keep_alive) h += "Connection: close\r\n"sv;
-  if (version < 11 && keep_alive) h += "Connection: keep-alive\r\n"sv;
+  put(header_lines);
+  if (version >= 11 && !keep_alive) put("Connection: close\r\n"sv);
+  if (version < 11 && keep_alive) put("Connection: keep-alive\r\n"sv);
   if (!(code / 100 == 1 || code == 204 || code == 304)) {
-    h += "Content-Length: "sv;
-    append_number(body_size);
-    h += "\r\n"sv;
+    put("Content-Length: "sv);
+    put_number(body_size);
+    put("\r\n"sv);
   }
-  h += "\r\n"sv;
+  put("\r\n"sv);
+  h.resize(static_cast<std::size_t>(p - h.data()));
 }
 
 /// Drops `n` sent bytes from the front of a two-buffer sequence; true when something is left.
@@ -265,10 +269,17 @@ struct Server::Reply {
   std::string content_type = "application/json";
   std::string header_lines;  // "Name: value\r\n" each; values never hold CR or LF (Beast rejects them)
   void header(std::string_view name, std::string_view value) {
-    header_lines.append(name);
-    header_lines.append(": ");
-    header_lines.append(value);
-    header_lines.append("\r\n");
+    const auto at = header_lines.size();
+    header_lines.resize(at + name.size() + value.size() + 4);
+    char* p = header_lines.data() + at;
+    std::memcpy(p, name.data(), name.size());
+    p += name.size();
+    *p++ = ':';
+    *p++ = ' ';
+    std::memcpy(p, value.data(), value.size());
+    p += value.size();
+    *p++ = '\r';
+    *p = '\n';
   }
   // For the log line.
   std::string rpc_method;
