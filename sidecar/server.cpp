@@ -467,14 +467,16 @@ void Server::shutdown() {
 asio::awaitable<void> Server::sweep_loop() {
   ++background_;
   asio::steady_timer timer(io_);
-  while (!draining_) {
+  // Also while draining: a slow client must not hold shutdown for the whole grace period.
+  while (!draining_ || !connections_.empty()) {
     timer.expires_after(std::chrono::milliseconds(kSweepMs));
     boost::system::error_code ec;
     co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     const auto now = steady_us();
     for (auto* c : connections_) {
       if (c->deadline_us == 0 || now < c->deadline_us) continue;
-      c->deadline_us = 0;
+      // The deadline stays: an operation that completed just before this cancel (its handler
+      // queued) is followed by one that the next sweep cancels, and timed_out is checked too.
       c->timed_out = true;
       c->socket->cancel(ec);
     }
@@ -501,137 +503,161 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
   req.remote = remote;
   std::string head;  // each response's status line and headers
 
-  for (;;) {
-    if (draining_) break;
-    boost::system::error_code ec;
-    // Wait for the next request as long as an idle connection may live, then give it the read
-    // timeout for its headers and body (slow clients cannot hold a connection forever).
-    if (buffer.size() == 0) {
-      conn.expire_in(config_.idle_timeout_ms);
-      auto n = co_await socket.async_read_some(buffer.prepare(16 * 1024), asio::redirect_error(asio::use_awaitable, ec));
-      conn.deadline_us = 0;
-      if (ec) break;
-      buffer.commit(n);
-    }
-    conn.busy = true;
-    metrics_.in_flight(+1);
-    RequestReader parser(req);
-    parser.eager(true);
-    parser.body_limit(config_.max_body);
-    parser.header_limit(32 * 1024);
-    // A slow client is cancelled by the sweeper and still told 408. A request that has arrived
-    // whole (the common case) is parsed from the buffer at once: no read operation for it.
-    conn.expire_in(config_.read_timeout_ms);
-    bool complete = feed(parser, buffer, ec);
-    while (!complete && !ec) {
-      const auto size = beast::read_size(buffer, 64 * 1024);
-      if (size == 0) {
-        ec = http::error::buffer_overflow;
-        break;
-      }
-      auto n = co_await socket.async_read_some(buffer.prepare(size), asio::redirect_error(asio::use_awaitable, ec));
-      if (ec == asio::error::eof) {
-        // As http::async_read reports it: nothing at all, or a message cut short.
-        ec = parser.got_some() ? beast::error_code(http::error::partial_message) : beast::error_code(http::error::end_of_stream);
-        break;
-      }
-      if (ec) break;
-      buffer.commit(n);
-      complete = feed(parser, buffer, ec);
-    }
-    conn.deadline_us = 0;
-    if (ec) {
-      const bool timed_out = conn.timed_out;
-      std::optional<http::status> status;
-      if (timed_out) status = http::status::request_timeout;
-      else if (ec == http::error::body_limit) status = http::status::payload_too_large;
-      else if (ec == http::error::header_limit) status = http::status::request_header_fields_too_large;
-      else if (ec != http::error::end_of_stream && ec != asio::error::eof && ec != asio::error::connection_reset &&
-               ec != asio::error::operation_aborted)
-        status = http::status::bad_request;
-      if (status) {
-        HttpResponse_ res{*status, 11};
-        res.set(http::field::content_type, "application/json");
-        res.set(http::field::connection, "close");
-        res.body() = json_error_body(
-            ec == http::error::body_limit ? fmt::format("request body larger than {} bytes", config_.max_body)
-            : timed_out ? fmt::format("request not received within the read timeout ({} ms; see --read-timeout)",
-                                      config_.read_timeout_ms)
-                        : ec.message());
-        res.prepare_payload();
-        metrics_.on_http(static_cast<int>(*status));
-        conn.expire_in(5'000);
-        co_await http::async_write(socket, res, asio::redirect_error(asio::use_awaitable, ec));
+  // Whatever happens in the loop, the connection leaves the set the sweeper and shutdown walk
+  // (an exception escaping this frame would leave a dangling pointer there). Not an RAII guard:
+  // a frame destroyed with the io_context at exit must not touch the Server.
+  try {
+    for (;;) {
+      if (draining_) break;
+      boost::system::error_code ec;
+      // Wait for the next request as long as an idle connection may live, then give it the read
+      // timeout for its headers and body (slow clients cannot hold a connection forever).
+      if (buffer.size() == 0) {
+        conn.expire_in(config_.idle_timeout_ms);
+        auto n = co_await socket.async_read_some(buffer.prepare(16 * 1024), asio::redirect_error(asio::use_awaitable, ec));
         conn.deadline_us = 0;
-        if (config_.verbose) log(fmt::format("{} {} - {} {}", iso_now(), remote, static_cast<int>(*status), ec.message()));
+        if (ec) break;
+        buffer.commit(n);
       }
-      metrics_.in_flight(-1);
-      break;
-    }
-    const auto started = steady_us();
-    Reply reply = co_await answer(req);
+      conn.busy = true;
+      metrics_.in_flight(+1);
+      RequestReader parser(req);
+      parser.eager(true);
+      parser.body_limit(config_.max_body);
+      parser.header_limit(32 * 1024);
+      // A slow client is cancelled by the sweeper and still told 408. A request that has arrived
+      // whole (the common case) is parsed from the buffer at once: no read operation for it.
+      conn.expire_in(config_.read_timeout_ms);
+      bool complete = feed(parser, buffer, ec);
+      while (!complete && !ec) {
+        if (conn.timed_out) {  // the sweeper's cancel came after the last read had completed
+          ec = asio::error::operation_aborted;
+          break;
+        }
+        const auto size = beast::read_size(buffer, 64 * 1024);
+        if (size == 0) {
+          ec = http::error::buffer_overflow;
+          break;
+        }
+        auto n = co_await socket.async_read_some(buffer.prepare(size), asio::redirect_error(asio::use_awaitable, ec));
+        if (ec == asio::error::eof) {
+          // As http::async_read reports it: nothing at all, or a message cut short.
+          ec = parser.got_some() ? beast::error_code(http::error::partial_message) : beast::error_code(http::error::end_of_stream);
+          break;
+        }
+        if (ec) break;
+        buffer.commit(n);
+        complete = feed(parser, buffer, ec);
+      }
+      conn.deadline_us = 0;
+      if (ec) {
+        const bool timed_out = conn.timed_out;
+        std::optional<http::status> status;
+        if (timed_out) status = http::status::request_timeout;
+        else if (ec == http::error::body_limit) status = http::status::payload_too_large;
+        else if (ec == http::error::header_limit) status = http::status::request_header_fields_too_large;
+        else if (ec != http::error::end_of_stream && ec != asio::error::eof && ec != asio::error::connection_reset &&
+                 ec != asio::error::operation_aborted)
+          status = http::status::bad_request;
+        if (status) {
+          HttpResponse_ res{*status, 11};
+          res.set(http::field::content_type, "application/json");
+          res.set(http::field::connection, "close");
+          res.body() = json_error_body(
+              ec == http::error::body_limit ? fmt::format("request body larger than {} bytes", config_.max_body)
+              : timed_out ? fmt::format("request not received within the read timeout ({} ms; see --read-timeout)",
+                                        config_.read_timeout_ms)
+                          : ec.message());
+          res.prepare_payload();
+          metrics_.on_http(static_cast<int>(*status));
+          conn.expire_in(5'000);
+          co_await http::async_write(socket, res, asio::redirect_error(asio::use_awaitable, ec));
+          conn.deadline_us = 0;
+          if (config_.verbose) log(fmt::format("{} {} - {} {}", iso_now(), remote, static_cast<int>(*status), ec.message()));
+        }
+        metrics_.in_flight(-1);
+        conn.busy = false;
+        break;
+      }
+      const auto started = steady_us();
+      Reply reply;
+      try {
+        reply = co_await answer(req);
+      } catch (const std::exception& e) {
+        // Every request gets an answer: an unexpected failure (out of memory, say) is a 500, and
+        // the connection goes on.
+        reply = Reply{};
+        reply.status = http::status::internal_server_error;
+        reply.body = json_error_body("internal error while answering this request");
+        log(fmt::format("rpcroute: internal error answering {} {}: {}", req.method_string, req.target.substr(0, 200),
+                        e.what()));
+      }
 
-    // The status line and headers are written by hand next to the body (one gathered send): what
-    // Beast's serializer would produce, at a fraction of its cost per response.
-    const bool keep_alive = req.keep_alive && !draining_;
-    response_head(head, reply.status, req.version, keep_alive,
-                  !reply.body.empty() || reply.status != http::status::no_content ? std::string_view(reply.content_type)
-                                                                                  : std::string_view(),
-                  reply.header_lines, reply.body.size());
-    metrics_.on_http(static_cast<int>(reply.status));
-    conn.expire_in(config_.read_timeout_ms);
-    {
-      // HEAD: headers only, with the length a GET would get.
-      const bool head_only = req.method == http::verb::head;
-      std::array<asio::const_buffer, 2> out{asio::buffer(head),
-                                            head_only ? asio::const_buffer() : asio::buffer(reply.body)};
-      // Most answers fit the socket's send buffer: one non-blocking send, and a write operation
-      // only for what is left.
-      if (const auto sent = socket.write_some(out, ec); !ec || ec == asio::error::would_block) {
-        ec = {};
-        if (advance(out, sent)) co_await asio::async_write(socket, out, asio::redirect_error(asio::use_awaitable, ec));
+      // The status line and headers are written by hand next to the body (one gathered send): what
+      // Beast's serializer would produce, at a fraction of its cost per response.
+      const bool keep_alive = req.keep_alive && !draining_;
+      response_head(head, reply.status, req.version, keep_alive,
+                    !reply.body.empty() || reply.status != http::status::no_content ? std::string_view(reply.content_type)
+                                                                                    : std::string_view(),
+                    reply.header_lines, reply.body.size());
+      metrics_.on_http(static_cast<int>(reply.status));
+      conn.expire_in(config_.read_timeout_ms);
+      {
+        // HEAD: headers only, with the length a GET would get.
+        const bool head_only = req.method == http::verb::head;
+        std::array<asio::const_buffer, 2> out{asio::buffer(head),
+                                              head_only ? asio::const_buffer() : asio::buffer(reply.body)};
+        // Most answers fit the socket's send buffer: one non-blocking send, and a write operation
+        // only for what is left.
+        if (const auto sent = socket.write_some(out, ec); !ec || ec == asio::error::would_block) {
+          ec = {};
+          if (advance(out, sent)) co_await asio::async_write(socket, out, asio::redirect_error(asio::use_awaitable, ec));
+        }
       }
-    }
-    conn.deadline_us = 0;
-    metrics_.in_flight(-1);
-    conn.busy = false;
-    // A large request's buffer is not kept for the life of a keep-alive connection.
-    if (req.body.capacity() > 64 * 1024) std::string().swap(req.body);
-    if (config_.verbose) {
-      const double ms = static_cast<double>(steady_us() - started) / 1000.0;
-      std::string target = req.target.substr(0, 200);
-      if (config_.json_logs) {
-        json::Writer w;
-        w.begin_object();
-        w.key("ts");
-        w.value(iso_now());
-        w.key("remote");
-        w.value(remote);
-        w.key("method");
-        w.value(req.method_string);
-        w.key("path");
-        w.value(target);
-        w.key("status");
-        w.value(static_cast<int>(reply.status));
-        w.key("rpc_method");
-        w.value(reply.rpc_method);
-        w.key("provider");
-        w.value(reply.provider);
-        w.key("attempts");
-        w.value(static_cast<std::int64_t>(reply.attempts));
-        w.key("ms");
-        w.value(ms);
-        w.end_object();
-        log(w.take());
-      } else {
-        log(fmt::format("{} {} {} {} {} {} provider={} attempts={} {:.2f}ms", iso_now(), remote,
-                        req.method_string, target, static_cast<int>(reply.status),
-                        reply.rpc_method.empty() ? "-" : reply.rpc_method, reply.provider.empty() ? "-" : reply.provider,
-                        reply.attempts, ms));
+      conn.deadline_us = 0;
+      metrics_.in_flight(-1);
+      conn.busy = false;
+      // A large request's buffer is not kept for the life of a keep-alive connection.
+      if (req.body.capacity() > 64 * 1024) std::string().swap(req.body);
+      if (config_.verbose) {
+        const double ms = static_cast<double>(steady_us() - started) / 1000.0;
+        std::string target = req.target.substr(0, 200);
+        if (config_.json_logs) {
+          json::Writer w;
+          w.begin_object();
+          w.key("ts");
+          w.value(iso_now());
+          w.key("remote");
+          w.value(remote);
+          w.key("method");
+          w.value(req.method_string);
+          w.key("path");
+          w.value(target);
+          w.key("status");
+          w.value(static_cast<int>(reply.status));
+          w.key("rpc_method");
+          w.value(reply.rpc_method);
+          w.key("provider");
+          w.value(reply.provider);
+          w.key("attempts");
+          w.value(static_cast<std::int64_t>(reply.attempts));
+          w.key("ms");
+          w.value(ms);
+          w.end_object();
+          log(w.take());
+        } else {
+          log(fmt::format("{} {} {} {} {} {} provider={} attempts={} {:.2f}ms", iso_now(), remote,
+                          req.method_string, target, static_cast<int>(reply.status),
+                          reply.rpc_method.empty() ? "-" : reply.rpc_method, reply.provider.empty() ? "-" : reply.provider,
+                          reply.attempts, ms));
+        }
       }
+      if (ec || !keep_alive) break;
     }
-    if (ec || !keep_alive) break;
+  } catch (const std::exception& e) {
+    log(fmt::format("rpcroute: internal error on a connection from {}: {}", remote, e.what()));
   }
+  if (conn.busy) metrics_.in_flight(-1);
   connections_.erase(&conn);
   boost::system::error_code ignored;
   socket.shutdown(tcp::socket::shutdown_both, ignored);

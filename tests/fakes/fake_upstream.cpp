@@ -38,6 +38,8 @@
 //   huge       every result is a JSON string of --huge-bytes bytes ("0xaaaa…")
 //   drip       the ok answer's status line and headers at once, then its body one byte every
 //              --drip-ms (a slow body: first byte fast, last byte late)
+//   overclaim  a head claiming Content-Length 2000000000, the ok answer's bytes, then nothing
+//              more until the client leaves (a lying provider: memory must follow the bytes)
 // Methods known in ok mode: eth_blockNumber eth_chainId net_version web3_clientVersion eth_syncing
 // eth_gasPrice eth_getBalance eth_getTransactionCount eth_getCode eth_call eth_getLogs
 // eth_getBlockByNumber (null above the head) eth_sendRawTransaction eth_newFilter
@@ -123,7 +125,7 @@ constexpr std::string_view kUsage = R"(usage: fake_upstream [options]
   --listen HOST:PORT   (default 127.0.0.1:0)     --port-file PATH
   --chain-id N         (default 31337)           --height N (default 100)
   --mine-per-sec R     (default 0)               --name NAME (default fake)
-  --mode ok|delay|status|rpc_error|malformed|truncated|html|wrong_id|close|reset|hang|huge|drip
+  --mode ok|delay|status|rpc_error|malformed|truncated|html|wrong_id|close|reset|hang|huge|drip|overclaim
   --delay-ms N  --status N  --retry-after VALUE  --body TEXT
   --code N  --message TEXT  --data JSON  --huge-bytes N  --drip-ms N
 The control API and the modes are described at the top of tests/fakes/fake_upstream.cpp.
@@ -149,10 +151,11 @@ enum class Mode {
   reset,
   hang,
   huge,
-  drip
+  drip,
+  overclaim
 };
 
-constexpr std::array<std::pair<Mode, std::string_view>, 13> kModeNames{{
+constexpr std::array<std::pair<Mode, std::string_view>, 14> kModeNames{{
     {Mode::ok, "ok"},
     {Mode::delay, "delay"},
     {Mode::status, "status"},
@@ -166,6 +169,7 @@ constexpr std::array<std::pair<Mode, std::string_view>, 13> kModeNames{{
     {Mode::hang, "hang"},
     {Mode::huge, "huge"},
     {Mode::drip, "drip"},
+    {Mode::overclaim, "overclaim"},
 }};
 
 std::optional<Mode> parse_mode(std::string_view name) {
@@ -1049,6 +1053,9 @@ class Connection {
       case Mode::hang:
         co_await wait_until_client_leaves();
         co_return false;
+      case Mode::overclaim:
+        co_await send_overclaimed(render_answer(rpc, behaviour, upstream_.chain));
+        co_return false;
     }
     if (behaviour.retry_after) response.set(http::field::retry_after, *behaviour.retry_after);
     co_return co_await send(std::move(response));
@@ -1087,6 +1094,17 @@ class Connection {
     beast::error_code error;
     co_await asio::async_write(stream_, asio::buffer(head), on_error(error));
     close();
+  }
+
+  // Claims a body of 2 000 000 000 bytes, sends the real (short) one, then waits for the client.
+  asio::awaitable<void> send_overclaimed(std::string body) {
+    std::string head =
+        "HTTP/1.1 200 OK\r\nServer: fake-upstream\r\nContent-Type: application/json\r\n"
+        "Content-Length: 2000000000\r\n\r\n";
+    head += body;
+    beast::error_code error;
+    co_await asio::async_write(stream_, asio::buffer(head), on_error(error));
+    if (!error) co_await wait_until_client_leaves();
   }
 
   // The head at once, then the body one byte at a time, drip_ms apart.

@@ -58,7 +58,12 @@ void weighted_order(Candidates& c, std::vector<double>& weights, Random& rng) {
     c[i].first_probability = total > 0 ? std::max(weights[i], 0.0) / total : 1.0 / static_cast<double>(n);
   }
   double left = total;
-  for (std::size_t k = 0; k + 1 < n && left > 0; ++k) {
+  for (std::size_t k = 0; k + 1 < n; ++k) {
+    if (left <= 0) {  // rounding can take the running sum to 0 with positive weights left
+      left = 0;
+      for (std::size_t j = k; j < n; ++j) left += std::max(weights[j], 0.0);
+      if (left <= 0) break;
+    }
     const double r = rng.uniform() * left;
     double sum = 0;
     std::size_t pick = n;

@@ -25,6 +25,7 @@ constexpr std::int64_t kMaxIdleUs = 60'000'000;       // older idle connections 
 constexpr std::size_t kReadChunk = 16 * 1024;         // like curl's receive buffer
 constexpr std::size_t kLargeReadChunk = 256 * 1024;   // once a large body is on its way
 constexpr std::uint64_t kReserveLimit = std::uint64_t{1} << 31;
+constexpr std::uint64_t kReserveUpFront = std::uint64_t{256} << 20;  // reserved before any byte arrives
 
 /// Beast's HTTP/1.1 response parser (status line, framing, chunked bodies, limits) keeping only
 /// what the router reads: the status, Retry-After and the body. The body is one std::string,
@@ -49,7 +50,8 @@ class ResponseReader final : public bhttp::basic_parser<false> {
   }
   void on_header_impl(beast::error_code&) override {}
   void on_body_init_impl(const boost::optional<std::uint64_t>& length, beast::error_code&) override {
-    if (length && *length <= kReserveLimit) body.reserve(static_cast<std::size_t>(*length) + kBodySlack);
+    // Reserved once, up to a bound: a claimed length beyond it grows as the bytes arrive.
+    if (length) body.reserve(static_cast<std::size_t>(std::min(*length, kReserveUpFront)) + kBodySlack);
   }
   std::size_t on_body_impl(beast::string_view piece, beast::error_code&) override { return append(piece); }
   void on_chunk_header_impl(std::uint64_t, beast::string_view, beast::error_code&) override {}
@@ -380,20 +382,23 @@ asio::awaitable<HttpResponse> NativeHttp::perform(HttpRequest request, std::shar
             conn->buffer.size() == 0) {
           // A large body of known length: read straight into the body (reserved at the header),
           // not through the connection's buffer and the parser: one copy less, and no large
-          // read buffer allocated, faulted in and freed per answer.
+          // read buffer allocated, faulted in and freed per answer. The body grows with what
+          // arrives (doubling), never to a length the provider only claims.
           auto& body = parser->body;
-          const auto old = body.size();
-          const auto left = static_cast<std::size_t>(*length);
-          body.resize(old + left);
-          // As much per receive as the socket holds (transfer_all would stop at 64 KiB a call).
-          const auto rest = [left](const boost::system::error_code& e, std::size_t got) -> std::size_t {
-            return e ? 0 : left - got;
-          };
-          const auto n = co_await asio::async_read(conn->socket, asio::buffer(body.data() + old, left), rest,
-                                                   asio::redirect_error(asio::use_awaitable, ec));
-          received += n;
-          body.resize(old + n);
-          if (n == left) {
+          auto left = static_cast<std::size_t>(*length);
+          while (left > 0) {
+            const auto old = body.size();
+            const auto chunk = std::min(left, std::max(kLargeReadChunk, old));
+            body.resize(old + chunk);
+            const auto n = co_await conn->socket.async_read_some(asio::buffer(body.data() + old, chunk),
+                                                                 asio::redirect_error(asio::use_awaitable, ec));
+            body.resize(old + n);
+            received += n;
+            left -= n;
+            if (ec || deadline->fired) break;
+          }
+          if (left == 0) {
+            ec = {};
             direct_done = true;
             break;
           }
