@@ -34,9 +34,10 @@ Route parse_route(std::string_view target) {
   if (auto q = target.find_first_of("?#"); q != std::string_view::npos) target = target.substr(0, q);
   if (target.empty() || target.front() != '/') return not_found("the path must start with '/'");
   if (target.size() > 1024) return not_found("the path is too long");
-  // At most 6 segments are meaningful: a fixed array, no allocation per request.
+  // At most 6 segments are meaningful and a 7th ends the walk below: a fixed array, no allocation
+  // per request.
   struct Parts {
-    std::array<std::string_view, 8> items;
+    std::array<std::string_view, 7> items;
     std::size_t n = 0;
     std::size_t size() const { return n; }
     bool empty() const { return n == 0; }
@@ -48,7 +49,6 @@ Route parse_route(std::string_view target) {
     auto part = rest.substr(0, slash);
     if (!part.empty()) {
       if (!segment_ok(part)) return not_found(fmt::format("'{}' is not a valid path segment", part.substr(0, 64)));
-      if (parts.n == parts.items.size()) return not_found("too many path segments");
       parts.items[parts.n++] = part;
     }
     if (slash == std::string_view::npos) break;

@@ -78,6 +78,9 @@ struct Response {
 [[nodiscard]] std::string make_call(std::string_view id, std::string_view method, std::string_view params);
 void append_call(std::string& out, std::string_view id, std::string_view method, std::string_view params);
 /// {"jsonrpc":"2.0","id":ID,"result":R}
+/// The envelope make_result writes: kResultHead, the id, kResultMiddle, the result, '}'.
+inline constexpr std::string_view kResultHead = R"({"jsonrpc":"2.0","id":)";
+inline constexpr std::string_view kResultMiddle = R"(,"result":)";
 [[nodiscard]] std::string make_result(std::string_view id, std::string_view result);
 /// {"jsonrpc":"2.0","id":ID,"error":{"code":C,"message":M[,"data":D]}}
 [[nodiscard]] std::string make_error(std::string_view id, std::int64_t code, std::string_view message,

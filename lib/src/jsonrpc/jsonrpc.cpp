@@ -549,9 +549,9 @@ std::string make_call(std::string_view id, std::string_view method, std::string_
 std::string make_result(std::string_view id, std::string_view result) {
   std::string out;
   out.reserve(32 + id.size() + result.size());
-  out += std::string_view(R"({"jsonrpc":"2.0","id":)");
+  out += kResultHead;
   out += id.empty() ? std::string_view("null") : id;
-  out += std::string_view(R"(,"result":)");
+  out += kResultMiddle;
   out += result;
   out += '}';
   return out;

@@ -42,11 +42,19 @@ Classification failure(Outcome o, std::string message) {
 
 }  // namespace
 
+namespace {
+
+/// Whether `part` is a view into `body` (where a reply's result normally points).
+bool points_into(const std::string& body, std::string_view part) {
+  return part.data() >= body.data() && part.data() + part.size() <= body.data() + body.size();
+}
+
+}  // namespace
+
 std::string take_part(Exchange& ex, std::string_view part) {
   auto& body = ex.http.body;
-  const char* begin = body.data();
-  if (part.data() < begin || part.data() + part.size() > begin + body.size()) return std::string(part);
-  const auto offset = static_cast<std::size_t>(part.data() - begin);
+  if (!points_into(body, part)) return std::string(part);
+  const auto offset = static_cast<std::size_t>(part.data() - body.data());
   std::string out = std::move(body);
   body.clear();
   if (offset > 0) std::memmove(out.data(), out.data() + offset, part.size());
@@ -55,25 +63,21 @@ std::string take_part(Exchange& ex, std::string_view part) {
 }
 
 std::string take_as_response(Exchange& ex, std::string_view result, std::string_view id) {
-  static constexpr std::string_view kHead = R"({"jsonrpc":"2.0","id":)";
-  static constexpr std::string_view kResult = R"(,"result":)";
   if (id.empty()) id = "null";
   auto& body = ex.http.body;
-  const char* begin = body.data();
-  const std::size_t prefix = kHead.size() + id.size() + kResult.size();
+  using jsonrpc::kResultHead, jsonrpc::kResultMiddle;
+  const std::size_t prefix = kResultHead.size() + id.size() + kResultMiddle.size();
   const std::size_t need = prefix + result.size() + 1;
-  if (result.data() < begin || result.data() + result.size() > begin + body.size() || need > body.capacity()) {
-    return jsonrpc::make_result(id, result);
-  }
-  const auto offset = static_cast<std::size_t>(result.data() - begin);
+  if (!points_into(body, result) || need > body.capacity()) return jsonrpc::make_result(id, result);
+  const auto offset = static_cast<std::size_t>(result.data() - body.data());
   std::string out = std::move(body);
   body.clear();
   if (out.size() < need) out.resize(need);  // within the capacity: the result's bytes stay put
   if (offset != prefix) std::memmove(out.data() + prefix, out.data() + offset, result.size());
   char* p = out.data();
-  std::memcpy(p, kHead.data(), kHead.size());
-  std::memcpy(p + kHead.size(), id.data(), id.size());
-  std::memcpy(p + kHead.size() + id.size(), kResult.data(), kResult.size());
+  std::memcpy(p, kResultHead.data(), kResultHead.size());
+  std::memcpy(p + kResultHead.size(), id.data(), id.size());
+  std::memcpy(p + kResultHead.size() + id.size(), kResultMiddle.data(), kResultMiddle.size());
   p[prefix + result.size()] = '}';
   out.resize(need);
   return out;
