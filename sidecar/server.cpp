@@ -17,6 +17,7 @@
 #include "routes.hpp"
 #include "rpcroute/blocks.hpp"
 #include "rpcroute/exchange.hpp"
+#include "rpcroute/http1.hpp"
 #include "rpcroute/json.hpp"
 #include "rpcroute/jsonrpc.hpp"
 #include "rpcroute/plan_report.hpp"
@@ -259,6 +260,30 @@ bool feed(RequestReader& parser, beast::flat_buffer& buffer, beast::error_code& 
     if (used == 0) return false;
   }
   return parser.is_done();
+}
+
+constexpr std::size_t kHeaderLimit = 32 * 1024;
+
+/// The fast path (rpcroute/http1.hpp): a whole, plain request in the buffer is taken in one pass,
+/// without Beast's parser. False leaves the buffer and the request to RequestReader.
+bool take_plain_request(beast::flat_buffer& buffer, std::uint64_t max_body, Request& r) {
+  const std::string_view in(static_cast<const char*>(buffer.data().data()), buffer.size());
+  http1::Message m;
+  if (!http1::parse_request(in, kHeaderLimit, max_body, m)) return false;
+  r.clear();
+  r.method = http::string_to_verb(beast::string_view(m.method.data(), m.method.size()));
+  r.method_string.assign(m.method);
+  r.target.assign(m.target);
+  r.version = m.version;
+  r.keep_alive = m.keep_alive;
+  r.host.assign(m.host);
+  r.origin.assign(m.origin);
+  r.authorization.assign(m.authorization);
+  const auto body = m.body(in);
+  r.body.reserve(body.size() + kBodySlack);  // parsed in place, like RequestReader's
+  r.body.assign(body);
+  buffer.consume(m.size());
+  return true;
 }
 
 }  // namespace
@@ -521,14 +546,19 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
       }
       conn.busy = true;
       metrics_.in_flight(+1);
-      RequestReader parser(req);
-      parser.eager(true);
-      parser.body_limit(config_.max_body);
-      parser.header_limit(32 * 1024);
       // A slow client is cancelled by the sweeper and still told 408. A request that has arrived
-      // whole (the common case) is parsed from the buffer at once: no read operation for it.
+      // whole (the common case) is parsed from the buffer at once: no read operation for it, and
+      // a plain one not even Beast's parser.
       conn.expire_in(config_.read_timeout_ms);
-      bool complete = feed(parser, buffer, ec);
+      bool complete = take_plain_request(buffer, config_.max_body, req);
+      std::optional<RequestReader> parser;
+      if (!complete) {
+        parser.emplace(req);
+        parser->eager(true);
+        parser->body_limit(config_.max_body);
+        parser->header_limit(kHeaderLimit);
+        complete = feed(*parser, buffer, ec);
+      }
       while (!complete && !ec) {
         if (conn.timed_out) {  // the sweeper's cancel came after the last read had completed
           ec = asio::error::operation_aborted;
@@ -542,12 +572,12 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
         auto n = co_await socket.async_read_some(buffer.prepare(size), asio::redirect_error(asio::use_awaitable, ec));
         if (ec == asio::error::eof) {
           // As http::async_read reports it: nothing at all, or a message cut short.
-          ec = parser.got_some() ? beast::error_code(http::error::partial_message) : beast::error_code(http::error::end_of_stream);
+          ec = parser->got_some() ? beast::error_code(http::error::partial_message) : beast::error_code(http::error::end_of_stream);
           break;
         }
         if (ec) break;
         buffer.commit(n);
-        complete = feed(parser, buffer, ec);
+        complete = feed(*parser, buffer, ec);
       }
       conn.deadline_us = 0;
       if (ec) {

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "rpcroute/clock.hpp"
+#include "rpcroute/http1.hpp"
 
 namespace rpcroute::detail {
 
@@ -26,6 +27,7 @@ constexpr std::size_t kReadChunk = 16 * 1024;         // like curl's receive buf
 constexpr std::size_t kLargeReadChunk = 256 * 1024;   // once a large body is on its way
 constexpr std::uint64_t kReserveLimit = std::uint64_t{1} << 31;
 constexpr std::uint64_t kReserveUpFront = std::uint64_t{256} << 20;  // reserved before any byte arrives
+constexpr std::size_t kHeaderLimit = 64 * 1024;
 
 /// Beast's HTTP/1.1 response parser (status line, framing, chunked bodies, limits) keeping only
 /// what the router reads: the status, Retry-After and the body. The body is one std::string,
@@ -341,17 +343,37 @@ asio::awaitable<HttpResponse> NativeHttp::perform(HttpRequest request, std::shar
     std::optional<ResponseReader> parser;
     parser.emplace();
     parser->eager(true);
-    parser->header_limit(64 * 1024);
+    parser->header_limit(kHeaderLimit);
     parser->body_limit(std::numeric_limits<std::uint64_t>::max());
     std::size_t received = 0;
     bool retry = false;
     bool failed = false;
     bool direct_done = false;  // the body was read past the parser, to its Content-Length
+    bool parser_used = false;  // Beast's parser has consumed bytes of this answer
+    bool plain_done = false;   // the answer was taken whole by the fast path
+    bool plain_reusable = false;
     for (;;) {
+      // A whole, plain answer (the usual small one) is taken in one pass, without the parser.
+      if (!parser_used && conn->buffer.size() > 0) {
+        const std::string_view in(static_cast<const char*>(conn->buffer.data().data()), conn->buffer.size());
+        http1::Message m;
+        if (http1::parse_response(in, kHeaderLimit, m)) {
+          r.status = m.status;
+          r.retry_after.assign(m.retry_after);
+          const auto body = m.body(in);
+          r.body.reserve(body.size() + kBodySlack);
+          r.body.assign(body);
+          plain_reusable = m.keep_alive && in.size() == m.size();
+          conn->buffer.consume(m.size());
+          plain_done = true;
+          break;
+        }
+      }
       // Feed what is buffered.
       while (conn->buffer.size() > 0 && !parser->is_done()) {
         const auto used = parser->put(conn->buffer.data(), ec);
         conn->buffer.consume(used);
+        if (used > 0) parser_used = true;
         if (ec == bhttp::error::need_more) {
           ec = {};
           break;
@@ -369,7 +391,7 @@ asio::awaitable<HttpResponse> NativeHttp::perform(HttpRequest request, std::shar
         if (status >= 100 && status < 200 && status != 101) {  // an interim answer: the real one follows
           parser.emplace();
           parser->eager(true);
-          parser->header_limit(64 * 1024);
+          parser->header_limit(kHeaderLimit);
           parser->body_limit(std::numeric_limits<std::uint64_t>::max());
           continue;
         }
@@ -452,6 +474,10 @@ asio::awaitable<HttpResponse> NativeHttp::perform(HttpRequest request, std::shar
       received += n;
     }
     deadline->socket = nullptr;
+    if (plain_done) {
+      if (plain_reusable) give_back(target->key, std::move(conn));
+      break;
+    }
     if (retry) continue;
     if (deadline->fired && !failed && !parser->is_done() && !direct_done) {
       timed_out(received);

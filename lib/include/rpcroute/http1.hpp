@@ -1,0 +1,41 @@
+#pragma once
+// The fast path for HTTP/1.1 messages that are whole and plain (lib/src/transport/http1.cpp).
+//
+// The sidecar's requests and the providers' answers are almost always the same few lines: a
+// request or status line, a handful of fields, Content-Length and a small body that arrived in one
+// read. These functions take exactly that case, in one pass and without allocating; for anything
+// else — a message not yet whole, chunked, folded, oversized, duplicated framing, a method or
+// token they do not know, or an outright error — they answer false and Beast's parser takes the
+// message from its first byte, with its own limits and error reports. They are stricter than
+// Beast, never looser: whatever they accept, Beast accepts with the same meaning (checked by
+// tests/unit/transport/http1_test.cpp and the fuzz.http1 differential target).
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace rpcroute::http1 {
+
+struct Message {
+  std::string_view method;  // requests: GET, HEAD, POST, PUT, DELETE, OPTIONS or PATCH
+  std::string_view target;  // requests
+  int status = 0;           // responses: 200–599 except 204 and 304 (no body by definition)
+  unsigned version = 11;    // 10 or 11
+  bool keep_alive = true;   // as Beast judges it from the version and Connection
+  std::string_view host, origin, authorization, retry_after;  // the first of each, trimmed
+  std::size_t head_size = 0;     // start line, fields and the empty line
+  std::uint64_t body_size = 0;   // Content-Length (0 without one, for requests)
+  [[nodiscard]] std::size_t size() const { return head_size + static_cast<std::size_t>(body_size); }
+  [[nodiscard]] std::string_view body(std::string_view in) const {
+    return in.substr(head_size, static_cast<std::size_t>(body_size));
+  }
+};
+
+/// A whole request at the start of `in`: head within `max_head` bytes, Content-Length (if any)
+/// within `max_body`, all of the body present. Bytes past it (a pipelined request) are left.
+bool parse_request(std::string_view in, std::size_t max_head, std::uint64_t max_body, Message& out);
+
+/// A whole response with a Content-Length body at the start of `in`, head within `max_head`.
+bool parse_response(std::string_view in, std::size_t max_head, Message& out);
+
+}  // namespace rpcroute::http1
