@@ -4,7 +4,8 @@
 // - whatever parse_body accepts is valid JSON to an independent parser (simdjson DOM): the router
 //   forwards params and ids byte for byte, so accepting malformed JSON would pass it upstream;
 // - a batch has exactly as many calls as the array has items, a single call exactly one;
-// - a valid call rebuilt with make_call() parses back to the same id, method and params.
+// - a valid call rebuilt with make_call() parses back to the same id, method and params;
+// - whatever the plain path accepts, the full path reads the same way (jsonrpc::detail).
 #include <cstdint>
 #include <string>
 
@@ -59,10 +60,25 @@ void check_against_dom(std::string_view text, const rpcroute::jsonrpc::Body& bod
   }
 }
 
+void check_plain_against_full(std::string_view text) {
+  namespace detail = rpcroute::jsonrpc::detail;
+  auto plain = detail::parse_plain_body(text);
+  if (!plain) return;
+  auto full = detail::parse_full_body(text);
+  FUZZ_CHECK(full.has_value());
+  FUZZ_CHECK(plain->batch == full->batch && plain->calls.size() == full->calls.size());
+  for (std::size_t i = 0; i < plain->calls.size(); ++i) {
+    const Call& a = plain->calls[i];
+    const Call& b = full->calls[i];
+    FUZZ_CHECK(a.id == b.id && a.method == b.method && a.params == b.params && a.invalid_reason == b.invalid_reason);
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   auto text = rpcroute::fuzz::as_text(data, size);
+  check_plain_against_full(text);
   auto body = rpcroute::jsonrpc::parse_body(text);
   if (!body) {
     const auto& e = body.error();

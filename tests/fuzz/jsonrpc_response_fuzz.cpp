@@ -8,6 +8,7 @@
 //
 // Invariants checked besides "no crash, no exception":
 // - parsing in place (the engine's path) and parsing a copy give the same answer;
+// - whatever the plain path accepts, the full path reads the same way (jsonrpc::detail);
 // - every call gets exactly one classification; a matched reply points into the parsed response
 //   and has the id of its call; a reply with a result is a success, one with an error is
 //   classified from its code and message;
@@ -77,6 +78,12 @@ bool same_reply(const jsonrpc::Reply& a, const jsonrpc::Reply& b) {
 void check_retry_after(std::int64_t ms) { FUZZ_CHECK(ms == -1 || (ms >= 0 && ms <= kWeekMs)); }
 
 void check_parsers_agree(std::string_view body) {
+  if (auto plain = jsonrpc::detail::parse_plain_response(body)) {
+    auto full = jsonrpc::detail::parse_full_response(body);
+    FUZZ_CHECK(full.has_value());
+    FUZZ_CHECK(plain->batch == full->batch && plain->replies.size() == full->replies.size());
+    for (std::size_t i = 0; i < plain->replies.size(); ++i) FUZZ_CHECK(same_reply(plain->replies[i], full->replies[i]));
+  }
   auto copied = jsonrpc::parse_response(body);
   std::string buffer(body);
   buffer.reserve(buffer.size() + 64);  // simdjson's padding, as the engine reserves it

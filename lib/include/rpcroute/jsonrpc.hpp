@@ -74,6 +74,20 @@ struct Response {
 /// The same, parsing in place when the buffer behind `body` has `capacity` ≥ size + 64 bytes.
 [[nodiscard]] tl::expected<Response, std::string> parse_response(std::string_view body, std::size_t capacity);
 
+namespace detail {
+/// The two ways parse_body and parse_response read a document, for tests and fuzzing. The plain
+/// path takes the common case in one pass — one object of valid JSON whose strings hold printable
+/// ASCII without escapes, numbers without exponents, and the expected members once each — and
+/// answers nullopt for anything else; the full path (simdjson On-Demand plus the grammar check)
+/// reads everything and says what is wrong. Whatever the plain path accepts, the full path must
+/// read the same way.
+[[nodiscard]] std::optional<Body> parse_plain_body(std::string_view text);
+[[nodiscard]] std::optional<Response> parse_plain_response(std::string_view text);
+[[nodiscard]] tl::expected<Body, BodyError> parse_full_body(std::string_view text, std::size_t capacity = 0);
+[[nodiscard]] tl::expected<Response, std::string> parse_full_response(std::string_view text,
+                                                                      std::size_t capacity = 0);
+}  // namespace detail
+
 /// {"jsonrpc":"2.0","id":ID,"method":M,"params":P}
 [[nodiscard]] std::string make_call(std::string_view id, std::string_view method, std::string_view params);
 void append_call(std::string& out, std::string_view id, std::string_view method, std::string_view params);

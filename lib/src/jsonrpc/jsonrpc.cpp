@@ -474,13 +474,25 @@ tl::expected<Response, std::string> parse_response_in(std::string_view text, std
 tl::expected<Body, BodyError> parse_body_in(std::string_view text, std::size_t capacity);
 }  // namespace
 
+// The plain path first (plain.cpp): the usual small request or answer in one pass. Anything it
+// declines, the full path reads from the start.
 tl::expected<Response, std::string> parse_response(std::string_view text, std::size_t capacity) {
+  if (auto plain = detail::parse_plain_response(text)) return std::move(*plain);
+  return detail::parse_full_response(text, capacity);
+}
+
+tl::expected<Body, BodyError> parse_body(std::string_view text, std::size_t capacity) {
+  if (auto plain = detail::parse_plain_body(text)) return std::move(*plain);
+  return detail::parse_full_body(text, capacity);
+}
+
+tl::expected<Response, std::string> detail::parse_full_response(std::string_view text, std::size_t capacity) {
   auto r = parse_response_in(text, capacity);
   if (text.size() > kKeptParserCapacity) release_large_parser();
   return r;
 }
 
-tl::expected<Body, BodyError> parse_body(std::string_view text, std::size_t capacity) {
+tl::expected<Body, BodyError> detail::parse_full_body(std::string_view text, std::size_t capacity) {
   auto r = parse_body_in(text, capacity);
   if (text.size() > kKeptParserCapacity) release_large_parser();
   return r;
