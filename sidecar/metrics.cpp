@@ -43,35 +43,43 @@ typename Map::mapped_type& slot(Map& map, Views... views) {
 
 void Metrics::on_call(const std::string& profile, const std::string& chain, std::string_view method,
                       const CallOutcome& out) {
-  // Method names come from clients: cap how many distinct ones become label values.
-  std::string_view m = method;
-  if (auto seen = methods_seen_.find(m); seen == methods_seen_.end()) {
-    if (methods_seen_.size() >= 256 || m.size() > 64) {
-      m = "other";
-    } else {
-      methods_seen_.emplace(std::string(m), true);
-    }
-  }
   const std::string_view provider = out.provider.empty() ? std::string_view("-") : std::string_view(out.provider);
   const auto status = status_name(out.status);
-  if (last_call_.count == nullptr ||
-      LabelLess::views(last_call_.key) != std::make_tuple(std::string_view(profile), std::string_view(chain), m, provider, status)) {
-    last_call_.count = &slot(calls_, std::string_view(profile), std::string_view(chain), m, provider, status);
-    last_call_.key = CallKey(profile, chain, std::string(m), std::string(provider), std::string(status));
+  auto& c = last_call_;
+  if (c.count == nullptr || c.status != status.data() || c.method != method || c.provider != provider ||
+      c.chain != chain || c.profile != profile) {
+    // Method names come from clients: cap how many distinct ones become label values. (A method
+    // that matched the last call's was mapped the same way then.)
+    std::string_view m = method;
+    if (auto seen = methods_seen_.find(m); seen == methods_seen_.end()) {
+      if (methods_seen_.size() >= 256 || m.size() > 64) {
+        m = "other";
+      } else {
+        methods_seen_.emplace(std::string(m), true);
+      }
+    }
+    c.count = &slot(calls_, std::string_view(profile), std::string_view(chain), m, provider, status);
+    c.profile = profile;
+    c.chain = chain;
+    c.method.assign(method);
+    c.provider.assign(provider);
+    c.status = status.data();
   }
-  ++*last_call_.count;
+  ++*c.count;
   for (const auto& a : out.attempts) {
     const auto outcome = outcome_name(a.result.outcome);
-    if (last_attempt_.count == nullptr ||
-        LabelLess::views(last_attempt_.key) !=
-            std::make_tuple(std::string_view(profile), std::string_view(chain), std::string_view(a.provider), outcome)) {
-      last_attempt_.count =
-          &slot(attempts_, std::string_view(profile), std::string_view(chain), std::string_view(a.provider), outcome);
-      last_attempt_.latency = &slot(latency_, std::string_view(profile), std::string_view(chain), std::string_view(a.provider));
-      last_attempt_.key = AttemptKey(profile, chain, a.provider, std::string(outcome));
+    auto& l = last_attempt_;
+    if (l.count == nullptr || l.outcome != outcome.data() || l.provider != a.provider || l.chain != chain ||
+        l.profile != profile) {
+      l.count = &slot(attempts_, std::string_view(profile), std::string_view(chain), std::string_view(a.provider), outcome);
+      l.latency = &slot(latency_, std::string_view(profile), std::string_view(chain), std::string_view(a.provider));
+      l.profile = profile;
+      l.chain = chain;
+      l.provider = a.provider;
+      l.outcome = outcome.data();
     }
-    ++*last_attempt_.count;
-    auto& h = *last_attempt_.latency;
+    ++*l.count;
+    auto& h = *l.latency;
     for (std::size_t i = 0; i < kBucketsMs.size(); ++i) {
       if (a.latency_ms <= kBucketsMs[i]) ++h.buckets[i];
     }

@@ -57,14 +57,17 @@ class Metrics {
   std::int64_t in_flight_ = 0;
   std::map<std::string, bool, std::less<>> methods_seen_;
 
-  // The last keys used and where their values live (std::map never moves them): steady traffic
-  // counts without walking the maps.
+  // The last labels counted under and where their values live (std::map never moves them):
+  // steady traffic counts without walking the maps. Status and outcome names are static text,
+  // compared by address.
   struct LastCall {
-    CallKey key;
+    std::string profile, chain, method, provider;  // method as the client sent it
+    const char* status = nullptr;
     std::uint64_t* count = nullptr;
   } last_call_;
   struct LastAttempt {
-    AttemptKey key;
+    std::string profile, chain, provider;
+    const char* outcome = nullptr;
     std::uint64_t* count = nullptr;
     Histogram* latency = nullptr;
   } last_attempt_;

@@ -276,9 +276,9 @@ bool take_plain_request(beast::flat_buffer& buffer, std::uint64_t max_body, Requ
   r.target.assign(m.target);
   r.version = m.version;
   r.keep_alive = m.keep_alive;
-  r.host.assign(m.host);
-  r.origin.assign(m.origin);
-  r.authorization.assign(m.authorization);
+  if (!m.host.empty()) r.host.assign(m.host);  // clear() emptied them
+  if (!m.origin.empty()) r.origin.assign(m.origin);
+  if (!m.authorization.empty()) r.authorization.assign(m.authorization);
   const auto body = m.body(in);
   r.body.reserve(body.size() + kBodySlack);  // parsed in place, like RequestReader's
   r.body.assign(body);
@@ -288,11 +288,22 @@ bool take_plain_request(beast::flat_buffer& buffer, std::uint64_t max_body, Requ
 
 }  // namespace
 
+/// An answer being built. A connection keeps one and resets it per request, so that its buffers
+/// (the header lines) are reused rather than allocated per response.
 struct Server::Reply {
   http::status status = http::status::ok;
   std::string body;
-  std::string content_type = "application/json";
+  std::string_view content_type = "application/json";  // static text
   std::string header_lines;  // "Name: value\r\n" each; values never hold CR or LF (Beast rejects them)
+  void reset() {
+    status = http::status::ok;
+    body.clear();
+    content_type = "application/json";
+    header_lines.clear();
+    rpc_method.clear();
+    provider.clear();
+    attempts = 0;
+  }
   void header(std::string_view name, std::string_view value) {
     const auto at = header_lines.size();
     header_lines.resize(at + name.size() + value.size() + 4);
@@ -527,6 +538,7 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
   Request req;
   req.remote = remote;
   std::string head;  // each response's status line and headers
+  Reply reply;       // each response's status, body and extra headers
 
   // Whatever happens in the loop, the connection leaves the set the sweeper and shutdown walk
   // (an exception escaping this frame would leave a dangling pointer there). Not an RAII guard:
@@ -610,13 +622,13 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
         break;
       }
       const auto started = steady_us();
-      Reply reply;
+      reply.reset();
       try {
-        reply = co_await answer(req);
+        co_await answer(req, reply);
       } catch (const std::exception& e) {
         // Every request gets an answer: an unexpected failure (out of memory, say) is a 500, and
         // the connection goes on.
-        reply = Reply{};
+        reply.reset();
         reply.status = http::status::internal_server_error;
         reply.body = json_error_body("internal error while answering this request");
         log(fmt::format("rpcroute: internal error answering {} {}: {}", req.method_string, req.target.substr(0, 200),
@@ -627,7 +639,7 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
       // Beast's serializer would produce, at a fraction of its cost per response.
       const bool keep_alive = req.keep_alive && !draining_;
       response_head(head, reply.status, req.version, keep_alive,
-                    !reply.body.empty() || reply.status != http::status::no_content ? std::string_view(reply.content_type)
+                    !reply.body.empty() || reply.status != http::status::no_content ? reply.content_type
                                                                                     : std::string_view(),
                     reply.header_lines, reply.body.size());
       metrics_.on_http(static_cast<int>(reply.status));
@@ -693,8 +705,7 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
   socket.shutdown(tcp::socket::shutdown_both, ignored);
 }
 
-asio::awaitable<Server::Reply> Server::answer(const Request& req) {
-  Reply reply;
+asio::awaitable<void> Server::answer(const Request& req, Reply& reply) {
   auto error = [&](http::status status, std::string message) {
     reply.status = status;
     reply.body = json_error_body(message);
@@ -703,18 +714,23 @@ asio::awaitable<Server::Reply> Server::answer(const Request& req) {
   // DNS rebinding: only loopback names, unless remote access was asked for.
   if (!config_.allow_remote) {
     std::string_view host = req.host;
-    if (!host.empty() && !loopback_name(host_only(host)) && host_only(host) != lower(config_.host)) {
-      error(http::status::forbidden, "Host header is not a loopback name");
-      co_return reply;
+    // A client sends the same Host every time: the last one that passed is passed again as is.
+    if (!host.empty() && host != last_good_host_) {
+      if (!loopback_name(host_only(host)) && host_only(host) != lower(config_.host)) {
+        error(http::status::forbidden, "Host header is not a loopback name");
+        co_return;
+      }
+      last_good_host_.assign(host);
     }
   }
   std::string_view origin = req.origin;
   if (!origin.empty()) {
-    if (!origin_allowed(origin, config_.allow_origins)) {
+    if (origin != last_good_origin_ && !origin_allowed(origin, config_.allow_origins)) {
       error(http::status::forbidden, fmt::format("origin {} is not allowed (see --allow-origin)", std::string(origin.substr(0, 200))));
-      co_return reply;
+      co_return;
     }
-    reply.header("Access-Control-Allow-Origin", std::string(origin));
+    last_good_origin_.assign(origin);
+    reply.header("Access-Control-Allow-Origin", origin);
     reply.header("Vary", "Origin");
     reply.header("Access-Control-Expose-Headers",
                                "X-Rpcroute-Provider, X-Rpcroute-Upstream-Latency, X-Rpcroute-Attempts, "
@@ -725,28 +741,39 @@ asio::awaitable<Server::Reply> Server::answer(const Request& req) {
     reply.header("Access-Control-Allow-Methods", "POST, GET, OPTIONS");
     reply.header("Access-Control-Allow-Headers", "Content-Type, Authorization");
     reply.header("Access-Control-Max-Age", "600");
-    co_return reply;
+    co_return;
   }
-  auto route = parse_route(req.target);
+  // Clients post to the same path over and over: the last RPC route is kept with its target.
+  if (route_cache_target_.empty() || req.target != route_cache_target_) {
+    Route parsed_route = parse_route(req.target);
+    if (parsed_route.kind != RouteKind::rpc) {
+      route_cache_target_.clear();
+      route_cache_ = std::move(parsed_route);
+    } else {
+      route_cache_ = std::move(parsed_route);
+      route_cache_target_ = req.target;
+    }
+  }
+  const Route route = route_cache_;
   if (!config_.token.empty() && route.kind != RouteKind::healthz) {
     std::string_view auth = req.authorization;
     if (!constant_time_equal(auth, "Bearer " + config_.token)) {
       error(http::status::unauthorized, "missing or wrong bearer token");
       reply.header("WWW-Authenticate", "Bearer");
-      co_return reply;
+      co_return;
     }
   }
   if (route.kind == RouteKind::not_found) {
     reply.status = http::status::not_found;
     reply.body = json_error_body(route.problem, "routes", route_shapes_json());
-    co_return reply;
+    co_return;
   }
   const bool is_get = req.method == http::verb::get || req.method == http::verb::head;
   if (route.kind != RouteKind::rpc) {
     if (!is_get) {
       error(http::status::method_not_allowed, "use GET");
       reply.header("Allow", "GET");
-      co_return reply;
+      co_return;
     }
     const auto now = clock_.now_ms();
     if (route.kind == RouteKind::metrics) {
@@ -754,7 +781,7 @@ asio::awaitable<Server::Reply> Server::answer(const Request& req) {
       for (auto& [name, rt] : profiles_) list.push_back(&rt->profile);
       reply.body = metrics_.render(list, store_.state(), now);
       reply.content_type = "text/plain; version=0.0.4";
-      co_return reply;
+      co_return;
     }
     json::Writer w;
     w.begin_object();
@@ -798,18 +825,18 @@ asio::awaitable<Server::Reply> Server::answer(const Request& req) {
     }
     w.end_object();
     reply.body = w.take();
-    co_return reply;
+    co_return;
   }
 
   if (req.method != http::verb::post) {
     error(http::status::method_not_allowed, "JSON-RPC routes take POST");
     reply.header("Allow", "POST, OPTIONS");
-    co_return reply;
+    co_return;
   }
   ProfileRuntime* rt = runtime(route.target.profile);
   if (rt == nullptr) {
     error(http::status::not_found, fmt::format("unknown profile '{}'", route.target.profile));
-    co_return reply;
+    co_return;
   }
   const Chain* chain = route.target.chain.empty() ? &rt->profile.chains.front() : rt->profile.find_chain(route.target.chain);
   if (chain == nullptr) {
@@ -820,23 +847,23 @@ asio::awaitable<Server::Reply> Server::answer(const Request& req) {
     reply.status = http::status::not_found;
     reply.body = json_error_body(fmt::format("unknown chain '{}' in profile '{}'", route.target.chain, rt->profile.name),
                                  "chains", names.str());
-    co_return reply;
+    co_return;
   }
   if (route.target.provider && chain->find_provider(*route.target.provider) == nullptr) {
     error(http::status::not_found, fmt::format("unknown provider '{}' on chain {}", *route.target.provider, chain->name));
-    co_return reply;
+    co_return;
   }
 
   auto parsed = jsonrpc::parse_body(req.body, req.body.capacity());
   if (!parsed) {
     reply.body = jsonrpc::make_error("null", parsed.error().code, parsed.error().message);
-    co_return reply;
+    co_return;
   }
   if (parsed->calls.size() > config_.max_batch) {
     reply.body = jsonrpc::make_error("null", jsonrpc::kInvalidRequest,
                                      fmt::format("invalid request: a batch of {} exceeds the limit of {} (--max-batch)",
                                                  parsed->calls.size(), config_.max_batch));
-    co_return reply;
+    co_return;
   }
   RouteOptions options;
   options.strategy = route.target.strategy ? route.target.strategy : config_.strategy;
@@ -890,29 +917,40 @@ asio::awaitable<Server::Reply> Server::answer(const Request& req) {
     reply.body = body.size() > 2 ? std::move(body) : std::string();
   } else {
     reply.body = std::move(outs.front().response);
-    reply.rpc_method = parsed->calls.front().method;
+    if (config_.verbose) reply.rpc_method = parsed->calls.front().method;
   }
   if (reply.body.empty()) reply.status = http::status::no_content;  // notifications only
   if (routed > 0 && unavailable == routed) {
     reply.status = http::status::service_unavailable;
     if (retry_after >= 0) reply.header("Retry-After", std::to_string((retry_after + 999) / 1000));
   }
-  reply.provider = providers;
+  if (config_.verbose) reply.provider = providers;
   reply.attempts = attempts;
-  reply.header_lines.reserve(reply.header_lines.size() + 224 + providers.size());
-  reply.header("X-Rpcroute-Provider", providers.empty() ? std::string_view("-") : std::string_view(providers));
-  {
-    char buf[64];
-    auto [end, ec] = std::to_chars(buf, buf + sizeof buf, latency, std::chars_format::fixed, 3);
-    reply.header("X-Rpcroute-Upstream-Latency",
-                 ec == std::errc() ? std::string(buf, end) : fmt::format("{:.3f}", latency));
-    auto [end2, ec2] = std::to_chars(buf, buf + sizeof buf, attempts);
-    reply.header("X-Rpcroute-Attempts", std::string_view(buf, static_cast<std::size_t>(end2 - buf)));
-  }
-  reply.header("X-Rpcroute-Strategy", strategy_name(strategy));
-  reply.header("X-Rpcroute-Cache", "MISS");
-  reply.header("X-Rpcroute-Request-Id", request_id);
-  co_return reply;
+  // The six X-Rpcroute headers of every RPC answer, written through a cursor in one append.
+  const std::string_view provider_list = providers.empty() ? std::string_view("-") : std::string_view(providers);
+  const std::string_view strategy_text = strategy_name(strategy);
+  std::string& lines = reply.header_lines;
+  const auto at = lines.size();
+  lines.resize(at + 600 + provider_list.size() + strategy_text.size() + request_id.size());  // fixed parts < 200
+  char* p = lines.data() + at;
+  auto put = [&p](std::string_view piece) {
+    std::memcpy(p, piece.data(), piece.size());
+    p += piece.size();
+  };
+  put("X-Rpcroute-Provider: "sv);
+  put(provider_list);
+  put("\r\nX-Rpcroute-Upstream-Latency: "sv);
+  // Any double in fixed notation fits the 400 bytes reserved for it.
+  p = std::to_chars(p, p + 400, latency, std::chars_format::fixed, 3).ptr;
+  put("\r\nX-Rpcroute-Attempts: "sv);
+  p = std::to_chars(p, p + 24, attempts).ptr;
+  put("\r\nX-Rpcroute-Strategy: "sv);
+  put(strategy_text);
+  put("\r\nX-Rpcroute-Cache: MISS\r\nX-Rpcroute-Request-Id: "sv);
+  put(request_id);
+  put("\r\n"sv);
+  lines.resize(static_cast<std::size_t>(p - lines.data()));
+  co_return;
 }
 
 }  // namespace rpcroute::sidecar

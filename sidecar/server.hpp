@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "metrics.hpp"
+#include "routes.hpp"
 #include "rpcroute/asio_compat.hpp"
 #include "rpcroute/clock.hpp"
 #include "rpcroute/config.hpp"
@@ -81,6 +82,10 @@ class Server {
   asio::ip::tcp::acceptor acceptor_;
   std::uint16_t port_ = 0;
   std::string default_profile_;
+  std::string last_good_host_;    // the last Host header the rebinding check passed
+  std::string last_good_origin_;  // the last Origin the allow-list passed
+  std::string route_cache_target_;  // the last request target that parsed to an RPC route ...
+  Route route_cache_;               // ... and its route
   std::map<std::string, std::unique_ptr<ProfileRuntime>, std::less<>> profiles_;
   std::set<std::string, std::less<>> unloadable_;
   Metrics metrics_;
@@ -93,7 +98,7 @@ class Server {
 
   asio::awaitable<void> serve_connection(asio::ip::tcp::socket socket);
   struct Reply;
-  asio::awaitable<Reply> answer(const Request& request);
+  asio::awaitable<void> answer(const Request& request, Reply& reply);
 };
 
 }  // namespace rpcroute::sidecar

@@ -10,6 +10,8 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <array>
+
 #include "rpcroute/config.hpp"
 
 namespace rpcroute {
@@ -106,16 +108,36 @@ std::int64_t default_method_timeout_ms(std::string_view method) {
       "eth_call",     "eth_estimateGas", "eth_createAccessList", "eth_getLogs",
       "eth_getProof", "eth_getBlockReceipts", "eth_getFilterLogs", "eth_simulateV1",
   };
+  // Routed calls ask for the same few methods over and over: the last answer is kept.
+  thread_local std::string last_method;
+  thread_local std::int64_t last_ms = 0;
+  if (!last_method.empty() && method == last_method) return last_ms;
+  const auto ms = [&]() -> std::int64_t {
   if (method.starts_with("debug_") || method.starts_with("trace_")) return 60'000;
-  // Asked for every routed call: one hash lookup rather than ~30 comparisons.
-  static const std::unordered_map<std::string_view, std::int64_t> kTimeouts = [] {
-    std::unordered_map<std::string_view, std::int64_t> t;
-    for (auto m : kCheap) t.emplace(m, 5'000);
-    for (auto m : kHeavy) t.emplace(m, 20'000);
+  // Asked for every routed call: the names are grouped by length, so a lookup compares the
+  // method with at most a few names of its own length (cheaper than hashing it).
+  struct Entry {
+    std::string_view name;
+    std::int64_t ms;
+  };
+  static const auto kByLength = [] {
+    std::array<std::vector<Entry>, 48> t{};
+    for (auto m : kCheap) t[m.size()].push_back({m, 5'000});
+    for (auto m : kHeavy) t[m.size()].push_back({m, 20'000});
     return t;
   }();
-  if (auto it = kTimeouts.find(method); it != kTimeouts.end()) return it->second;
+  if (method.size() < kByLength.size()) {
+    for (const auto& e : kByLength[method.size()]) {
+      if (e.name == method) return e.ms;
+    }
+  }
   return 10'000;
+  }();
+  if (method.size() <= 64) {
+    last_method.assign(method);
+    last_ms = ms;
+  }
+  return ms;
 }
 
 std::int64_t attempt_timeout_ms(std::string_view method, const Provider& provider, const MethodPolicy& policy) {

@@ -553,8 +553,25 @@ void append_call(std::string& out, std::string_view id, std::string_view method,
 
 std::string make_call(std::string_view id, std::string_view method, std::string_view params) {
   std::string out;
-  out.reserve(48 + id.size() + method.size() + params.size());
-  append_call(out, id, method, params);
+  const bool plain = std::none_of(method.begin(), method.end(), [](char c) {
+    return static_cast<unsigned char>(c) < 0x20 || c == '"' || c == '\\';
+  });
+  if (!plain) {
+    out.reserve(48 + id.size() + method.size() + params.size());
+    append_call(out, id, method, params);
+    return out;
+  }
+  // The usual method name needs no escape: the whole call is sized once and copied in pieces.
+  constexpr std::string_view head = R"({"jsonrpc":"2.0","id":)", mid = R"(,"method":")", tail = R"(","params":)";
+  if (id.empty()) id = "null";
+  if (params.empty()) params = "[]";
+  out.resize(head.size() + id.size() + mid.size() + method.size() + tail.size() + params.size() + 1);
+  char* p = out.data();
+  for (std::string_view piece : {head, id, mid, method, tail, params}) {
+    std::memcpy(p, piece.data(), piece.size());
+    p += piece.size();
+  }
+  *p = '}';
   return out;
 }
 
