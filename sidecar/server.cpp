@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <chrono>
 #include <ctime>
 #include <cstring>
@@ -940,8 +941,20 @@ asio::awaitable<void> Server::answer(const Request& req, Reply& reply) {
   put("X-Rpcroute-Provider: "sv);
   put(provider_list);
   put("\r\nX-Rpcroute-Upstream-Latency: "sv);
-  // Any double in fixed notation fits the 400 bytes reserved for it.
-  p = std::to_chars(p, p + 400, latency, std::chars_format::fixed, 3).ptr;
+  // Milliseconds with 3 decimals. Latencies are whole microseconds, so integer arithmetic writes
+  // what to_chars(fixed, 3) would, at a fraction of its cost; anything else (never seen) takes
+  // to_chars, and any double in fixed notation fits the 400 bytes reserved for it.
+  if (const double us = latency * 1000.0; latency >= 0 && latency < 1e12 && us == std::floor(us)) {
+    const auto whole = static_cast<std::uint64_t>(us);
+    p = std::to_chars(p, p + 24, whole / 1000).ptr;
+    const auto frac = static_cast<unsigned>(whole % 1000);
+    *p++ = '.';
+    *p++ = static_cast<char>('0' + frac / 100);
+    *p++ = static_cast<char>('0' + frac / 10 % 10);
+    *p++ = static_cast<char>('0' + frac % 10);
+  } else {
+    p = std::to_chars(p, p + 400, latency, std::chars_format::fixed, 3).ptr;
+  }
   put("\r\nX-Rpcroute-Attempts: "sv);
   p = std::to_chars(p, p + 24, attempts).ptr;
   put("\r\nX-Rpcroute-Strategy: "sv);

@@ -52,6 +52,7 @@ class Engine {
   struct Core;
 
  private:
+  [[nodiscard]] asio::awaitable<HttpResponse> perform_curl(HttpRequest request);
   std::shared_ptr<Core> core_;
 };
 

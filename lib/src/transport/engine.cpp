@@ -305,19 +305,16 @@ Engine::~Engine() {
   core_->multi.reset();
 }
 
-std::size_t Engine::in_flight() const { return core_->in_flight; }
+std::size_t Engine::in_flight() const { return core_->in_flight + core_->native->in_flight(); }
 
+// Not a coroutine itself: the native client's transfer is handed back as it is (one coroutine
+// frame less per request); curl's is perform_curl.
 asio::awaitable<HttpResponse> Engine::perform(HttpRequest request) {
-  if (auto target = core_->native->target_for(request)) {
-    struct InFlight {
-      std::shared_ptr<Core> core;
-      explicit InFlight(std::shared_ptr<Core> c) : core(std::move(c)) { ++core->in_flight; }
-      ~InFlight() { --core->in_flight; }
-    } guard(core_);
-    auto native = core_->native;
-    HttpResponse r = co_await native->perform(std::move(request), std::move(target));
-    co_return r;
-  }
+  if (auto target = core_->native->target_for(request)) return core_->native->perform(std::move(request), std::move(target));
+  return perform_curl(std::move(request));
+}
+
+asio::awaitable<HttpResponse> Engine::perform_curl(HttpRequest request) {
   core_->ensure_multi();
   auto t = std::make_unique<Transfer>(core_, std::move(request));
   t->easy = core_->acquire();

@@ -224,6 +224,13 @@ void NativeHttp::give_back(const std::string& key, std::unique_ptr<Conn> conn) {
 
 asio::awaitable<HttpResponse> NativeHttp::perform(HttpRequest request, std::shared_ptr<const Target> target) {
   auto self = shared_from_this();
+  struct InFlight {
+    std::size_t& n;
+    explicit InFlight(std::size_t& count) : n(count) { ++n; }
+    ~InFlight() { --n; }
+    InFlight(const InFlight&) = delete;
+    InFlight& operator=(const InFlight&) = delete;
+  } in_flight(in_flight_);
   HttpResponse r;
   const auto started = steady_us();
   const auto timeout_ms = std::max<std::int64_t>(1, request.timeout_ms);

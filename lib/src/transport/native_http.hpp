@@ -32,6 +32,8 @@ class NativeHttp : public std::enable_shared_from_this<NativeHttp> {
   void close_idle();
 
   [[nodiscard]] std::size_t idle_connections() const { return idle_count_; }
+  /// Transfers in flight (each perform() frame counts itself).
+  [[nodiscard]] std::size_t in_flight() const { return in_flight_; }
 
  private:
   std::unique_ptr<Conn> take_idle(const std::string& key);
@@ -42,6 +44,7 @@ class NativeHttp : public std::enable_shared_from_this<NativeHttp> {
   std::unordered_map<std::string, std::shared_ptr<const Target>> targets_;  // by URL; null: not native
   std::unordered_map<std::string, std::vector<std::unique_ptr<Conn>>> idle_;
   std::size_t idle_count_ = 0;
+  std::size_t in_flight_ = 0;
 };
 
 }  // namespace rpcroute::detail
