@@ -175,7 +175,8 @@ bool advance(std::array<asio::const_buffer, 2>& out, std::size_t n) {
 /// the body, in buffers that a connection reuses from one request to the next.
 struct Request {
   http::verb method = http::verb::unknown;
-  std::string method_string;
+  std::string_view method_string;  // static text for a known method, else method_storage
+  std::string method_storage;
   std::string target;
   unsigned version = 11;
   bool keep_alive = true;
@@ -187,7 +188,7 @@ struct Request {
 
   void clear() {
     method = http::verb::unknown;
-    method_string.clear();
+    method_string = {};
     target.clear();
     version = 11;
     keep_alive = true;
@@ -214,7 +215,12 @@ class RequestReader final : public http::basic_parser<true> {
   void on_request_impl(http::verb method, beast::string_view method_str, beast::string_view target, int version,
                        beast::error_code&) override {
     r_.method = method;
-    r_.method_string.assign(method_str.data(), method_str.size());
+    if (method != http::verb::unknown) {
+      r_.method_string = sv(http::to_string(method));
+    } else {
+      r_.method_storage.assign(method_str.data(), method_str.size());
+      r_.method_string = r_.method_storage;
+    }
     r_.target.assign(target.data(), target.size());
     r_.version = static_cast<unsigned>(version);
   }
@@ -273,7 +279,7 @@ bool take_plain_request(beast::flat_buffer& buffer, std::uint64_t max_body, Requ
   if (!http1::parse_request(in, kHeaderLimit, max_body, m)) return false;
   r.clear();
   r.method = http::string_to_verb(beast::string_view(m.method.data(), m.method.size()));
-  r.method_string.assign(m.method);
+  r.method_string = sv(http::to_string(r.method));  // a method the fast path knows: static text
   r.target.assign(m.target);
   r.version = m.version;
   r.keep_alive = m.keep_alive;
@@ -878,10 +884,19 @@ asio::awaitable<void> Server::answer(const Request& req, Reply& reply) {
                                     ++request_counter_);
     request_id = std::string_view(request_id_text, std::min(r.size, sizeof request_id_text));
   } else {
-    static constexpr char kHex[] = "0123456789abcdef";
+    // Two hex digits per step from a table.
+    static constexpr auto kHexPairs = [] {
+      std::array<char, 512> t{};
+      constexpr char hex[] = "0123456789abcdef";
+      for (int b = 0; b < 256; ++b) {
+        t[static_cast<std::size_t>(2 * b)] = hex[b >> 4];
+        t[static_cast<std::size_t>(2 * b + 1)] = hex[b & 0xf];
+      }
+      return t;
+    }();
     std::uint64_t v = (static_cast<std::uint64_t>(request_prefix_ & 0xffffffffULL) << 32) |
                       (static_cast<std::uint64_t>(++request_counter_) & 0xffffffffULL);
-    for (int i = 15; i >= 0; --i, v >>= 4) request_id_text[i] = kHex[v & 0xf];
+    for (int i = 7; i >= 0; --i, v >>= 8) std::memcpy(request_id_text + 2 * i, &kHexPairs[2 * (v & 0xff)], 2);
     request_id = std::string_view(request_id_text, 16);
   }
   std::vector<CallOutcome> outs = co_await rt->router->route(*chain, parsed->calls, options);

@@ -6,6 +6,8 @@
 #include <string_view>
 #include <vector>
 
+#include <boost/container/small_vector.hpp>
+
 #include "rpcroute/asio_compat.hpp"
 #include "rpcroute/clock.hpp"
 #include "rpcroute/config.hpp"
@@ -28,8 +30,9 @@ struct UpstreamCall {
 struct Exchange {
   HttpResponse http;
   std::optional<jsonrpc::Response> response;
-  std::vector<Classification> per_call;
-  std::vector<const jsonrpc::Reply*> replies;  // into response; null where the call got no answer
+  // Inline room for one call (the usual exchange): no allocation for it.
+  boost::container::small_vector<Classification, 1> per_call;
+  boost::container::small_vector<const jsonrpc::Reply*, 1> replies;  // into response; null where the call got no answer
   Classification overall;                      // what the breaker and rate-limit marks see
 
   Exchange() = default;

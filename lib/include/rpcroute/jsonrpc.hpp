@@ -81,8 +81,10 @@ namespace detail {
 /// answers nullopt for anything else; the full path (simdjson On-Demand plus the grammar check)
 /// reads everything and says what is wrong. Whatever the plain path accepts, the full path must
 /// read the same way.
-[[nodiscard]] std::optional<Body> parse_plain_body(std::string_view text);
-[[nodiscard]] std::optional<Response> parse_plain_response(std::string_view text);
+/// `capacity`: bytes readable from text.data() (a std::string's capacity); with 16 to spare, the
+/// last bytes are scanned with the rest.
+[[nodiscard]] std::optional<Body> parse_plain_body(std::string_view text, std::size_t capacity = 0);
+[[nodiscard]] std::optional<Response> parse_plain_response(std::string_view text, std::size_t capacity = 0);
 [[nodiscard]] tl::expected<Body, BodyError> parse_full_body(std::string_view text, std::size_t capacity = 0);
 [[nodiscard]] tl::expected<Response, std::string> parse_full_response(std::string_view text,
                                                                       std::size_t capacity = 0);

@@ -477,12 +477,12 @@ tl::expected<Body, BodyError> parse_body_in(std::string_view text, std::size_t c
 // The plain path first (plain.cpp): the usual small request or answer in one pass. Anything it
 // declines, the full path reads from the start.
 tl::expected<Response, std::string> parse_response(std::string_view text, std::size_t capacity) {
-  if (auto plain = detail::parse_plain_response(text)) return std::move(*plain);
+  if (auto plain = detail::parse_plain_response(text, capacity)) return std::move(*plain);
   return detail::parse_full_response(text, capacity);
 }
 
 tl::expected<Body, BodyError> parse_body(std::string_view text, std::size_t capacity) {
-  if (auto plain = detail::parse_plain_body(text)) return std::move(*plain);
+  if (auto plain = detail::parse_plain_body(text, capacity)) return std::move(*plain);
   return detail::parse_full_body(text, capacity);
 }
 
@@ -553,9 +553,12 @@ void append_call(std::string& out, std::string_view id, std::string_view method,
 
 std::string make_call(std::string_view id, std::string_view method, std::string_view params) {
   std::string out;
-  const bool plain = std::none_of(method.begin(), method.end(), [](char c) {
-    return static_cast<unsigned char>(c) < 0x20 || c == '"' || c == '\\';
-  });
+  unsigned special = 0;  // branch-free: any control character, quote or backslash
+  for (char c : method) {
+    const auto u = static_cast<unsigned char>(c);
+    special |= static_cast<unsigned>(u < 0x20) | static_cast<unsigned>(u == '"') | static_cast<unsigned>(u == '\\');
+  }
+  const bool plain = special == 0;
   if (!plain) {
     out.reserve(48 + id.size() + method.size() + params.size());
     append_call(out, id, method, params);

@@ -6,6 +6,7 @@
 // every error, answers nullopt: the full path (simdjson On-Demand plus the grammar check) then
 // reads the document from the start and reports exactly as it always has.
 
+#include <algorithm>
 #include <cstring>
 
 #include "rpcroute/jsonrpc.hpp"
@@ -26,17 +27,25 @@ inline bool is_digit(char c) { return c >= '0' && c <= '9'; }
 /// The first byte from `p` that ends a plain string run: '"', '\\', a control character (< 0x20)
 /// or a non-ASCII byte (whose UTF-8 the full path checks). 16 bytes per step where SSE2 is, so a
 /// long hex result costs little more than a memchr.
-inline const char* string_run_end(const char* p, const char* end) {
+/// `readable`: how far past `p` bytes may be loaded (at least `end`): with padding behind the
+/// text, the last bytes are scanned 16 at a time too and a stop found past `end` means `end`.
+inline const char* string_run_end(const char* p, const char* end, const char* readable) {
 #if defined(__SSE2__)
   const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
-  while (end - p >= 16) {
+  const char* const simd_end = readable - end >= 16 ? end : end - 15;  // loads start before it
+  while (p < simd_end) {
     const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
     // Signed compare: bytes >= 0x80 are negative, so "< 0x20" catches them with the controls.
     const __m128i stop =
         _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(b, quote), _mm_cmpeq_epi8(b, backslash)), _mm_cmplt_epi8(b, space));
-    if (const int mask = _mm_movemask_epi8(stop); mask != 0) return p + __builtin_ctz(static_cast<unsigned>(mask));
+    if (const int mask = _mm_movemask_epi8(stop); mask != 0) {
+      return std::min(end, p + __builtin_ctz(static_cast<unsigned>(mask)));
+    }
     p += 16;
   }
+  if (p >= end) return end;
+#else
+  (void)readable;
 #endif
   while (p < end) {
     const auto c = static_cast<unsigned char>(*p);
@@ -48,10 +57,13 @@ inline const char* string_run_end(const char* p, const char* end) {
 
 class Scanner {
  public:
-  Scanner(std::string_view text) : p_(text.data()), end_(text.data() + text.size()) {}
+  /// `capacity`: the bytes readable from text.data() (0: just the text).
+  Scanner(std::string_view text, std::size_t capacity)
+      : p_(text.data()), end_(text.data() + text.size()), readable_(text.data() + std::max(capacity, text.size())) {}
 
   void ws() {
-    while (p_ < end_ && is_ws(*p_)) ++p_;
+    // Most tokens follow one another directly: one compare decides that.
+    while (p_ < end_ && static_cast<unsigned char>(*p_) <= ' ' && is_ws(*p_)) ++p_;
   }
   [[nodiscard]] bool at_end() const { return p_ == end_; }
   [[nodiscard]] bool peek(char c) const { return p_ < end_ && *p_ == c; }
@@ -66,7 +78,7 @@ class Scanner {
   bool string(std::string_view& contents) {
     if (!eat('"')) return false;
     const char* start = p_;
-    p_ = string_run_end(p_, end_);
+    p_ = string_run_end(p_, end_, readable_);
     if (p_ == end_ || *p_ != '"') return false;
     contents = std::string_view(start, static_cast<std::size_t>(p_ - start));
     ++p_;
@@ -154,13 +166,14 @@ class Scanner {
 
   const char* p_;
   const char* end_;
+  const char* readable_;
 };
 
 /// Walks the members of the one top-level object: `on_member(key, raw value)` for each, false to
 /// decline. Nothing but whitespace may surround the object.
 template <class OnMember>
-bool walk_object(std::string_view text, OnMember&& on_member) {
-  Scanner s(text);
+bool walk_object(std::string_view text, std::size_t capacity, OnMember&& on_member) {
+  Scanner s(text, capacity);
   s.ws();
   if (!s.eat('{')) return false;
   s.ws();
@@ -186,26 +199,32 @@ bool walk_object(std::string_view text, OnMember&& on_member) {
 
 }  // namespace
 
-std::optional<Body> parse_plain_body(std::string_view text) {
+/// `key` is the member name `name` (a literal): sizes first, then a fixed-size compare.
+template <std::size_t N>
+inline bool is_key(std::string_view key, const char (&name)[N]) {
+  return key.size() == N - 1 && std::memcmp(key.data(), name, N - 1) == 0;
+}
+
+std::optional<Body> parse_plain_body(std::string_view text, std::size_t capacity) {
   Call call;
   bool has_id = false, has_method = false, has_params = false, has_version = false;
-  const bool ok = walk_object(text, [&](std::string_view key, std::string_view raw) {
+  const bool ok = walk_object(text, capacity, [&](std::string_view key, std::string_view raw) {
     const char first = raw.front();
-    if (key == "method") {
+    if (is_key(key, "method")) {
       // A string (plain, so its contents are the method), not empty, given once.
       if (has_method || first != '"' || raw.size() < 3) return false;
       has_method = true;
-      call.method.assign(raw.substr(1, raw.size() - 2));
-    } else if (key == "params") {
+      call.method.assign(raw.data() + 1, raw.size() - 2);
+    } else if (is_key(key, "params")) {
       if (has_params || (first != '[' && first != '{')) return false;
       has_params = true;
-      call.params.assign(raw);
-    } else if (key == "id") {
+      call.params.assign(raw.data(), raw.size());
+    } else if (is_key(key, "id")) {
       if (has_id || first == '{' || first == '[' || first == 't' || first == 'f') return false;
       has_id = true;
-      call.id.assign(raw);
-    } else if (key == "jsonrpc") {
-      if (has_version || raw != R"("2.0")") return false;
+      call.id.assign(raw.data(), raw.size());
+    } else if (is_key(key, "jsonrpc")) {
+      if (has_version || !is_key(raw, "\"2.0\"")) return false;
       has_version = true;
     }
     return true;
@@ -217,22 +236,22 @@ std::optional<Body> parse_plain_body(std::string_view text) {
   return body;
 }
 
-std::optional<Response> parse_plain_response(std::string_view text) {
+std::optional<Response> parse_plain_response(std::string_view text, std::size_t capacity) {
   Reply reply;
   bool has_id = false, has_result = false, has_error = false;
-  const bool ok = walk_object(text, [&](std::string_view key, std::string_view raw) {
-    if (key == "result") {
+  const bool ok = walk_object(text, capacity, [&](std::string_view key, std::string_view raw) {
+    if (is_key(key, "result")) {
       if (has_result) return false;
       has_result = true;
       reply.result.emplace(raw);
-    } else if (key == "id") {
+    } else if (is_key(key, "id")) {
       if (has_id) return false;
       has_id = true;
-      reply.id.assign(raw);
-    } else if (key == "error") {
+      reply.id.assign(raw.data(), raw.size());
+    } else if (is_key(key, "error")) {
       // "error": null next to a result is ignored, as the full path does; an error object is
       // the full path's to read.
-      if (has_error || raw != "null") return false;
+      if (has_error || !is_key(raw, "null")) return false;
       has_error = true;
     }
     return true;

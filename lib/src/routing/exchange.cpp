@@ -12,7 +12,7 @@ namespace rpcroute {
 namespace {
 
 /// Rate limits matter most, then failures: the exchange's class as the breaker sees it.
-OutcomeClass overall_class(const std::vector<Classification>& per_call) {
+OutcomeClass overall_class(std::span<const Classification> per_call) {
   bool failure = false, success = false;
   for (const auto& c : per_call) {
     if (c.cls == OutcomeClass::rate_limited) return OutcomeClass::rate_limited;
@@ -141,7 +141,7 @@ Exchange classify_exchange(HttpResponse http, std::size_t n, std::int64_t now_ms
     }
   }
 
-  ex.overall.cls = overall_class(ex.per_call);
+  ex.overall.cls = overall_class(std::span<const Classification>(ex.per_call.data(), ex.per_call.size()));
   for (const auto& c : ex.per_call) {
     if (c.cls == ex.overall.cls) {
       ex.overall = c;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 
+#include <boost/container/small_vector.hpp>
 #include <fmt/format.h>
 #include <simdjson.h>
 
@@ -571,7 +572,8 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
       o.strategy = options.strategy.value_or(profile_.routing.default_strategy);
       continue;
     }
-    Item item;
+    // Built in place: `items` was reserved for every call, so references to it stay valid.
+    Item& item = items.emplace_back();
     item.index = i;
     item.call = &call;
     item.keep_result = options.keep_result;
@@ -604,7 +606,6 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
     } else if (item.plan.policy.broadcast) {
       co_await route_broadcast(chain, item, deadline_us);
     }
-    items.push_back(std::move(item));
   }
 
   for (;;) {
@@ -625,7 +626,7 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
     // when probe found it does not answer batches); the rest go in the next rounds.
     std::size_t cap = provider.limits.max_batch.value_or(SIZE_MAX);
     if (ps != nullptr && ps->probe.batch == false) cap = 1;
-    std::vector<Item*> group;
+    boost::container::small_vector<Item*, 4> group;  // no allocation for the usual single call
     for (auto& it : items) {
       if (group.size() >= cap) break;
       if (!it.done && it.plan.candidates[it.next].key == cand.key) group.push_back(&it);
@@ -639,7 +640,7 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
     const std::int64_t attempt_timeout =
         std::min<std::int64_t>(attempt_timeout_ms(leader->call->method, provider, leader->plan.policy), remaining_ms);
 
-    std::vector<UpstreamCall> upstream;
+    boost::container::small_vector<UpstreamCall, 4> upstream;
     upstream.reserve(group.size());
     for (auto* it : group) upstream.push_back({it->call->method, it->call->params});
 
@@ -649,10 +650,11 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
     }
     const bool trial = cand.breaker == BreakerState::half_open;
     if (trial) ++half_open_in_flight_[std::string(cand.key)];
-    Exchange ex = co_await send_exchange(engine_, provider, upstream, attempt_timeout, clock_, profile_);
+    const std::span<const UpstreamCall> upstream_calls(upstream.data(), upstream.size());
+    Exchange ex = co_await send_exchange(engine_, provider, upstream_calls, attempt_timeout, clock_, profile_);
     if (trial) --half_open_in_flight_[std::string(cand.key)];
     const auto now = clock_.now_ms();
-    record_exchange(store_, profile_.health, cand.key, upstream, ex, now, rng_.uniform());
+    record_exchange(store_, profile_.health, cand.key, upstream_calls, ex, now, rng_.uniform());
     const auto& http = ex.http;
     const auto& per_item = ex.per_call;
     const auto& replies = ex.replies;

@@ -7,6 +7,7 @@
 
 #include "rpcroute/alloc.hpp"
 
+#include <array>
 #include <cstdint>
 #include <cstdlib>
 #include <new>
@@ -22,15 +23,23 @@ struct Block {
   Block* next;
 };
 
+constexpr auto kClassSize = [] {
+  std::array<std::uint32_t, kClasses> t{};
+  for (std::size_t k = 0; k < kClasses; ++k) t[k] = static_cast<std::uint32_t>(class_size(k));
+  return t;
+}();
+
 // Trivially constructible and destructible: usable before main and after the thread's other
 // thread_local objects are gone, with no guard on the fast path.
 struct Cache {
   Block* head[kClasses];
   std::size_t count[kClasses];
   std::size_t bytes;
-  bool reaper_armed;
-  bool dead; // torn down at thread exit: everything goes to free() from now on
+  // 0 until the thread's first cached block arms the reaper, 1 while caching, 2 once torn down at
+  // thread exit (everything goes to free() from then on): one compare on the fast paths.
+  unsigned char mode;
 };
+constexpr unsigned char kUnarmed = 0, kActive = 1, kDead = 2;
 thread_local Cache t_cache;
 
 void drain(Cache& c) {
@@ -48,12 +57,12 @@ void drain(Cache& c) {
 struct Reaper {
   ~Reaper() {
     drain(t_cache);
-    t_cache.dead = true;
+    t_cache.mode = kDead;
   }
 };
 
 [[gnu::noinline]] void arm_reaper() {
-  t_cache.reaper_armed = true;
+  t_cache.mode = kActive;
   static thread_local Reaper reaper;
   (void)&reaper;
 }
@@ -73,34 +82,46 @@ struct Reaper {
 
 inline void* allocate(std::size_t n) {
   Cache& c = t_cache;
-  if (n <= kMaxCached && !c.dead) [[likely]] {
+  if (n <= kMaxCached && c.mode != kDead) [[likely]] {
     const std::size_t k = class_of(n);
     if (Block* b = c.head[k]) {
       c.head[k] = b->next;
       --c.count[k];
-      c.bytes -= class_size(k);
+      c.bytes -= kClassSize[k];
       return b;
     }
-    return from_malloc(class_size(k), static_cast<std::uint32_t>(k));
+    return from_malloc(kClassSize[k], static_cast<std::uint32_t>(k));
   }
   return from_malloc(n, kUncached);
 }
 
+[[gnu::noinline]] void release_slow(void* p) noexcept;
+
 inline void release(void* p) noexcept {
   if (!p) return;
-  char* raw = static_cast<char*>(p) - kHeader;
-  const std::uint32_t k = *reinterpret_cast<const std::uint32_t*>(raw);
+  const std::uint32_t k = *reinterpret_cast<const std::uint32_t*>(static_cast<char*>(p) - kHeader);
   Cache& c = t_cache;
-  if (k != kUncached && !c.dead && c.bytes + class_size(k) <= kCacheBudget) [[likely]] {
-    if (!c.reaper_armed) [[unlikely]] arm_reaper();
+  if (k != kUncached && c.mode == kActive && c.bytes + kClassSize[k] <= kCacheBudget) [[likely]] {
     Block* b = static_cast<Block*>(p);
     b->next = c.head[k];
     c.head[k] = b;
     ++c.count[k];
-    c.bytes += class_size(k);
+    c.bytes += kClassSize[k];
     return;
   }
-  std::free(raw);
+  release_slow(p);
+}
+
+/// The first block a thread frees (arms the reaper, then caches it), and every block that is not
+/// cached: too large, over budget, or after the thread's cache is gone.
+void release_slow(void* p) noexcept {
+  Cache& c = t_cache;
+  if (c.mode == kUnarmed) {
+    arm_reaper();
+    release(p);
+    return;
+  }
+  std::free(static_cast<char*>(p) - kHeader);
 }
 
 } // namespace

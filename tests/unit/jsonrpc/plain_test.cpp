@@ -12,8 +12,20 @@ using namespace rpcroute::jsonrpc;
 
 namespace {
 
+/// The text followed by 64 bytes of hostile padding ('"', '\\', controls): what a scan past the
+/// end may load but must never count.
+std::string padded(std::string_view text) {
+  std::string buf(text);
+  for (int i = 0; i < 64; ++i) buf.push_back("\"\\\x01}]"[i % 5]);
+  return buf;
+}
+
 std::string body_difference(std::string_view text) {
   auto plain = detail::parse_plain_body(text);
+  const std::string buf = padded(text);
+  auto plain_padded = detail::parse_plain_body(std::string_view(buf.data(), text.size()), buf.size());
+  if (plain.has_value() != plain_padded.has_value()) return "the padded scan decides otherwise";
+  if (plain && plain->calls[0].params != plain_padded->calls[0].params) return "the padded scan reads otherwise";
   if (!plain) return {};
   auto full = detail::parse_full_body(text);
   if (!full) return "the full path rejects it: " + full.error().message;
@@ -31,6 +43,10 @@ std::string body_difference(std::string_view text) {
 
 std::string response_difference(std::string_view text) {
   auto plain = detail::parse_plain_response(text);
+  const std::string buf = padded(text);
+  auto plain_padded = detail::parse_plain_response(std::string_view(buf.data(), text.size()), buf.size());
+  if (plain.has_value() != plain_padded.has_value()) return "the padded scan decides otherwise";
+  if (plain && *plain->replies[0].result != *plain_padded->replies[0].result) return "the padded scan reads otherwise";
   if (!plain) return {};
   auto full = detail::parse_full_response(text);
   if (!full) return "the full path rejects it: " + full.error();
@@ -120,7 +136,12 @@ TEST_CASE("plain path: anything unusual or wrong is declined, for the full path 
   for (const auto& text : bodies) {
     INFO(text);
     CHECK_FALSE(detail::parse_plain_body(text).has_value());
+    const std::string buf = padded(text);  // quotes past the end must not close a string
+    CHECK_FALSE(detail::parse_plain_body(std::string_view(buf.data(), text.size()), buf.size()).has_value());
   }
+  const std::string cut = R"({"jsonrpc":"2.0","id":0,"result":"0x1)";
+  const std::string cut_buf = padded(cut);
+  CHECK_FALSE(detail::parse_plain_response(std::string_view(cut_buf.data(), cut.size()), cut_buf.size()).has_value());
   std::string deep = R"({"method":"m","params":)" + std::string(64, '[') + std::string(64, ']') + "}";
   CHECK_FALSE(detail::parse_plain_body(deep).has_value());
   std::string shallow = R"({"method":"m","params":)" + std::string(63, '[') + std::string(63, ']') + "}";
