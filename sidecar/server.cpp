@@ -330,6 +330,16 @@ struct Server::Reply {
   std::size_t attempts = 0;
 };
 
+/// A JSON-RPC request on its way to the router: what prepare() found, what finish_rpc() needs.
+struct Server::RpcJob {
+  ProfileRuntime* rt = nullptr;
+  const Chain* chain = nullptr;
+  jsonrpc::Body parsed;
+  RouteOptions options;
+  char request_id_text[40];
+  std::string_view request_id;  // into request_id_text
+};
+
 Server::Server(asio::io_context& io, ServerConfig config, std::vector<Profile> profiles, Engine& engine,
                StateStore& store, const Clock& clock)
     : io_(io),
@@ -546,6 +556,7 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
   req.remote = remote;
   std::string head;  // each response's status line and headers
   Reply reply;       // each response's status, body and extra headers
+  RpcJob job;        // a JSON-RPC request being routed
 
   // Whatever happens in the loop, the connection leaves the set the sweeper and shutdown walk
   // (an exception escaping this frame would leave a dangling pointer there). Not an RAII guard:
@@ -631,7 +642,12 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
       const auto started = steady_us();
       reply.reset();
       try {
-        co_await answer(req, reply);
+        // What needs no provider is answered at once; a JSON-RPC request is routed here, in this
+        // frame (a coroutine level less per request).
+        if (prepare(req, reply, job)) {
+          std::vector<CallOutcome> outs = co_await job.rt->router->route(*job.chain, job.parsed.calls, job.options);
+          finish_rpc(job, outs, reply);
+        }
       } catch (const std::exception& e) {
         // Every request gets an answer: an unexpected failure (out of memory, say) is a 500, and
         // the connection goes on.
@@ -712,7 +728,7 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
   socket.shutdown(tcp::socket::shutdown_both, ignored);
 }
 
-asio::awaitable<void> Server::answer(const Request& req, Reply& reply) {
+bool Server::prepare(const Request& req, Reply& reply, RpcJob& job) {
   auto error = [&](http::status status, std::string message) {
     reply.status = status;
     reply.body = json_error_body(message);
@@ -725,7 +741,7 @@ asio::awaitable<void> Server::answer(const Request& req, Reply& reply) {
     if (!host.empty() && host != last_good_host_) {
       if (!loopback_name(host_only(host)) && host_only(host) != lower(config_.host)) {
         error(http::status::forbidden, "Host header is not a loopback name");
-        co_return;
+        return false;
       }
       last_good_host_.assign(host);
     }
@@ -734,7 +750,7 @@ asio::awaitable<void> Server::answer(const Request& req, Reply& reply) {
   if (!origin.empty()) {
     if (origin != last_good_origin_ && !origin_allowed(origin, config_.allow_origins)) {
       error(http::status::forbidden, fmt::format("origin {} is not allowed (see --allow-origin)", std::string(origin.substr(0, 200))));
-      co_return;
+      return false;
     }
     last_good_origin_.assign(origin);
     reply.header("Access-Control-Allow-Origin", origin);
@@ -748,7 +764,7 @@ asio::awaitable<void> Server::answer(const Request& req, Reply& reply) {
     reply.header("Access-Control-Allow-Methods", "POST, GET, OPTIONS");
     reply.header("Access-Control-Allow-Headers", "Content-Type, Authorization");
     reply.header("Access-Control-Max-Age", "600");
-    co_return;
+    return false;
   }
   // Clients post to the same path over and over: the last RPC route is kept with its target.
   if (route_cache_target_.empty() || req.target != route_cache_target_) {
@@ -767,20 +783,20 @@ asio::awaitable<void> Server::answer(const Request& req, Reply& reply) {
     if (!constant_time_equal(auth, "Bearer " + config_.token)) {
       error(http::status::unauthorized, "missing or wrong bearer token");
       reply.header("WWW-Authenticate", "Bearer");
-      co_return;
+      return false;
     }
   }
   if (route.kind == RouteKind::not_found) {
     reply.status = http::status::not_found;
     reply.body = json_error_body(route.problem, "routes", route_shapes_json());
-    co_return;
+    return false;
   }
   const bool is_get = req.method == http::verb::get || req.method == http::verb::head;
   if (route.kind != RouteKind::rpc) {
     if (!is_get) {
       error(http::status::method_not_allowed, "use GET");
       reply.header("Allow", "GET");
-      co_return;
+      return false;
     }
     const auto now = clock_.now_ms();
     if (route.kind == RouteKind::metrics) {
@@ -788,7 +804,7 @@ asio::awaitable<void> Server::answer(const Request& req, Reply& reply) {
       for (auto& [name, rt] : profiles_) list.push_back(&rt->profile);
       reply.body = metrics_.render(list, store_.state(), now);
       reply.content_type = "text/plain; version=0.0.4";
-      co_return;
+      return false;
     }
     json::Writer w;
     w.begin_object();
@@ -832,18 +848,18 @@ asio::awaitable<void> Server::answer(const Request& req, Reply& reply) {
     }
     w.end_object();
     reply.body = w.take();
-    co_return;
+    return false;
   }
 
   if (req.method != http::verb::post) {
     error(http::status::method_not_allowed, "JSON-RPC routes take POST");
     reply.header("Allow", "POST, OPTIONS");
-    co_return;
+    return false;
   }
   ProfileRuntime* rt = runtime(route.target.profile);
   if (rt == nullptr) {
     error(http::status::not_found, fmt::format("unknown profile '{}'", route.target.profile));
-    co_return;
+    return false;
   }
   const Chain* chain = route.target.chain.empty() ? &rt->profile.chains.front() : rt->profile.find_chain(route.target.chain);
   if (chain == nullptr) {
@@ -854,35 +870,39 @@ asio::awaitable<void> Server::answer(const Request& req, Reply& reply) {
     reply.status = http::status::not_found;
     reply.body = json_error_body(fmt::format("unknown chain '{}' in profile '{}'", route.target.chain, rt->profile.name),
                                  "chains", names.str());
-    co_return;
+    return false;
   }
   if (route.target.provider && chain->find_provider(*route.target.provider) == nullptr) {
     error(http::status::not_found, fmt::format("unknown provider '{}' on chain {}", *route.target.provider, chain->name));
-    co_return;
+    return false;
   }
 
   auto parsed = jsonrpc::parse_body(req.body, req.body.capacity());
   if (!parsed) {
     reply.body = jsonrpc::make_error("null", parsed.error().code, parsed.error().message);
-    co_return;
+    return false;
   }
   if (parsed->calls.size() > config_.max_batch) {
     reply.body = jsonrpc::make_error("null", jsonrpc::kInvalidRequest,
                                      fmt::format("invalid request: a batch of {} exceeds the limit of {} (--max-batch)",
                                                  parsed->calls.size(), config_.max_batch));
-    co_return;
+    return false;
   }
-  RouteOptions options;
+  job.rt = rt;
+  job.chain = chain;
+  job.parsed = std::move(*parsed);
+  RouteOptions& options = job.options;
+  options = RouteOptions{};
   options.strategy = route.target.strategy ? route.target.strategy : config_.strategy;
   options.provider = route.target.provider;
   options.keep_result = false;  // only responses are written: large results become them in place
   // {:08x}{:08x} of the prefix and the counter, without fmt or an allocation.
-  char request_id_text[40];
+  char* const request_id_text = job.request_id_text;
   std::string_view request_id;
   if (request_prefix_ > 0xffffffffULL || request_counter_ + 1 > 0xffffffffULL) {
-    const auto r = fmt::format_to_n(request_id_text, sizeof request_id_text, "{:08x}{:08x}", request_prefix_,
+    const auto r = fmt::format_to_n(request_id_text, sizeof job.request_id_text, "{:08x}{:08x}", request_prefix_,
                                     ++request_counter_);
-    request_id = std::string_view(request_id_text, std::min(r.size, sizeof request_id_text));
+    request_id = std::string_view(request_id_text, std::min(r.size, sizeof job.request_id_text));
   } else {
     // Two hex digits per step from a table.
     static constexpr auto kHexPairs = [] {
@@ -899,7 +919,15 @@ asio::awaitable<void> Server::answer(const Request& req, Reply& reply) {
     for (int i = 7; i >= 0; --i, v >>= 8) std::memcpy(request_id_text + 2 * i, &kHexPairs[2 * (v & 0xff)], 2);
     request_id = std::string_view(request_id_text, 16);
   }
-  std::vector<CallOutcome> outs = co_await rt->router->route(*chain, parsed->calls, options);
+  job.request_id = request_id;
+  return true;
+}
+
+void Server::finish_rpc(RpcJob& job, std::vector<CallOutcome>& outs, Reply& reply) {
+  ProfileRuntime* rt = job.rt;
+  const Chain* chain = job.chain;
+  const jsonrpc::Body* parsed = &job.parsed;
+  const std::string_view request_id = job.request_id;
 
   std::string providers;
   double latency = 0;
@@ -978,7 +1006,7 @@ asio::awaitable<void> Server::answer(const Request& req, Reply& reply) {
   put(request_id);
   put("\r\n"sv);
   lines.resize(static_cast<std::size_t>(p - lines.data()));
-  co_return;
+  return;
 }
 
 }  // namespace rpcroute::sidecar

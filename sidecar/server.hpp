@@ -98,7 +98,12 @@ class Server {
 
   asio::awaitable<void> serve_connection(asio::ip::tcp::socket socket);
   struct Reply;
-  asio::awaitable<void> answer(const Request& request, Reply& reply);
+  struct RpcJob;
+  /// Answers into `reply` whatever needs no provider (checks, GET routes, bad bodies); true when
+  /// the request is JSON-RPC to route, described by `job`.
+  bool prepare(const Request& request, Reply& reply, RpcJob& job);
+  /// The reply to a routed JSON-RPC request from the router's outcomes.
+  void finish_rpc(RpcJob& job, std::vector<CallOutcome>& outs, Reply& reply);
 };
 
 }  // namespace rpcroute::sidecar
