@@ -169,10 +169,15 @@ void apply_event(State& state, const Event& event, const HealthConfig& health) {
           auto& ps = provider_entry(state, e.key);
           ps.last_used_ms = std::max(ps.last_used_ms, e.sample.t_ms);
           auto& samples = ps.methods[e.method];
-          // Keep time order even when another process's samples were merged in first.
-          auto pos = std::upper_bound(samples.begin(), samples.end(), e.sample.t_ms,
-                                      [](std::int64_t t, const Sample& s) { return t < s.t_ms; });
-          samples.insert(pos, e.sample);
+          // Keep time order even when another process's samples were merged in first. A live
+          // sample is almost always the newest: appended without a search.
+          if (samples.empty() || e.sample.t_ms >= samples.back().t_ms) {
+            samples.push_back(e.sample);
+          } else {
+            auto pos = std::upper_bound(samples.begin(), samples.end(), e.sample.t_ms,
+                                        [](std::int64_t t, const Sample& s) { return t < s.t_ms; });
+            samples.insert(pos, e.sample);
+          }
           while (samples.size() > kMaxSamplesPerMethod) samples.pop_front();
         } else if constexpr (std::is_same_v<T, HeightEvent>) {
           auto& ps = provider_entry(state, e.key);
