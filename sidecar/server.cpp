@@ -682,8 +682,11 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
       conn.deadline_us = 0;
       metrics_.in_flight(-1);
       conn.busy = false;
-      // A large request's buffer is not kept for the life of a keep-alive connection.
+      // A large request's buffer is not kept for the life of a keep-alive connection, and the
+      // answer's body (the provider's buffer, moved in) is let go once written: 256 idle
+      // connections must not each hold their last 200 KB answer.
       if (req.body.capacity() > 64 * 1024) std::string().swap(req.body);
+      std::string().swap(reply.body);
       if (config_.verbose) {
         const double ms = static_cast<double>(steady_us() - started) / 1000.0;
         std::string target = req.target.substr(0, 200);

@@ -423,6 +423,45 @@ twenty_ok() { # BAD
   stop_sidecar
 }
 
+@test "memory: idle keep-alive connections do not hold their last answer" {
+  # 48 connections each fetch a 1 MiB answer, one after another, and stay open. The answers are
+  # freed once written: the sidecar's resident memory grows by a few MiB, not by 48 MiB (a build
+  # that kept each connection's last answer until its next request did). ASan's quarantine would
+  # keep freed blocks resident, so it is off for this sidecar.
+  start_fake big --mode huge --huge-bytes 1048576
+  write_profile "$P" big
+  ASAN_OPTIONS="${ASAN_OPTIONS:-}:quarantine_size_mb=0" start_sidecar -p "$P" --no-probe
+  sc_post /rpc/local "$BN"
+  assert_code 200
+  local before after
+  before=$(awk '/^VmRSS:/ { print $2 }' "/proc/$SC_PID/status")
+  after=$(python3 - "$SC_PORT" "$SC_PID" <<'PY'
+import socket, sys
+port, pid = int(sys.argv[1]), sys.argv[2]
+body = b'{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}'
+request = (b"POST /rpc/local HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+           b"Content-Length: %d\r\n\r\n" % len(body)) + body
+conns = []
+for _ in range(48):
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    s.sendall(request)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += s.recv(65536)
+    head, rest = data.split(b"\r\n\r\n", 1)
+    length = int([l.split(b":")[1] for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:")][0])
+    while len(rest) < length:
+        rest += s.recv(1 << 20)
+    assert len(rest) >= 1048576, len(rest)
+    conns.append(s)  # stays open, idle
+with open("/proc/%s/status" % pid) as f:
+    print([l.split()[1] for l in f if l.startswith("VmRSS:")][0])
+PY
+)
+  ((after - before < 24 * 1024)) || { echo "sidecar RSS ${after} kB after 48 idle connections (${before} kB before)" >&2; false; }
+  stop_sidecar
+}
+
 @test "failover: with only faulty providers, HTTP 503 with -32050 and one attempt per provider" {
   start_fake hang --mode hang
   start_fake s503 --mode status --status 503
