@@ -687,6 +687,7 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
       // connections must not each hold their last 200 KB answer.
       if (req.body.capacity() > 64 * 1024) std::string().swap(req.body);
       std::string().swap(reply.body);
+      job.parsed.calls.clear();  // a batch's params, copied out of the request, go with it
       if (config_.verbose) {
         const double ms = static_cast<double>(steady_us() - started) / 1000.0;
         std::string target = req.target.substr(0, 200);
