@@ -159,11 +159,16 @@ inline bool version_at(const char* p, unsigned& version) {
   return true;
 }
 
+/// The first of a repeated field wins, as a request_parser's fields would answer. A kept field is
+/// never a null view (it points into the message), so "unset" needs no flag of its own.
+inline void keep_first(std::string_view& slot, std::string_view value) {
+  if (slot.data() == nullptr) slot = value;
+}
+
 /// The fields after the start line, through the empty line; `p` is at the first field. Fills the
 /// fields both kinds of message share and leaves `p` past the empty line.
 bool parse_fields(const char*& p, const char* end, Message& out, bool& has_length) {
   bool close = false, keep = false, seen_connection = false;
-  unsigned seen = 0;
   for (;;) {
     if (end - p < 2) return false;
     if (p[0] == '\r') {
@@ -189,16 +194,10 @@ bool parse_fields(const char*& p, const char* end, Message& out, bool& has_lengt
     // Names that change framing or connection handling, and the ones callers keep.
     switch (name.size()) {
       case 4:
-        if (name_is(name, "host") && (seen & 1) == 0) {
-          seen |= 1;
-          out.host = value;
-        }
+        if (name_is(name, "host")) keep_first(out.host, value);
         break;
       case 6:
-        if (name_is(name, "origin") && (seen & 2) == 0) {
-          seen |= 2;
-          out.origin = value;
-        }
+        if (name_is(name, "origin")) keep_first(out.origin, value);
         break;
       case 7:
         if (name_is(name, "upgrade")) return false;
@@ -210,16 +209,10 @@ bool parse_fields(const char*& p, const char* end, Message& out, bool& has_lengt
         }
         break;
       case 11:
-        if (name_is(name, "retry-after") && (seen & 8) == 0) {
-          seen |= 8;
-          out.retry_after = value;
-        }
+        if (name_is(name, "retry-after")) keep_first(out.retry_after, value);
         break;
       case 13:
-        if (name_is(name, "authorization") && (seen & 4) == 0) {
-          seen |= 4;
-          out.authorization = value;
-        }
+        if (name_is(name, "authorization")) keep_first(out.authorization, value);
         break;
       case 14:
         if (name_is(name, "content-length")) {
