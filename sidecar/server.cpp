@@ -17,6 +17,7 @@
 
 #include "routes.hpp"
 #include "rpcroute/blocks.hpp"
+#include "rpcroute/edge_read.hpp"
 #include "rpcroute/exchange.hpp"
 #include "rpcroute/http1.hpp"
 #include "rpcroute/json.hpp"
@@ -550,6 +551,7 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
     boost::system::error_code ec;
     socket.non_blocking(true, ec);  // write_some below never blocks the loop
   }
+  enable_edge_reads(socket);
   beast::flat_buffer buffer;
   buffer.max_size(config_.max_body + 64 * 1024);
   Request req;
@@ -569,7 +571,10 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
       // timeout for its headers and body (slow clients cannot hold a connection forever).
       if (buffer.size() == 0) {
         conn.expire_in(config_.idle_timeout_ms);
-        auto n = co_await socket.async_read_some(buffer.prepare(16 * 1024), asio::redirect_error(asio::use_awaitable, ec));
+        // After an answer the client's next request has seldom arrived: a drained socket waits for
+        // epoll instead of trying a recv that fails (rpcroute/edge_read.hpp).
+        auto n = co_await async_read_some_edge(socket, buffer.prepare(16 * 1024),
+                                               asio::redirect_error(asio::use_awaitable, ec));
         conn.deadline_us = 0;
         if (ec) break;
         buffer.commit(n);

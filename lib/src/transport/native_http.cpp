@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "rpcroute/clock.hpp"
+#include "rpcroute/edge_read.hpp"
 #include "rpcroute/http1.hpp"
 
 namespace rpcroute::detail {
@@ -316,6 +317,7 @@ asio::awaitable<HttpResponse> NativeHttp::perform(HttpRequest request, std::shar
       conn->socket.set_option(tcp::no_delay(true), ec);
       conn->socket.set_option(asio::socket_base::keep_alive(true), ec);
       conn->socket.non_blocking(true, ec);
+      enable_edge_reads(conn->socket);
       r.connect_us = steady_us() - connect_started;
     }
     deadline->socket = &conn->socket;
@@ -446,10 +448,10 @@ asio::awaitable<HttpResponse> NativeHttp::perform(HttpRequest request, std::shar
           want = kLargeReadChunk;
         }
       }
-      // async_read_some, not async_wait + read: after a short read Asio queues the next one without
-      // a speculative recv, and unlike async_wait it does not re-arm epoll (EPOLL_CTL_MOD) each time.
-      const auto n = co_await conn->socket.async_read_some(conn->buffer.prepare(want),
-                                                           asio::redirect_error(asio::use_awaitable, ec));
+      // The socket is usually drained here (the answer to what was just sent has not arrived): the
+      // read waits for epoll instead of trying a recv that fails (rpcroute/edge_read.hpp).
+      const auto n = co_await async_read_some_edge(conn->socket, conn->buffer.prepare(want),
+                                                   asio::redirect_error(asio::use_awaitable, ec));
       if (deadline->fired) break;
       if (ec == asio::error::eof) {
         if (received == 0 && reused && attempt == 0) {
