@@ -81,7 +81,6 @@ struct Fixture {
 }  // namespace
 
 TEST_CASE_METHOD(Fixture, "edge read: a read that empties the socket makes the next one wait for epoll, no recv first") {
-
   p.send("hello");
   const auto before = edge_read_detail::recv_calls;
   r = read_once(io, p.reader, buffer);
@@ -100,7 +99,6 @@ TEST_CASE_METHOD(Fixture, "edge read: a read that empties the socket makes the n
 }
 
 TEST_CASE_METHOD(Fixture, "edge read: bytes that arrived while no read was queued are still read") {
-
   p.send("one");
   r = read_once(io, p.reader, buffer);
   REQUIRE(r);
@@ -126,7 +124,6 @@ TEST_CASE_METHOD(Fixture, "edge read: a read that leaves bytes behind does not m
 // A short read is not proof of an empty socket: data and FIN raise one event, the read takes the
 // data, and no event is left for the FIN. TCP_INQ counts the FIN, so the next read tries at once.
 TEST_CASE_METHOD(Fixture, "edge read: a FIN that arrived with the last bytes is read as eof at once, not waited for") {
-
   p.send("x");
   r = read_once(io, p.reader, buffer);
   REQUIRE(r);
@@ -143,7 +140,6 @@ TEST_CASE_METHOD(Fixture, "edge read: a FIN that arrived with the last bytes is 
 }
 
 TEST_CASE_METHOD(Fixture, "edge read: a FIN after an emptying read raises the event that reads eof") {
-
   p.send("x");
   r = read_once(io, p.reader, buffer);
   REQUIRE(r);
@@ -157,7 +153,6 @@ TEST_CASE_METHOD(Fixture, "edge read: a FIN after an emptying read raises the ev
 }
 
 TEST_CASE_METHOD(Fixture, "edge read: a queued read is cancelled by cancel() and by close()") {
-
   queue_read(io, p.reader, buffer, r);
   CHECK(!r);
   p.reader.cancel();
