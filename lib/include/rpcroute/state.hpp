@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -21,6 +22,21 @@ inline constexpr std::size_t kMaxSamplesPerMethod = 128;
 inline constexpr std::int64_t kSampleRetentionMs = 24LL * 3600 * 1000;
 inline constexpr std::int64_t kProviderRetentionMs = 30LL * 24 * 3600 * 1000;
 inline constexpr std::int64_t kFilterRetentionMs = 15LL * 60 * 1000;
+
+// Bounds on what clients and upstreams can make the state file hold (issue 14, item 13): method
+// names become keys only when they look like one, and only so many per provider; filter pins are
+// short printable keys, and only so many; upstream text is cut short.
+inline constexpr std::size_t kMaxMethodNameBytes = 64;
+inline constexpr std::size_t kMaxMethodsPerProvider = 64;
+inline constexpr std::string_view kOtherMethod = "other";  // where every other method's samples go
+inline constexpr std::size_t kMaxFilterKeyBytes = 256;
+inline constexpr std::size_t kMaxFilters = 4096;
+inline constexpr std::size_t kMaxTextBytes = 256;  // client_version, breaker reasons
+
+/// A writer gives up saving after this long without any other writer finishing (it waits at most
+/// kLockGiveUpMs in all): a lock held by a stopped process must not hold up a command.
+inline constexpr std::int64_t kLockStallMs = 2'000;
+inline constexpr std::int64_t kLockGiveUpMs = 30'000;
 
 /// One latency sample of one method on one provider.
 struct Sample {
@@ -128,6 +144,18 @@ void provider_key_into(std::string& out, std::string_view profile, std::string_v
 [[nodiscard]] std::string chain_key(std::string_view profile, std::string_view chain);
 [[nodiscard]] std::string filter_key(std::string_view profile, std::string_view chain, std::string_view filter_id);
 
+/// Whether `method` has the shape of a JSON-RPC method name: ASCII "namespace_name" of at most
+/// kMaxMethodNameBytes ("eth_getLogs", "debug_traceCall", "anvil_mine").
+[[nodiscard]] bool known_shaped_method(std::string_view method);
+/// The key under which a sample of `method` is kept among `methods`: the method itself when it is
+/// known-shaped and there is room (kMaxMethodsPerProvider), else kOtherMethod.
+[[nodiscard]] std::string_view method_slot(const std::map<std::string, std::deque<Sample>, std::less<>>& methods,
+                                           std::string_view method);
+/// Whether a filter key may be stored: at most kMaxFilterKeyBytes of valid UTF-8, no control characters.
+[[nodiscard]] bool storable_filter_key(std::string_view key);
+/// `text` as valid UTF-8: each byte that is not part of a valid sequence becomes U+FFFD.
+[[nodiscard]] std::string valid_utf8(std::string_view text);
+
 // Changes are recorded as events. They are applied to the live state at once and, when the state
 // is saved, replayed onto whatever the file holds by then: that is how concurrent writers merge.
 
@@ -201,10 +229,16 @@ void breaker_trip(Breaker& b, std::int64_t t_ms, std::string_view reason, const 
 /// Drops old samples, filters and providers not seen for long.
 void prune(State& state, std::int64_t now_ms);
 
+/// Always valid JSON of valid UTF-8: what parse_state() accepts.
 [[nodiscard]] std::string serialize_state(const State& state, std::int64_t now_ms);
-[[nodiscard]] Result<State> parse_state(std::string_view json);
+/// A state of the current version. Only a file that is not such a state as a whole is an error; an
+/// entry that is not readable (or not storable: a badly shaped method name, bytes that are not
+/// UTF-8) is dropped and counted in `dropped`.
+[[nodiscard]] Result<State> parse_state(std::string_view json, std::size_t* dropped = nullptr);
 
-/// The state file path by DESIGN.md section 9: --state, $RPCROUTE_STATE, $XDG_STATE_HOME, ~/.local/state.
+/// The state file path by DESIGN.md section 9: --state, $RPCROUTE_STATE, $XDG_STATE_HOME, ~/.local/state;
+/// without HOME, $XDG_RUNTIME_DIR (private to the user), the home directory of the user's account, and
+/// only then /tmp/rpcroute-UID (whose folder the store checks like any other).
 [[nodiscard]] std::filesystem::path default_state_path(const EnvLookup& env = process_env());
 
 /// The live state of one process plus its pending changes, loaded from and saved to a file with
@@ -215,10 +249,18 @@ class StateStore {
 
   StateStore(std::optional<std::filesystem::path> path, const Clock& clock, Warn warn);
 
-  /// Reads the file if there is one. A corrupt or unreadable file is moved aside with a warning.
-  void load();
-  /// Merges this process's events into the file. Never loses another writer's data.
+  /// Reads the file if there is one. A corrupt or unreadable regular file is moved aside with a
+  /// warning. A path that must not be used — a directory, a symbolic link, or in a folder that is
+  /// not the user's own or that others may write to — is refused (ExitCode::usage) and the store
+  /// stays memory-only, so a caller that ignores the result is still safe.
+  Result<void> load();
+  /// Merges this process's events into the file. Never loses another writer's data. Waits for the
+  /// lock at most kLockStallMs without progress (kLockGiveUpMs in all), then fails, keeping the
+  /// changes for a later save.
   [[nodiscard]] Result<void> save();
+  /// save() with one non-blocking attempt at the lock: false (nothing written, changes kept) when
+  /// another process holds it. For an event loop that must never wait.
+  [[nodiscard]] Result<bool> try_save();
   /// Drops everything, in memory and on disk.
   [[nodiscard]] Result<void> reset();
 
@@ -252,12 +294,15 @@ class StateStore {
   void add_pending(Event event, const HealthConfig& health);
   void replay_pending(State& onto) const;
   State read_or_move_aside();
+  Result<bool> save_waiting(bool wait);
+  void warn_dropped(std::size_t dropped);
 
   std::optional<std::filesystem::path> path_;
   const Clock& clock_;
   Warn warn_;
   State state_;
   Pending pending_;
+  bool warned_dropped_ = false;
 };
 
 }  // namespace rpcroute

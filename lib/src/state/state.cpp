@@ -61,6 +61,92 @@ std::string filter_key(std::string_view profile, std::string_view chain, std::st
   return fmt::format("{}/{}/{}", profile, chain, id);
 }
 
+bool known_shaped_method(std::string_view method) {
+  // namespace: [a-z][a-z0-9]*, then '_', then [A-Za-z0-9_]+.
+  if (method.empty() || method.size() > kMaxMethodNameBytes) return false;
+  auto lower = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  auto word = [&](char c) { return lower(c) || (c >= 'A' && c <= 'Z') || c == '_'; };
+  if (method[0] < 'a' || method[0] > 'z') return false;
+  std::size_t i = 1;
+  while (i < method.size() && lower(method[i])) ++i;
+  if (i + 1 >= method.size() || method[i] != '_') return false;
+  return std::all_of(method.begin() + static_cast<std::ptrdiff_t>(i) + 1, method.end(), word);
+}
+
+std::string_view method_slot(const std::map<std::string, std::deque<Sample>, std::less<>>& methods,
+                             std::string_view method) {
+  if (!known_shaped_method(method)) return kOtherMethod;
+  if (methods.size() < kMaxMethodsPerProvider || methods.find(method) != methods.end()) return method;
+  return kOtherMethod;
+}
+
+namespace {
+
+/// Length of the valid UTF-8 sequence at `i`, 0 when the byte there does not start one (RFC 3629:
+/// no overlong forms, no surrogates, nothing above U+10FFFF; what simdjson accepts).
+std::size_t utf8_sequence(std::string_view s, std::size_t i) {
+  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned c = b(i);
+  if (c < 0x80) return 1;
+  std::size_t n = 0;
+  unsigned lo = 0x80, hi = 0xBF;  // range of the second byte
+  if (c >= 0xC2 && c <= 0xDF) {
+    n = 2;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  if (i + n > s.size() || b(i + 1) < lo || b(i + 1) > hi) return 0;
+  for (std::size_t k = 2; k < n; ++k) {
+    if (b(i + k) < 0x80 || b(i + k) > 0xBF) return 0;
+  }
+  return n;
+}
+
+bool is_utf8(std::string_view s) { return simdjson::validate_utf8(s.data(), s.size()); }
+
+/// At most kMaxTextBytes of `s`, cut at a character boundary.
+std::string_view clip(std::string_view s) {
+  if (s.size() <= kMaxTextBytes) return s;
+  std::size_t end = kMaxTextBytes;
+  while (end > 0 && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) --end;
+  return s.substr(0, end);
+}
+
+}  // namespace
+
+std::string valid_utf8(std::string_view text) {
+  if (is_utf8(text)) return std::string(text);
+  std::string out;
+  out.reserve(text.size() + 8);
+  for (std::size_t i = 0; i < text.size();) {
+    if (auto n = utf8_sequence(text, i)) {
+      out.append(text.substr(i, n));
+      i += n;
+    } else {
+      out.append("\xEF\xBF\xBD");  // U+FFFD
+      ++i;
+    }
+  }
+  return out;
+}
+
+bool storable_filter_key(std::string_view key) {
+  if (key.empty() || key.size() > kMaxFilterKeyBytes) return false;
+  const bool control = std::any_of(key.begin(), key.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u < 0x20 || u == 0x7F;
+  });
+  return !control && is_utf8(key);
+}
+
 namespace {
 
 /// "profile/chain/provider#fingerprint" → an entry with its identity filled in.
@@ -157,9 +243,9 @@ void apply_event(State& state, const Event& event, const HealthConfig& health) {
           auto& ps = provider_entry(state, e.key);
           ps.last_used_ms = std::max(ps.last_used_ms, e.t_ms);
           if (e.trip) {
-            breaker_trip(ps.breaker, e.t_ms, e.reason, health.circuit_breaker, e.jitter);
+            breaker_trip(ps.breaker, e.t_ms, clip(e.reason), health.circuit_breaker, e.jitter);
           } else {
-            breaker_on_outcome(ps.breaker, e.cls, e.t_ms, e.reason, health.circuit_breaker, e.jitter);
+            breaker_on_outcome(ps.breaker, e.cls, e.t_ms, clip(e.reason), health.circuit_breaker, e.jitter);
           }
           if (e.cls == OutcomeClass::rate_limited) {
             auto wait = e.retry_after_ms >= 0 ? e.retry_after_ms : health.rate_limit_default_ms;
@@ -168,7 +254,11 @@ void apply_event(State& state, const Event& event, const HealthConfig& health) {
         } else if constexpr (std::is_same_v<T, SampleEvent>) {
           auto& ps = provider_entry(state, e.key);
           ps.last_used_ms = std::max(ps.last_used_ms, e.sample.t_ms);
-          auto& samples = ps.methods[e.method];
+          // Only known-shaped names become keys, so many per provider; the rest share one.
+          const auto slot = method_slot(ps.methods, e.method);
+          auto m = ps.methods.find(slot);
+          if (m == ps.methods.end()) m = ps.methods.emplace(std::string(slot), std::deque<Sample>{}).first;
+          auto& samples = m->second;
           // Keep time order even when another process's samples were merged in first. A live
           // sample is almost always the newest: appended without a search.
           if (samples.empty() || e.sample.t_ms >= samples.back().t_ms) {
@@ -196,10 +286,23 @@ void apply_event(State& state, const Event& event, const HealthConfig& health) {
         } else if constexpr (std::is_same_v<T, CursorEvent>) {
           state.chains[e.chain_key].rr_cursor += e.advance;
         } else if constexpr (std::is_same_v<T, FilterEvent>) {
-          state.filters[e.key] = e.pin;
+          if (!storable_filter_key(e.key)) return;
+          auto it = state.filters.find(e.key);
+          if (it == state.filters.end()) {
+            // Full: the oldest pin goes (they expire after kFilterRetentionMs anyway).
+            if (state.filters.size() >= kMaxFilters) {
+              state.filters.erase(std::min_element(state.filters.begin(), state.filters.end(),
+                                                   [](const auto& a, const auto& b) { return a.second.t_ms < b.second.t_ms; }));
+            }
+            it = state.filters.emplace(e.key, e.pin).first;
+          }
+          it->second = e.pin;
         } else if constexpr (std::is_same_v<T, ProbeEvent>) {
           auto& ps = provider_entry(state, e.key);
-          if (e.findings.t_ms >= ps.probe.t_ms) ps.probe = e.findings;
+          if (e.findings.t_ms >= ps.probe.t_ms) {
+            ps.probe = e.findings;
+            ps.probe.client_version = std::string(clip(e.findings.client_version));
+          }
           ps.last_used_ms = std::max(ps.last_used_ms, e.findings.t_ms);
         } else if constexpr (std::is_same_v<T, QuotaEvent>) {
           auto& ps = provider_entry(state, e.key);
@@ -241,6 +344,28 @@ void prune(State& state, std::int64_t now_ms) {
   }
 }
 
+namespace {
+
+// The reader (simdjson) rejects a document that is not valid UTF-8, and a name that is not valid
+// UTF-8 can come from anywhere (an argv word, an upstream's answer): every string is checked (fast)
+// and repaired when needed, so the writer never produces what the reader rejects.
+void put_key(json::Writer& w, std::string_view s) {
+  if (is_utf8(s)) {
+    w.key(s);
+  } else {
+    w.key(valid_utf8(s));
+  }
+}
+void put_text(json::Writer& w, std::string_view s) {
+  if (is_utf8(s)) {
+    w.value(s);
+  } else {
+    w.value(valid_utf8(s));
+  }
+}
+
+}  // namespace
+
 std::string serialize_state(const State& state, std::int64_t now_ms) {
   json::Writer w;
   w.begin_object();
@@ -251,16 +376,16 @@ std::string serialize_state(const State& state, std::int64_t now_ms) {
   w.key("providers");
   w.begin_object();
   for (const auto& [key, ps] : state.providers) {
-    w.key(key);
+    put_key(w, key);
     w.begin_object();
     w.key("profile");
-    w.value(ps.profile);
+    put_text(w, ps.profile);
     w.key("chain");
-    w.value(ps.chain);
+    put_text(w, ps.chain);
     w.key("provider");
-    w.value(ps.provider);
+    put_text(w, ps.provider);
     w.key("fingerprint");
-    w.value(ps.fingerprint);
+    put_text(w, ps.fingerprint);
     w.key("breaker");
     w.begin_object();
     w.key("state");
@@ -276,7 +401,7 @@ std::string serialize_state(const State& state, std::int64_t now_ms) {
     w.key("recovery_ms");
     w.value(ps.breaker.recovery_ms);
     w.key("reason");
-    w.value(ps.breaker.reason);
+    put_text(w, ps.breaker.reason);
     w.end_object();
     w.key("rate_limited_until_ms");
     w.value(ps.rate_limited_until_ms);
@@ -291,7 +416,7 @@ std::string serialize_state(const State& state, std::int64_t now_ms) {
     w.value(ps.last_used_ms);
     if (ps.probe.t_ms > 0) {
       auto opt = [&](const char* key, const std::optional<bool>& v) {
-        w.key(key);
+        put_key(w, key);
         if (v) w.value(*v); else w.null();
       };
       w.key("probe");
@@ -304,7 +429,7 @@ std::string serialize_state(const State& state, std::int64_t now_ms) {
       opt("batch", ps.probe.batch);
       opt("syncing", ps.probe.syncing);
       w.key("client_version");
-      w.value(ps.probe.client_version);
+      put_text(w, ps.probe.client_version);
       w.end_object();
     }
     if (ps.quota.t_ms > 0) {
@@ -337,7 +462,7 @@ std::string serialize_state(const State& state, std::int64_t now_ms) {
     w.key("methods");
     w.begin_object();
     for (const auto& [method, samples] : ps.methods) {
-      w.key(method);
+      put_key(w, method);
       w.begin_object();
       w.key("samples");
       w.begin_array();
@@ -354,7 +479,7 @@ std::string serialize_state(const State& state, std::int64_t now_ms) {
   w.key("chains");
   w.begin_object();
   for (const auto& [key, cs] : state.chains) {
-    w.key(key);
+    put_key(w, key);
     w.begin_object();
     w.key("high_water");
     w.begin_object();
@@ -371,10 +496,10 @@ std::string serialize_state(const State& state, std::int64_t now_ms) {
   w.key("filters");
   w.begin_object();
   for (const auto& [key, pin] : state.filters) {
-    w.key(key);
+    put_key(w, key);
     w.begin_object();
     w.key("provider");
-    w.value(pin.provider);
+    put_text(w, pin.provider);
     w.key("t_ms");
     w.value(pin.t_ms);
     w.end_object();
@@ -451,12 +576,115 @@ bool has(dom::object o, std::string_view key) {
 
 }  // namespace
 
-Result<State> parse_state(std::string_view text) {
+namespace {
+
+ProviderState parse_provider(dom::object po, std::size_t& dropped) {
+  ProviderState ps;
+  ps.profile = get_str(po, "profile");
+  ps.chain = get_str(po, "chain");
+  ps.provider = get_str(po, "provider");
+  ps.fingerprint = get_str(po, "fingerprint");
+  if (has(po, "breaker")) {
+    auto bo = get_obj(po, "breaker");
+    auto st = get_str(bo, "state");
+    if (st == "open") ps.breaker.state = BreakerState::open;
+    else if (st == "half_open") ps.breaker.state = BreakerState::half_open;
+    else if (st == "closed" || st.empty()) ps.breaker.state = BreakerState::closed;
+    else throw Bad{fmt::format("unknown breaker state '{}'", st)};
+    ps.breaker.failures = static_cast<int>(get_int(bo, "failures"));
+    ps.breaker.successes = static_cast<int>(get_int(bo, "successes"));
+    ps.breaker.reopens = static_cast<int>(get_int(bo, "reopens"));
+    ps.breaker.opened_ms = get_int(bo, "opened_ms");
+    ps.breaker.recovery_ms = get_int(bo, "recovery_ms");
+    ps.breaker.reason = std::string(clip(get_str(bo, "reason")));
+  }
+  ps.rate_limited_until_ms = get_int(po, "rate_limited_until_ms");
+  if (has(po, "height")) {
+    auto ho = get_obj(po, "height");
+    ps.height.block = get_uint(ho, "block");
+    ps.height.t_ms = get_int(ho, "t_ms");
+  }
+  ps.last_used_ms = get_int(po, "last_used_ms");
+  if (has(po, "probe")) {
+    auto pr = get_obj(po, "probe");
+    ps.probe.t_ms = get_int(pr, "t_ms");
+    ps.probe.chain_id = get_uint(pr, "chain_id");
+    ps.probe.archival = get_opt_bool(pr, "archival");
+    ps.probe.batch = get_opt_bool(pr, "batch");
+    ps.probe.syncing = get_opt_bool(pr, "syncing");
+    ps.probe.client_version = std::string(clip(get_str(pr, "client_version")));
+  }
+  if (has(po, "quota")) {
+    auto qo = get_obj(po, "quota");
+    ps.quota.tokens = get_double(qo, "tokens");
+    ps.quota.t_ms = get_int(qo, "t_ms");
+  }
+  if (has(po, "lag")) {
+    auto lo = get_obj(po, "lag");
+    ps.lag.behind_since_ms = get_int(lo, "behind_since_ms");
+    ps.lag.t_ms = get_int(lo, "t_ms");
+  }
+  if (has(po, "archival_seen")) {
+    auto ao = get_obj(po, "archival_seen");
+    ps.archival_seen.archival = get_opt_bool(ao, "archival");
+    ps.archival_seen.t_ms = get_int(ao, "t_ms");
+  }
+  if (has(po, "methods")) {
+    for (auto [method, mv] : get_obj(po, "methods")) {
+      // A method entry stands alone: a bad one is dropped, its provider kept. Names a writer
+      // would not make a key (see method_slot) are dropped too: a file written before the bounds
+      // may hold thousands.
+      try {
+        if (method != kOtherMethod && method_slot(ps.methods, method) != method) throw Bad{"method name"};
+        dom::object mo;
+        if (mv.get_object().get(mo)) throw Bad{"method entry is not an object"};
+        std::deque<Sample> samples;
+        dom::element se;
+        if (mo.at_key("samples").get(se) == simdjson::SUCCESS) {
+          dom::array arr;
+          if (se.get_array().get(arr)) throw Bad{"samples is not an array"};
+          for (auto item : arr) {
+            dom::array triple;
+            if (item.get_array().get(triple) || triple.size() != 3) throw Bad{"a sample is not [t, us, outcome]"};
+            Sample smp;
+            std::string_view outcome;
+            if (triple.at(0).get_int64().get(smp.t_ms) || triple.at(1).get_int64().get(smp.latency_us) ||
+                triple.at(2).get_string().get(outcome)) {
+              throw Bad{"a sample is not [t, us, outcome]"};
+            }
+            auto o = parse_outcome(outcome);
+            if (!o) throw Bad{fmt::format("unknown outcome '{}'", outcome)};
+            smp.outcome = *o;
+            samples.push_back(smp);
+            if (samples.size() > kMaxSamplesPerMethod) samples.pop_front();
+          }
+        }
+        ps.methods.insert_or_assign(std::string(method), std::move(samples));
+      } catch (const Bad&) {
+        ++dropped;
+      }
+    }
+  }
+  return ps;
+}
+
+}  // namespace
+
+Result<State> parse_state(std::string_view text, std::size_t* dropped_out) {
+  // Bytes that are not UTF-8 make simdjson reject the whole document: repaired first (inside
+  // strings they become U+FFFD; anywhere else the text was not JSON anyway), so that only the
+  // entries holding them are lost.
+  std::string repaired;
+  if (!is_utf8(text)) {
+    repaired = valid_utf8(text);
+    text = repaired;
+  }
   dom::parser parser;
   dom::element root;
   if (auto e = parser.parse(text.data(), text.size(), true).get(root)) {
     return fail(fmt::format("not valid JSON ({})", simdjson::error_message(e)));
   }
+  std::size_t dropped = 0;
   try {
     dom::object top;
     if (root.get_object().get(top)) throw Bad{"not a JSON object"};
@@ -465,109 +693,49 @@ Result<State> parse_state(std::string_view text) {
     if (top.at_key("version").get(version) || version.get_int64().get(v)) throw Bad{"no version"};
     if (v != kStateVersion) throw Bad{fmt::format("unknown version {}", v)};
     State state;
+    // The sections must be objects (else this is not a state file); each entry in them stands alone.
     if (has(top, "providers")) {
       for (auto [key, value] : get_obj(top, "providers")) {
-        dom::object po;
-        if (value.get_object().get(po)) throw Bad{"provider entry is not an object"};
-        ProviderState ps;
-        ps.profile = get_str(po, "profile");
-        ps.chain = get_str(po, "chain");
-        ps.provider = get_str(po, "provider");
-        ps.fingerprint = get_str(po, "fingerprint");
-        if (has(po, "breaker")) {
-          auto bo = get_obj(po, "breaker");
-          auto st = get_str(bo, "state");
-          if (st == "open") ps.breaker.state = BreakerState::open;
-          else if (st == "half_open") ps.breaker.state = BreakerState::half_open;
-          else if (st == "closed" || st.empty()) ps.breaker.state = BreakerState::closed;
-          else throw Bad{fmt::format("unknown breaker state '{}'", st)};
-          ps.breaker.failures = static_cast<int>(get_int(bo, "failures"));
-          ps.breaker.successes = static_cast<int>(get_int(bo, "successes"));
-          ps.breaker.reopens = static_cast<int>(get_int(bo, "reopens"));
-          ps.breaker.opened_ms = get_int(bo, "opened_ms");
-          ps.breaker.recovery_ms = get_int(bo, "recovery_ms");
-          ps.breaker.reason = get_str(bo, "reason");
+        try {
+          dom::object po;
+          if (value.get_object().get(po)) throw Bad{"provider entry is not an object"};
+          state.providers.emplace(std::string(key), parse_provider(po, dropped));
+        } catch (const Bad&) {
+          ++dropped;
         }
-        ps.rate_limited_until_ms = get_int(po, "rate_limited_until_ms");
-        if (has(po, "height")) {
-          auto ho = get_obj(po, "height");
-          ps.height.block = get_uint(ho, "block");
-          ps.height.t_ms = get_int(ho, "t_ms");
-        }
-        ps.last_used_ms = get_int(po, "last_used_ms");
-        if (has(po, "probe")) {
-          auto pr = get_obj(po, "probe");
-          ps.probe.t_ms = get_int(pr, "t_ms");
-          ps.probe.chain_id = get_uint(pr, "chain_id");
-          ps.probe.archival = get_opt_bool(pr, "archival");
-          ps.probe.batch = get_opt_bool(pr, "batch");
-          ps.probe.syncing = get_opt_bool(pr, "syncing");
-          ps.probe.client_version = get_str(pr, "client_version");
-        }
-        if (has(po, "quota")) {
-          auto qo = get_obj(po, "quota");
-          ps.quota.tokens = get_double(qo, "tokens");
-          ps.quota.t_ms = get_int(qo, "t_ms");
-        }
-        if (has(po, "lag")) {
-          auto lo = get_obj(po, "lag");
-          ps.lag.behind_since_ms = get_int(lo, "behind_since_ms");
-          ps.lag.t_ms = get_int(lo, "t_ms");
-        }
-        if (has(po, "archival_seen")) {
-          auto ao = get_obj(po, "archival_seen");
-          ps.archival_seen.archival = get_opt_bool(ao, "archival");
-          ps.archival_seen.t_ms = get_int(ao, "t_ms");
-        }
-        if (has(po, "methods")) {
-          for (auto [method, mv] : get_obj(po, "methods")) {
-            dom::object mo;
-            if (mv.get_object().get(mo)) throw Bad{"method entry is not an object"};
-            auto& samples = ps.methods[std::string(method)];
-            dom::element se;
-            if (mo.at_key("samples").get(se)) continue;
-            dom::array arr;
-            if (se.get_array().get(arr)) throw Bad{"samples is not an array"};
-            for (auto item : arr) {
-              dom::array triple;
-              if (item.get_array().get(triple) || triple.size() != 3) throw Bad{"a sample is not [t, us, outcome]"};
-              Sample s;
-              std::string_view outcome;
-              if (triple.at(0).get_int64().get(s.t_ms) || triple.at(1).get_int64().get(s.latency_us) ||
-                  triple.at(2).get_string().get(outcome)) {
-                throw Bad{"a sample is not [t, us, outcome]"};
-              }
-              auto o = parse_outcome(outcome);
-              if (!o) throw Bad{fmt::format("unknown outcome '{}'", outcome)};
-              s.outcome = *o;
-              samples.push_back(s);
-            }
-          }
-        }
-        state.providers.emplace(std::string(key), std::move(ps));
       }
     }
     if (has(top, "chains")) {
       for (auto [key, value] : get_obj(top, "chains")) {
-        dom::object co;
-        if (value.get_object().get(co)) throw Bad{"chain entry is not an object"};
-        ChainState cs;
-        if (has(co, "high_water")) {
-          auto hw = get_obj(co, "high_water");
-          cs.high_water.block = get_uint(hw, "block");
-          cs.high_water.t_ms = get_int(hw, "t_ms");
+        try {
+          dom::object co;
+          if (value.get_object().get(co)) throw Bad{"chain entry is not an object"};
+          ChainState cs;
+          if (has(co, "high_water")) {
+            auto hw = get_obj(co, "high_water");
+            cs.high_water.block = get_uint(hw, "block");
+            cs.high_water.t_ms = get_int(hw, "t_ms");
+          }
+          cs.rr_cursor = get_uint(co, "rr_cursor");
+          state.chains.emplace(std::string(key), cs);
+        } catch (const Bad&) {
+          ++dropped;
         }
-        cs.rr_cursor = get_uint(co, "rr_cursor");
-        state.chains.emplace(std::string(key), cs);
       }
     }
     if (has(top, "filters")) {
       for (auto [key, value] : get_obj(top, "filters")) {
-        dom::object fo;
-        if (value.get_object().get(fo)) throw Bad{"filter entry is not an object"};
-        state.filters.emplace(std::string(key), FilterPin{get_str(fo, "provider"), get_int(fo, "t_ms")});
+        try {
+          if (!storable_filter_key(key) || state.filters.size() >= kMaxFilters) throw Bad{"filter key"};
+          dom::object fo;
+          if (value.get_object().get(fo)) throw Bad{"filter entry is not an object"};
+          state.filters.emplace(std::string(key), FilterPin{get_str(fo, "provider"), get_int(fo, "t_ms")});
+        } catch (const Bad&) {
+          ++dropped;
+        }
       }
     }
+    if (dropped_out != nullptr) *dropped_out = dropped;
     return state;
   } catch (const Bad& b) {
     return fail(b.why);

@@ -1,14 +1,17 @@
 #include <fcntl.h>
+#include <pwd.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -22,7 +25,15 @@ std::filesystem::path default_state_path(const EnvLookup& env) {
   if (auto h = env("HOME"); h && !h->empty()) {
     return std::filesystem::path(*h) / ".local" / "state" / "rpcroute" / "state.json";
   }
-  return std::filesystem::path("/tmp") / fmt::format("rpcroute-{}", getuid()) / "state.json";
+  // No HOME (a service, `env -i`): a folder of the user's own, never first a guessable /tmp name
+  // that someone else could have made (and the store checks whatever folder it gets).
+  if (auto r = env("XDG_RUNTIME_DIR"); r && !r->empty() && r->front() == '/') {
+    return std::filesystem::path(*r) / "rpcroute" / "state.json";
+  }
+  if (const passwd* pw = ::getpwuid(::geteuid()); pw != nullptr && pw->pw_dir != nullptr && pw->pw_dir[0] == '/') {
+    return std::filesystem::path(pw->pw_dir) / ".local" / "state" / "rpcroute" / "state.json";
+  }
+  return std::filesystem::path("/tmp") / fmt::format("rpcroute-{}", ::geteuid()) / "state.json";
 }
 
 namespace {
@@ -53,26 +64,112 @@ class Fd {
 
 std::string errno_text() { return std::strerror(errno); }
 
-/// Exclusive lock on a sibling lock file, held for the object's lifetime.
-Result<Fd> lock_exclusive(const std::filesystem::path& path) {
+std::filesystem::path folder_of(const std::filesystem::path& path) {
+  return path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
+}
+
+/// Identity of the state file as it is now: another writer's rename changes it.
+struct FileMark {
+  ino_t ino = 0;
+  std::int64_t mtime_ns = 0;
+  bool operator==(const FileMark&) const = default;
+};
+FileMark file_mark(const std::filesystem::path& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return {};
+  return {st.st_ino, static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
+}
+
+/// Exclusive lock on a sibling lock file, held for the object's lifetime; nullopt when another
+/// process still holds it after the wait. Never a blocking flock: waiting writers poll, and give
+/// up after kLockStallMs during which no writer finished (the state file did not change) — a
+/// stopped or hung holder — or kLockGiveUpMs in all. `wait` false: one attempt.
+Result<std::optional<Fd>> lock_exclusive(const std::filesystem::path& path, bool wait) {
   auto lock_path = path;
   lock_path += ".lock";
-  Fd fd(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
-  if (!fd.valid()) return fail(fmt::format("cannot open {}: {}", lock_path.string(), errno_text()), ExitCode::internal);
-  while (::flock(fd.get(), LOCK_EX) != 0) {
-    if (errno != EINTR) return fail(fmt::format("cannot lock {}: {}", lock_path.string(), errno_text()), ExitCode::internal);
+  // O_NOFOLLOW: a link planted there must not make us create or open its target.
+  Fd fd(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600));
+  if (!fd.valid()) {
+    const auto why = errno == ELOOP ? std::string("it is a symbolic link") : errno_text();
+    return fail(fmt::format("cannot open {}: {}", lock_path.string(), why), ExitCode::internal);
   }
-  return fd;
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return fail(fmt::format("cannot lock {}: not a regular file", lock_path.string()), ExitCode::internal);
+  }
+  using steady = std::chrono::steady_clock;
+  const auto start = steady::now();
+  auto progress = start;
+  auto mark = file_mark(path);
+  auto nap = std::chrono::milliseconds(1);
+  for (;;) {
+    if (::flock(fd.get(), LOCK_EX | LOCK_NB) == 0) return std::optional<Fd>(std::move(fd));
+    if (errno == EINTR) continue;
+    if (errno != EWOULDBLOCK) {
+      return fail(fmt::format("cannot lock {}: {}", lock_path.string(), errno_text()), ExitCode::internal);
+    }
+    if (!wait) return std::optional<Fd>();
+    const auto now = steady::now();
+    if (auto m = file_mark(path); !(m == mark)) {
+      mark = m;
+      progress = now;
+    }
+    if (now - progress >= std::chrono::milliseconds(kLockStallMs) ||
+        now - start >= std::chrono::milliseconds(kLockGiveUpMs)) {
+      return std::optional<Fd>();
+    }
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, std::chrono::milliseconds(25));
+  }
+}
+
+std::string still_locked(const std::filesystem::path& path) {
+  return fmt::format("{}.lock is held by another process (a stopped or hung rpcroute?); gave up waiting for it",
+                     path.string());
+}
+
+/// lock_exclusive() that waits, with "still locked" as an error.
+Result<Fd> lock_or_fail(const std::filesystem::path& path) {
+  auto lock = lock_exclusive(path, true);
+  if (!lock) return tl::unexpected(lock.error());
+  if (!*lock) return fail(still_locked(path), ExitCode::internal);
+  return std::move(**lock);
+}
+
+/// Why the state path must not be used at all, or empty. Only regular files are ever read, moved
+/// aside or replaced, and nothing in the state folder is followed through a symbolic link; the
+/// folder must be the user's own and closed to others, since whoever can write into it can plant
+/// links and files that we would read or write.
+std::string refusal(const std::filesystem::path& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return fmt::format("state path {} is a directory, not a state file", path.string());
+    if (S_ISLNK(st.st_mode)) {
+      return fmt::format("state path {} is a symbolic link; rpcroute does not follow links in its state folder",
+                         path.string());
+    }
+  }
+  const auto dir = folder_of(path);
+  if (::stat(dir.c_str(), &st) != 0) return {};  // not there yet: made private at the first save
+  if (!S_ISDIR(st.st_mode)) return fmt::format("state folder {} is not a directory", dir.string());
+  if (st.st_uid != ::geteuid()) {
+    return fmt::format("state folder {} belongs to uid {}, not to you (uid {})", dir.string(), st.st_uid, ::geteuid());
+  }
+  if ((st.st_mode & 022) != 0) {
+    return fmt::format("state folder {} is writable by {} (mode {:o}); make it private (chmod go-w) or choose another "
+                       "--state",
+                       dir.string(), (st.st_mode & 002) != 0 ? "others" : "its group", st.st_mode & 07777);
+  }
+  return {};
 }
 
 enum class ReadStatus { ok, missing, unreadable, not_regular };
 
 /// What is at the state path when it is a special file ("a FIFO", "a device"), else empty. Such a
-/// file is not ours to move or replace (`--state /dev/null`). A directory is only unreadable: it is
-/// moved aside like a corrupt file.
+/// file is not ours to move or replace (`--state /dev/null`): the command runs without state.
 std::string odd_file_type(const std::filesystem::path& path) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) return {};
+  if (::lstat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode) || S_ISDIR(st.st_mode) || S_ISLNK(st.st_mode)) return {};
   if (S_ISFIFO(st.st_mode)) return "a FIFO";
   if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) return "a device";
   if (S_ISSOCK(st.st_mode)) return "a socket";
@@ -82,20 +179,18 @@ std::string odd_file_type(const std::filesystem::path& path) {
 ReadStatus read_file(const std::filesystem::path& path, std::string& out, std::string& why) {
   // Non-blocking, then checked: a FIFO at the path must not hang us, and nothing but a regular
   // file is read (or later moved aside, or replaced).
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW));
   if (!fd.valid()) {
     if (errno == ENOENT) return ReadStatus::missing;
     why = errno_text();
-    return ReadStatus::unreadable;
+    // Unreadable, yet moved aside only when it is a regular file (a link is never followed).
+    struct stat st {};
+    return ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) ? ReadStatus::unreadable : ReadStatus::not_regular;
   }
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) {
     why = errno_text();
-    return ReadStatus::unreadable;
-  }
-  if (S_ISDIR(st.st_mode)) {
-    why = "a directory";
-    return ReadStatus::unreadable;
+    return ReadStatus::not_regular;
   }
   if (!S_ISREG(st.st_mode)) {
     why = "not a regular file";
@@ -150,9 +245,11 @@ Result<void> write_all(int fd, std::string_view data) {
 Result<void> ensure_dir(const std::filesystem::path& dir) {
   std::error_code ec;
   if (dir.empty() || std::filesystem::is_directory(dir, ec)) return {};
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return fail(fmt::format("cannot create {}: {}", dir.string(), ec.message()), ExitCode::internal);
-  ::chmod(dir.c_str(), 0700);
+  if (dir.has_parent_path()) std::filesystem::create_directories(dir.parent_path(), ec);
+  // The state folder itself is made private from the start (no window with the umask's mode).
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return fail(fmt::format("cannot create {}: {}", dir.string(), errno_text()), ExitCode::internal);
+  }
   return {};
 }
 
@@ -160,6 +257,13 @@ Result<void> ensure_dir(const std::filesystem::path& dir) {
 
 StateStore::StateStore(std::optional<std::filesystem::path> path, const Clock& clock, Warn warn)
     : path_(std::move(path)), clock_(clock), warn_(std::move(warn)) {}
+
+void StateStore::warn_dropped(std::size_t dropped) {
+  if (dropped == 0 || warned_dropped_) return;
+  warned_dropped_ = true;
+  warn_(fmt::format("state file {}: dropped {} unreadable entr{}; the rest is kept", path_->string(), dropped,
+                    dropped == 1 ? "y" : "ies"));
+}
 
 State StateStore::read_or_move_aside() {
   std::string text;
@@ -170,11 +274,16 @@ State StateStore::read_or_move_aside() {
     if (text.empty()) {
       why = "empty file";
     } else {
-      auto parsed = parse_state(text);
-      if (parsed) return std::move(*parsed);
+      std::size_t dropped = 0;
+      auto parsed = parse_state(text, &dropped);
+      if (parsed) {
+        warn_dropped(dropped);
+        return std::move(*parsed);
+      }
       why = parsed.error().message;
     }
   }
+  // Only a regular file is moved aside (read_file said so; rename never follows a link).
   auto aside = *path_;
   aside += fmt::format(".corrupt-{}", clock_.now_ms());
   std::error_code ec;
@@ -189,31 +298,38 @@ State StateStore::read_or_move_aside() {
   return {};
 }
 
-void StateStore::load() {
-  if (!path_) return;
+Result<void> StateStore::load() {
+  if (!path_) return {};
   if (auto odd = odd_file_type(*path_); !odd.empty()) {
     // Never read, move or replace it: `--state /dev/null` must not rename /dev/null.
     warn_(fmt::format("state path {} is {}, not a state file; running without saved state", path_->string(), odd));
     path_.reset();
-    return;
+    return {};
+  }
+  if (auto why = refusal(*path_); !why.empty()) {
+    path_.reset();
+    return fail(why, ExitCode::usage);
   }
   std::string text;
   std::string why;
   auto status = read_file(*path_, text, why);
-  if (status == ReadStatus::missing) return;
+  if (status == ReadStatus::missing || status == ReadStatus::not_regular) return {};
   if (status == ReadStatus::ok && !text.empty()) {
-    if (auto parsed = parse_state(text)) {
+    std::size_t dropped = 0;
+    if (auto parsed = parse_state(text, &dropped)) {
       state_ = std::move(*parsed);
-      return;
+      warn_dropped(dropped);
+      return {};
     }
   }
   // Unusable: look again under the lock (a writer may have been mid-rename), then move it aside.
-  auto lock = lock_exclusive(*path_);
+  auto lock = lock_or_fail(*path_);
   if (!lock) {
     warn_(fmt::format("state file {}: {}; running without saved state", path_->string(), lock.error().message));
-    return;
+    return {};
   }
   state_ = read_or_move_aside();
+  return {};
 }
 
 void StateStore::record(Event event, const HealthConfig& health) {
@@ -242,7 +358,10 @@ void StateStore::add_pending(Event event, const HealthConfig& health) {
         } else if constexpr (std::is_same_v<T, SampleEvent>) {
           auto& pp = pending_.providers[e.key];
           pp.health = health;
-          auto& samples = pp.samples[e.method];
+          const auto slot = method_slot(pp.samples, e.method);
+          auto m = pp.samples.find(slot);
+          if (m == pp.samples.end()) m = pp.samples.emplace(std::string(slot), std::deque<Sample>{}).first;
+          auto& samples = m->second;
           samples.push_back(e.sample);
           if (samples.size() > kMaxSamplesPerMethod) samples.pop_front();
         } else if constexpr (std::is_same_v<T, HeightEvent>) {
@@ -285,7 +404,14 @@ void StateStore::add_pending(Event event, const HealthConfig& health) {
         } else if constexpr (std::is_same_v<T, CursorEvent>) {
           pending_.cursors[e.chain_key] += e.advance;
         } else if constexpr (std::is_same_v<T, FilterEvent>) {
-          pending_.filters[e.key] = e.pin;
+          if (!storable_filter_key(e.key)) return;
+          auto& filters = pending_.filters;
+          if (filters.size() >= kMaxFilters && filters.find(e.key) == filters.end()) {
+            filters.erase(std::min_element(filters.begin(), filters.end(), [](const auto& a, const auto& b) {
+              return a.second.t_ms < b.second.t_ms;
+            }));
+          }
+          filters[e.key] = e.pin;
         }
       },
       std::move(event));
@@ -310,10 +436,21 @@ void StateStore::replay_pending(State& onto) const {
 }
 
 Result<void> StateStore::save() {
-  if (!path_ || pending_.count == 0) return {};
-  if (auto r = ensure_dir(path_->parent_path()); !r) return r;
-  auto lock = lock_exclusive(*path_);
+  auto saved = save_waiting(true);
+  if (!saved) return tl::unexpected(saved.error());
+  if (!*saved) return fail(still_locked(*path_), ExitCode::internal);
+  return {};
+}
+
+Result<bool> StateStore::try_save() { return save_waiting(false); }
+
+Result<bool> StateStore::save_waiting(bool wait) {
+  if (!path_ || pending_.count == 0) return true;
+  if (auto r = ensure_dir(path_->parent_path()); !r) return tl::unexpected(r.error());
+  if (auto why = refusal(*path_); !why.empty()) return fail(why, ExitCode::usage);
+  auto lock = lock_exclusive(*path_, wait);
   if (!lock) return tl::unexpected(lock.error());
+  if (!*lock) return false;
   if (auto odd = odd_file_type(*path_); !odd.empty()) {
     return fail(fmt::format("state path {} is {}; not replaced", path_->string(), odd), ExitCode::internal);
   }
@@ -328,12 +465,17 @@ Result<void> StateStore::save() {
   auto tmp = *path_;
   tmp += fmt::format(".tmp.{}", ::getpid());
   {
-    Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    // O_EXCL | O_NOFOLLOW: never through a link planted at the name, never into an existing file.
+    // One left over (by a dead process that had our pid, or planted) is removed, not followed:
+    // unlink removes a link itself. We hold the lock and the folder is ours.
+    constexpr int kFlags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+    Fd fd(::open(tmp.c_str(), kFlags, 0600));
+    if (!fd.valid() && errno == EEXIST && ::unlink(tmp.c_str()) == 0) fd = Fd(::open(tmp.c_str(), kFlags, 0600));
     if (!fd.valid()) return fail(fmt::format("cannot write {}: {}", tmp.string(), errno_text()), ExitCode::internal);
     ::fchmod(fd.get(), 0600);
     if (auto r = write_all(fd.get(), text); !r) {
       ::unlink(tmp.c_str());
-      return r;
+      return tl::unexpected(r.error());
     }
     if (::fsync(fd.get()) != 0) {
       ::unlink(tmp.c_str());
@@ -345,22 +487,23 @@ Result<void> StateStore::save() {
     ::unlink(tmp.c_str());
     return fail(fmt::format("cannot replace {}: {}", path_->string(), why), ExitCode::internal);
   }
-  auto dir = path_->parent_path().empty() ? std::filesystem::path(".") : path_->parent_path();
-  Fd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  Fd dfd(::open(folder_of(*path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (dfd.valid()) ::fsync(dfd.get());
 
   state_ = std::move(merged);
   pending_ = Pending{};
-  return {};
+  return true;
 }
 
 Result<void> StateStore::reset() {
   state_ = State{};
   pending_ = Pending{};
   if (!path_) return {};
-  std::error_code ec;
-  if (!std::filesystem::exists(*path_, ec)) return {};
-  auto lock = lock_exclusive(*path_);
+  if (auto why = refusal(*path_); !why.empty()) return fail(why, ExitCode::usage);
+  struct stat st {};
+  if (::lstat(path_->c_str(), &st) != 0) return {};
+  if (!S_ISREG(st.st_mode)) return fail(fmt::format("state path {} is not a regular file; not removed", path_->string()));
+  auto lock = lock_or_fail(*path_);
   if (!lock) return tl::unexpected(lock.error());
   if (::unlink(path_->c_str()) != 0 && errno != ENOENT) {
     return fail(fmt::format("cannot remove {}: {}", path_->string(), errno_text()), ExitCode::internal);

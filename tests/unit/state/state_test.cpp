@@ -123,7 +123,7 @@ State rich_state() {
   a.methods["eth_call"] = {Sample{kNow - 3, 1'500, Outcome::success},
                            Sample{kNow - 2, 900'000, Outcome::timeout},
                            Sample{kNow - 1, 20, Outcome::rpc_error}};
-  a.methods["odd \"method\" \\ name"] = {Sample{kNow, 7, Outcome::wrong_id}};
+  a.methods[std::string(kOtherMethod)] = {Sample{kNow, 7, Outcome::wrong_id}};  // odd names share it
   auto& b = s.providers[kKey2];
   b.profile = "prof";
   b.chain = "eth";
@@ -208,10 +208,10 @@ TEST_CASE("apply_event: SampleEvent keeps time order and the newest kMaxSamplesP
 
   for (std::size_t i = 0; i < kMaxSamplesPerMethod + 50; ++i) {
     apply_event(
-        s, sample(kKey2, "m", kNow + static_cast<std::int64_t>(i), static_cast<std::int64_t>(i)),
+        s, sample(kKey2, "x_m", kNow + static_cast<std::int64_t>(i), static_cast<std::int64_t>(i)),
         health);
   }
-  const auto& m = s.providers.at(kKey2).methods.at("m");
+  const auto& m = s.providers.at(kKey2).methods.at("x_m");
   REQUIRE(m.size() == kMaxSamplesPerMethod);
   CHECK(m.front().latency_us == 50);
   CHECK(m.back().latency_us == static_cast<std::int64_t>(kMaxSamplesPerMethod + 49));
@@ -283,19 +283,7 @@ TEST_CASE("parse_state rejects what is not a version 1 state", "[state]") {
       R"({"version":2})",
       R"({"version":"1"})",
       R"({"version":1,"providers":[]})",
-      R"({"version":1,"providers":{"k":5}})",
-      R"({"version":1,"providers":{"k":{"breaker":{"state":"ajar"}}}})",
-      R"({"version":1,"providers":{"k":{"breaker":{"state":"open","failures":"3"}}}})",
-      R"({"version":1,"providers":{"k":{"last_used_ms":"yesterday"}}})",
-      R"({"version":1,"providers":{"k":{"profile":7}}})",
-      R"({"version":1,"providers":{"k":{"height":{"block":-1}}}})",
-      R"({"version":1,"providers":{"k":{"methods":{"m":{"samples":[[1,2,"exploded"]]}}}}})",
-      R"({"version":1,"providers":{"k":{"methods":{"m":{"samples":[[1,2]]}}}}})",
-      R"({"version":1,"providers":{"k":{"methods":{"m":{"samples":[["1",2,"success"]]}}}}})",
-      R"({"version":1,"providers":{"k":{"methods":{"m":{"samples":{}}}}}})",
-      R"({"version":1,"chains":{"c":{"rr_cursor":-1}}})",
-      R"({"version":1,"chains":{"c":[]}})",
-      R"({"version":1,"filters":{"f":{"provider":1}}})",
+      R"({"version":1,"chains":7})",
   };
   for (const char* text : bad) {
     INFO(text);
@@ -306,10 +294,37 @@ TEST_CASE("parse_state rejects what is not a version 1 state", "[state]") {
   auto version = parse_state(R"({"version":2})");
   REQUIRE_FALSE(version.has_value());
   CHECK(version.error().message.find("unknown version 2") != std::string::npos);
-  auto outcome = parse_state(
-      R"({"version":1,"providers":{"k":{"methods":{"m":{"samples":[[1,2,"exploded"]]}}}}})");
-  REQUIRE_FALSE(outcome.has_value());
-  CHECK(outcome.error().message.find("exploded") != std::string::npos);
+}
+
+TEST_CASE("parse_state drops a bad entry of a version 1 state, not the state", "[state]") {
+  const char* bad[] = {
+      R"({"version":1,"providers":{"k":5}})",
+      R"({"version":1,"providers":{"k":{"breaker":{"state":"ajar"}}}})",
+      R"({"version":1,"providers":{"k":{"breaker":{"state":"open","failures":"3"}}}})",
+      R"({"version":1,"providers":{"k":{"last_used_ms":"yesterday"}}})",
+      R"({"version":1,"providers":{"k":{"profile":7}}})",
+      R"({"version":1,"providers":{"k":{"height":{"block":-1}}}})",
+      R"({"version":1,"providers":{"k":{"methods":{"x_m":{"samples":[[1,2,"exploded"]]}}}}})",
+      R"({"version":1,"providers":{"k":{"methods":{"x_m":{"samples":[[1,2]]}}}}})",
+      R"({"version":1,"providers":{"k":{"methods":{"x_m":{"samples":[["1",2,"success"]]}}}}})",
+      R"({"version":1,"providers":{"k":{"methods":{"x_m":{"samples":{}}}}}})",
+      R"({"version":1,"providers":{"k":{"methods":{"m":{"samples":[]}}}}})",
+      R"({"version":1,"chains":{"c":{"rr_cursor":-1}}})",
+      R"({"version":1,"chains":{"c":[]}})",
+      R"({"version":1,"filters":{"f":{"provider":1}}})",
+  };
+  for (const char* text : bad) {
+    INFO(text);
+    std::size_t dropped = 0;
+    auto r = parse_state(text, &dropped);
+    REQUIRE(r.has_value());
+    CHECK(dropped == 1);
+    const bool method_only = std::string_view(text).find("methods") != std::string_view::npos;
+    CHECK(r->providers.size() == (method_only ? 1U : 0U));
+    if (method_only) CHECK(r->providers.at("k").methods.empty());
+    CHECK(r->chains.empty());
+    CHECK(r->filters.empty());
+  }
 }
 
 TEST_CASE("parse_state accepts a minimal state and missing fields", "[state]") {
@@ -718,7 +733,9 @@ TEST_CASE("state: lag marks, learned archival and a high-water reset round-trip 
   CHECK(parsed->providers.at(kKey2).quota.t_ms == kNow);
   CHECK(parsed->chains.at(kChain).high_water.block == 3);
 
-  CHECK_FALSE(parse_state(R"({"version":1,"providers":{"k":{"quota":{"tokens":"x"}}}})").has_value());
+  std::size_t dropped = 0;
+  CHECK(parse_state(R"({"version":1,"providers":{"k":{"quota":{"tokens":"x"}}}})", &dropped)->providers.empty());
+  CHECK(dropped == 1);
 }
 
 TEST_CASE("breaker_trip: opens a closed or half-open breaker at once, leaves an open one", "[state][breaker]") {
@@ -755,7 +772,7 @@ TEST_CASE("StateStore: a temporary file left by a killed writer is removed at th
   CHECK(parse_state(read_file(path)).has_value());
 }
 
-TEST_CASE("StateStore: a FIFO at the state path is left alone; a directory is moved aside", "[state][store]") {
+TEST_CASE("StateStore: a FIFO at the state path is left alone; a directory is refused, never moved", "[state][store]") {
   TempDir dir;
   FakeClock clock(kNow);
   std::vector<std::string> warnings;
@@ -773,14 +790,15 @@ TEST_CASE("StateStore: a FIFO at the state path is left alone; a directory is mo
   REQUIRE(::stat(fifo.c_str(), &st) == 0);
   CHECK(S_ISFIFO(st.st_mode));
 
-  // A directory is merely unreadable: moved aside like a corrupt file, and state works again.
+  // A directory is refused (RPCROUTE_STATE=$HOME must not move the home directory).
   const auto folder = dir / "folder.json";
   std::filesystem::create_directory(folder);
   StateStore in_folder(folder, clock, warn);
-  in_folder.load();
-  CHECK_THAT(warnings.back(), Catch::Contains("a directory") && Catch::Contains("moved it to"));
-  CHECK_FALSE(std::filesystem::exists(folder));
+  auto loaded = in_folder.load();
+  REQUIRE_FALSE(loaded.has_value());
+  CHECK_THAT(loaded.error().message, Catch::Contains("is a directory"));
+  CHECK(std::filesystem::is_directory(folder));
   in_folder.record(sample(kKey, "eth_call", kNow, 5), test_health());
   REQUIRE(in_folder.save().has_value());
-  CHECK(parse_state(read_file(folder)).has_value());
+  CHECK(std::filesystem::is_directory(folder));
 }
