@@ -393,6 +393,9 @@ Server::ProfileRuntime* Server::runtime(const std::string& name) {
   auto loaded = find_profile(name);
   if (!loaded || (loaded->source == "embedded" && name != kDefaultProfile)) {
     if (!loaded) log(fmt::format("profile '{}' not served: {}", name, loaded.error().message));
+    // Names come from request URLs: not remembered forever (a client could grow this set without
+    // end); forgetting only costs a lookup on the search path again.
+    if (unloadable_.size() >= kMaxUnloadable) unloadable_.clear();
     unloadable_.insert(name);
     return nullptr;
   }
@@ -406,19 +409,35 @@ Server::ProfileRuntime* Server::runtime(const std::string& name) {
 
 void Server::log(const std::string& line) { fmt::print(stderr, "{}\n", line); }
 
-void Server::flush_state() {
-  if (!store_.dirty()) return;
-  if (auto r = store_.save(); !r) log(fmt::format("rpcroute: warning: state not saved: {}", r.error().message));
+bool Server::flush_state(bool wait) {
+  if (!store_.dirty()) return true;
+  if (wait) {
+    if (auto r = store_.save(); !r) log(fmt::format("rpcroute: warning: state not saved: {}", r.error().message));
+    return true;
+  }
+  // On the event loop: one non-blocking attempt at the lock. Another process holding it (even a
+  // stopped one) must not stall every request; the changes stay pending for the next attempt.
+  auto r = store_.try_save();
+  if (!r) log(fmt::format("rpcroute: warning: state not saved: {}", r.error().message));
+  const bool done = !r || *r;
+  if (done) {
+    if (flush_deferred_ >= kFlushWarnAfter) log("rpcroute: the state file lock is free again; state saved");
+    flush_deferred_ = 0;
+  } else if (++flush_deferred_ == kFlushWarnAfter) {
+    log("rpcroute: warning: the state file is locked by another process; saving is deferred until it is free");
+  }
+  return done;
 }
 
 asio::awaitable<void> Server::flush_loop() {
   ++background_;
   asio::steady_timer timer(io_);
+  bool retry = false;
   while (!draining_) {
-    timer.expires_after(std::chrono::milliseconds(config_.flush_interval_ms));
+    timer.expires_after(std::chrono::milliseconds(retry ? kFlushRetryMs : config_.flush_interval_ms));
     boost::system::error_code ec;
     co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-    flush_state();
+    retry = !flush_state(false);
     // Idle: give freed heap pages back (after large answers, glibc keeps them otherwise).
     if (metrics_.in_flight() == 0) malloc_trim(0);
   }
@@ -503,7 +522,7 @@ asio::awaitable<void> Server::run() {
     c->socket->shutdown(tcp::socket::shutdown_both, ec);
     c->socket->close(ec);
   }
-  flush_state();
+  flush_state(true);  // nothing left to serve: may wait for the lock (a bounded wait)
 }
 
 void Server::shutdown() {

@@ -70,7 +70,13 @@ class Server {
   asio::awaitable<void> sweep_loop();
   static constexpr int kSweepMs = 100;
   asio::awaitable<void> poll_provider(ProfileRuntime* rt, const Chain* chain, const Provider* provider);
-  void flush_state();
+  /// Saves pending state changes. `wait` false (on the loop): one non-blocking try at the lock;
+  /// false when another process holds it (retried every kFlushRetryMs).
+  bool flush_state(bool wait);
+  static constexpr int kFlushRetryMs = 250;
+  static constexpr int kFlushWarnAfter = 20;  // deferred attempts (5 s) before a warning
+  int flush_deferred_ = 0;
+  static constexpr std::size_t kMaxUnloadable = 256;  // unknown profile names remembered
   void log(const std::string& line);
 
   asio::io_context& io_;
