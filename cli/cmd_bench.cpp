@@ -770,7 +770,10 @@ int run_bench(const BenchOptions& options) {
   if (!options.no_record) {
     if (auto path = resolve_state_path(options.state, options.no_state)) {
       store.emplace(std::move(path), clock, [](const std::string& m) { print_warning(m); });
-      store->load();
+      if (auto loaded = store->load(); !loaded) {
+        print_error(loaded.error().message);
+        return 2;
+      }
     }
   }
 

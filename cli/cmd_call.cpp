@@ -137,6 +137,14 @@ void print_unavailable(const CallOutcome& o, std::string_view method, const Chai
   if (o.retry_after_ms >= 0) fmt::print(stderr, "  retry after {}\n", format_ms(static_cast<double>(o.retry_after_ms)));
 }
 
+/// The answer is out, and stdout closed, before the state is saved: a slow or stuck state lock
+/// must not hold up the answer. Lost output is an error (exit 4) even though the call succeeded.
+int finish_call(StateStore& store, int code) {
+  const bool delivered = finish_stdout();
+  if (auto saved = store.save(); !saved) print_warning(fmt::format("state not saved: {}", saved.error().message));
+  return delivered || code != 0 ? code : 4;
+}
+
 int exit_for(const std::vector<CallOutcome>& outs) {
   int code = 0;
   for (const auto& o : outs) {
@@ -205,7 +213,10 @@ int run_call(const CallOptions& options) {
   Random rng;
   StateStore store(resolve_state_path(options.state, options.no_state), clock,
                    [](const std::string& m) { print_warning(m); });
-  store.load();
+  if (auto loaded = store.load(); !loaded) {
+    print_error(loaded.error().message);
+    return 2;
+  }
 
   std::vector<CallOutcome> outs;
   std::exception_ptr failure;
@@ -228,7 +239,6 @@ int run_call(const CallOptions& options) {
     }
     return 4;
   }
-  if (auto saved = store.save(); !saved) print_warning(fmt::format("state not saved: {}", saved.error().message));
 
   const int code = exit_for(outs);
   if (options.raw) {
@@ -265,7 +275,7 @@ int run_call(const CallOptions& options) {
     for (std::size_t i = 0; i < outs.size(); ++i) {
       if (outs[i].status == CallOutcome::Status::unavailable) print_unavailable(outs[i], body.calls[i].method, *chain);
     }
-    return code;
+    return finish_call(store, code);
   }
 
   const auto& o = outs.front();
@@ -299,7 +309,7 @@ int run_call(const CallOptions& options) {
       print_unavailable(o, options.method, *chain);
       break;
   }
-  return code;
+  return finish_call(store, code);
 }
 
 }  // namespace rpcroute::cli

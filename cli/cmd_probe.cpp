@@ -67,7 +67,10 @@ int run_probe(const ProbeOptions& options) {
   Random rng;
   StateStore store(resolve_state_path(options.state, options.no_state), clock,
                    [](const std::string& m) { print_warning(m); });
-  store.load();
+  if (auto loaded = store.load(); !loaded) {
+    print_error(loaded.error().message);
+    return 2;
+  }
 
   std::vector<ProbeReport> reports(selected->size());
   {

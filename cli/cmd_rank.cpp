@@ -83,7 +83,10 @@ int run_rank(const RankOptions& options) {
   Random rng;
   StateStore store(resolve_state_path(options.state, options.no_state), clock,
                    [](const std::string& m) { print_warning(m); });
-  store.load();
+  if (auto loaded = store.load(); !loaded) {
+    print_error(loaded.error().message);
+    return 2;
+  }
   asio::io_context io;
   Engine engine(io);
   Router router(*profile, engine, store, clock, rng);

@@ -107,7 +107,10 @@ int run_serve(const ServeOptions& options) {
   SystemClock clock;
   StateStore store(resolve_state_path(options.state, options.no_state), clock,
                    [](const std::string& m) { print_warning(m); });
-  store.load();
+  if (auto loaded = store.load(); !loaded) {
+    print_error(loaded.error().message);
+    return 2;
+  }
 
   // Answers up to a few MiB (200 KB eth_getLogs) come from the heap and are reused: with glibc's
   // default sliding threshold each one could be a fresh mmap, ~50 page faults per 200 KB. Larger

@@ -39,12 +39,15 @@ int run_state(const StateOptions& options) {
   if (options.action == "reset") {
     if (auto r = store.reset(); !r) {
       print_error(r.error().message);
-      return 4;
+      return static_cast<int>(r.error().exit);
     }
     fmt::print("state reset: {}\n", path.string());
     return 0;
   }
-  store.load();
+  if (auto loaded = store.load(); !loaded) {
+    print_error(loaded.error().message);
+    return 2;
+  }
   const auto now = clock.now_ms();
   const auto& state = store.state();
   if (options.json) {

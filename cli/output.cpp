@@ -1,10 +1,14 @@
 #include "output.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
+#include <optional>
 
 #include <fmt/format.h>
 #include <simdjson.h>
@@ -14,8 +18,19 @@
 
 namespace rpcroute::cli {
 
-void print_error(std::string_view message) { fmt::print(stderr, "rpcroute: error: {}\n", message); }
-void print_warning(std::string_view message) { fmt::print(stderr, "rpcroute: warning: {}\n", message); }
+// A closed or full stderr must not turn a message into an exception (fmt throws on a failed write).
+void print_error(std::string_view message) {
+  try {
+    fmt::print(stderr, "rpcroute: error: {}\n", message);
+  } catch (const std::exception&) {
+  }
+}
+void print_warning(std::string_view message) {
+  try {
+    fmt::print(stderr, "rpcroute: warning: {}\n", message);
+  } catch (const std::exception&) {
+  }
+}
 
 bool use_color(std::FILE* stream) {
   const char* no = std::getenv("NO_COLOR");
@@ -149,11 +164,48 @@ std::optional<std::int64_t> parse_duration_ms(std::string_view text) {
   return std::nullopt;
 }
 
+namespace {
+
+int stdout_errno = 0;                // the first failed write's errno
+std::optional<bool> stdout_finished;  // finish_stdout()'s answer, once given
+
+}  // namespace
+
 void write_stdout(std::string_view text) {
-  // Through stdio, so that it interleaves correctly with fmt::print; a closed pipe is not an error.
-  std::fwrite(text.data(), 1, text.size(), stdout);
-  std::fflush(stdout);
+  // Through stdio, so that it interleaves correctly with fmt::print.
+  if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0) {
+    if (stdout_errno == 0) stdout_errno = errno;
+  }
 }
+
+void guard_standard_streams() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (::fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+    // The lowest free descriptor is this one. Opened the wrong way round: a read of fd 0 or a
+    // write to fd 1 or 2 fails (EBADF) as it would on the closed descriptor.
+    const int opened = ::open("/dev/null", (fd == 0 ? O_WRONLY : O_RDONLY) | O_CLOEXEC);
+    if (opened >= 0 && opened != fd) ::close(opened);
+  }
+}
+
+bool finish_stdout(int failed_errno) {
+  if (stdout_finished) return *stdout_finished;
+  if (stdout_errno == 0) stdout_errno = failed_errno;
+  if (std::fflush(stdout) != 0 && stdout_errno == 0) stdout_errno = errno;
+  if (std::ferror(stdout) && stdout_errno == 0) stdout_errno = EIO;  // a failure fmt::print threw for
+  // Let the descriptor go (readers see the end now); a later write fails instead of reusing it.
+  if (const int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC); null >= 0) {
+    ::dup2(null, STDOUT_FILENO);
+    ::close(null);
+  }
+  stdout_finished = stdout_errno == 0;
+  if (stdout_errno != 0 && stdout_errno != EPIPE) {
+    print_error(fmt::format("cannot write the output: {}", std::strerror(stdout_errno)));
+  }
+  return *stdout_finished;
+}
+
+int finish_output(int code, int failed_errno) { return finish_stdout(failed_errno) || code != 0 ? code : 4; }
 
 std::string params_json(const std::vector<std::string>& words) {
   simdjson::dom::parser parser;

@@ -54,8 +54,20 @@ class Table {
 /// Duration "250", "250ms", "2s", "1.5s" → milliseconds.
 [[nodiscard]] std::optional<std::int64_t> parse_duration_ms(std::string_view text);
 
-/// Writes all of `text` to stdout, ignoring a closed pipe.
+/// Writes all of `text` to stdout. A failure (a full disk, a closed pipe) is remembered and
+/// reported by finish_stdout().
 void write_stdout(std::string_view text);
+
+/// Puts /dev/null, opened so that any use of it fails, on each of fds 0-2 that the caller closed:
+/// otherwise the next file opened (the state lock, a socket) would take fd 1 and receive the output.
+void guard_standard_streams();
+/// Flushes stdout and lets it go (later writes fail), so a reader sees the whole output and its
+/// end before slow work such as saving the state. False when any output was lost: then an error
+/// is printed, except for a closed pipe (`| head`), which is quiet. Later calls return the same.
+/// `failed_errno`: a write failure known otherwise (fmt::print throws one).
+[[nodiscard]] bool finish_stdout(int failed_errno = 0);
+/// The exit code once the output is finished: `code`, or 4 when it was 0 and output was lost.
+[[nodiscard]] int finish_output(int code, int failed_errno = 0);
 
 /// Command-line words as a JSON params array: a word that parses as JSON is taken as is, any other
 /// as a string ("0x1" stays a string, 7 is a number, latest becomes "latest").

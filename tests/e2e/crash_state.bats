@@ -4,7 +4,8 @@
 # is valid JSON of the current version and holds every sample of every process that exited
 # normally. 64 concurrent writers lose nothing. Damaged state files (corrupt, truncated, empty,
 # wrong version, unreadable) are moved aside with a warning naming where they went, the command
-# still succeeds, and a fresh valid file is written.
+# still succeeds, and a fresh valid file is written; a bad entry in a valid file is dropped, not the
+# file; a folder at the state path is refused, never moved.
 #
 # Samples are counted per process: each concurrent caller of a round uses its own provider (--provider
 # cJ, all pointing at the same fake upstream) and adds one eth_blockNumber sample whose timestamp
@@ -196,8 +197,6 @@ assert_fresh_state() { # WHAT N
   printf '[]' >"$cases/array"
   printf 'null' >"$cases/null"
   printf '{"version": 1, "providers": []}' >"$cases/providers-array"
-  printf '{"version": 1, "providers": {"x": 42}}' >"$cases/provider-not-object"
-  printf '{"version": 1, "providers": {"a/b/c#1": {"methods": {"eth_blockNumber": {"samples": [["x"]]}}}}}' >"$cases/bad-sample"
   local f name
   for f in "$cases"/*; do
     name=${f##*/}
@@ -217,17 +216,42 @@ assert_fresh_state() { # WHAT N
   done
 }
 
-@test "unreadable state file (a folder in its place): moved aside with a warning, call succeeds, fresh file" {
-  # As root, permissions do not make a file unreadable; a folder in its place does (read fails
-  # with EISDIR), for root and everyone else.
+@test "a bad entry in a valid state file (not an object, a bad sample, bytes that are not UTF-8): dropped with a warning, the file kept" {
+  slot_profile "$P" c1
+  damage
+  rpcroute call -p "$P" --provider c1 eth_blockNumber >/dev/null
+  local cases=$BATS_TEST_TMPDIR/entry-cases ff=$'\xff' name f
+  mkdir -p "$cases"
+  jq -c '.providers.x = 42' "$S" >"$cases/provider-not-object"
+  jq -c '.providers["a/b/c#1"] = {"methods": {"eth_blockNumber": {"samples": [["x"]]}}}' "$S" >"$cases/bad-sample"
+  jq -c '.providers["a/b/c#1"] = {"methods": {"eth_getLogs": {"samples": [[1, 2, "success"]]}}}' "$S" |
+    sed "s/eth_getLogs/eth_$ff/" >"$cases/not-utf8"
+  for f in "$cases"/*; do
+    name=${f##*/}
+    cp "$f" "$S"
+    run --separate-stderr rpcroute call -p "$P" --provider c1 eth_blockNumber
+    assert_status 0
+    assert_equal "$output" '"0x64"' "($name) result"
+    assert_stderr_matches 'warning: .*dropped 1 unreadable entry'
+    if compgen -G "$S.corrupt-*" >/dev/null; then echo "($name) moved aside" >&2; false; fi
+    # The good entry's sample is kept, and the file is whole and clean again.
+    jq -e '.version == 1' "$S" >/dev/null
+    run --separate-stderr rpcroute call -p "$P" --provider c1 eth_blockNumber
+    assert_stderr_lines 0
+    assert_equal "$(jq '[.providers[] | select(.provider == "c1") | .methods.eth_blockNumber.samples | length] | add' "$S")" 3 \
+      "($name) samples of c1"
+  done
+}
+
+@test "a folder at the state path is refused (exit 2) and never moved" {
   slot_profile "$P" c1
   damage
   mkdir -p "$S/inside"
   run --separate-stderr rpcroute call -p "$P" --provider c1 eth_blockNumber
-  assert_moved_aside "folder" dir
-  [[ -d $MOVED/inside ]]
-  assert_stderr_matches 'directory'
-  assert_fresh_state "folder" 1
+  assert_status 2
+  assert_stderr_matches 'is a directory'
+  [[ -d $S/inside ]] || { echo "the folder moved" >&2; ls -la "$(dirname "$S")" >&2; false; }
+  if compgen -G "$S.corrupt-*" >/dev/null; then echo "the folder was renamed" >&2; false; fi
 }
 
 @test "unreadable state file (mode 000): moved aside with a warning, call succeeds, fresh file (as an unprivileged user)" {

@@ -6,6 +6,7 @@
 # shellcheck disable=SC2016,SC2154,SC2030,SC2031,SC2153
 
 load helpers
+load sidecar_helpers
 
 setup_file() {
   require_bins RPCROUTE_BIN FAKE_BIN
@@ -218,4 +219,255 @@ teardown() {
   run --separate-stderr rpcroute call --profile "$P" --strategy priority --json eth_blockNumber
   assert_status 0
   assert_jq '[.meta.attempts[].provider] == ["f2"]'
+}
+
+# ---------------------------------------------------------------------------------------------------
+# Output that cannot be written (issue 14, item 4)
+
+# Runs the binary with stdout on a pipe whose reader is already gone (sets status and stderr).
+run_into_closed_pipe() { # ARGS...
+  run --separate-stderr timeout "$RPCROUTE_E2E_CALL_LIMIT" python3 -c '
+import os, subprocess, sys
+r, w = os.pipe()
+os.close(r)
+sys.exit(subprocess.call(sys.argv[1:], stdout=w))' "$RPCROUTE_BIN" "$@"
+}
+
+@test "call whose answer cannot be written exits non-zero: a full disk, a closed stdout, a closed pipe" {
+  run --separate-stderr bash -c 'timeout 60 "$0" call --profile "$1" eth_blockNumber >/dev/full' "$RPCROUTE_BIN" "$P"
+  assert_status 4
+  assert_stderr_matches 'cannot write the output: No space left on device'
+  # The call was made all the same, and its state saved.
+  assert_equal "$(sample_count)" 1 "samples after the call into /dev/full"
+
+  run --separate-stderr bash -c 'timeout 60 "$0" call --profile "$1" eth_blockNumber >&-' "$RPCROUTE_BIN" "$P"
+  assert_status 4
+  assert_stderr_matches 'cannot write the output'
+  # Nothing else took descriptor 1 and received the answer: the state file is whole.
+  jq -e '.version == 1' "$RPCROUTE_STATE" >/dev/null
+  assert_equal "$(sample_count)" 2 "samples after the call with stdout closed"
+
+  # A closed pipe (`| head`): quiet, but not 0.
+  run_into_closed_pipe call --profile "$P" eth_blockNumber
+  assert_status 4
+  assert_stderr_lines 0
+}
+
+@test "every command's output that cannot be written is an error: state, profiles, rank, probe, bench, --help" {
+  rpcroute call --profile "$P" eth_blockNumber >/dev/null
+  local cmd args=()
+  for cmd in "state show" "state show --json" "state path" "profiles list" "rank -p $P" "rank -p $P --json" \
+    "probe -p $P" "bench -p $P --requests 1 --methods eth_blockNumber" "call -p $P --json eth_blockNumber" \
+    "call -p $P --raw" "--help" "--version"; do
+    read -r -a args <<<"$cmd"
+    run --separate-stderr bash -c 'timeout 60 "$0" "$@" >/dev/full <<<"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"eth_blockNumber\"}"' \
+      "$RPCROUTE_BIN" "${args[@]}"
+    [[ $status != 0 && $status != 124 ]] || { echo "($cmd) exit $status into /dev/full" >&2; _dump_run; false; }
+    assert_stderr_matches 'cannot write the output'
+  done
+}
+
+# ---------------------------------------------------------------------------------------------------
+# A state lock held by another process (issue 14, item 12)
+
+# Holds the state file's lock from a background process until it is killed; sets LOCK_PID.
+hold_state_lock() {
+  local ready=$BATS_TEST_TMPDIR/lock-held
+  rm -f "$ready"
+  (
+    exec 9>>"$RPCROUTE_STATE.lock"
+    flock 9
+    : >"$ready"
+    exec sleep 120
+  ) 3>&- &
+  LOCK_PID=$!
+  local deadline=$((SECONDS + 15))
+  while [[ ! -e $ready ]] && ((SECONDS < deadline)); do sleep 0.02; done
+  [[ -e $ready ]] || { echo "could not take the state lock" >&2; return 1; }
+}
+
+release_state_lock() {
+  kill "$LOCK_PID" 2>/dev/null || true
+  wait "$LOCK_PID" 2>/dev/null || true
+}
+
+@test "a state lock held elsewhere: call answers, exits within a bound and warns that the state was not saved" {
+  hold_state_lock
+  local t0=$SECONDS
+  run --separate-stderr rpcroute call --profile "$P" eth_blockNumber
+  local took=$((SECONDS - t0))
+  release_state_lock
+  assert_status 0
+  assert_equal "$output" '"0x64"' "result"
+  assert_stderr_matches 'warning: state not saved: .*held by another process'
+  # The holder keeps the lock for 120 s; the old code waited for it (a hang, bounded only by the
+  # helper's 60 s timeout).
+  ((took < 40)) || { echo "call took ${took}s" >&2; false; }
+  [[ ! -e $RPCROUTE_STATE ]]
+}
+
+@test "a state lock held elsewhere: the answer is printed before the call waits for the lock" {
+  hold_state_lock
+  local out=$BATS_TEST_TMPDIR/answer err=$BATS_TEST_TMPDIR/call.err
+  "$RPCROUTE_BIN" call --profile "$P" eth_blockNumber >"$out" 2>"$err" 3>&- &
+  local pid=$!
+  local deadline=$((SECONDS + 20))
+  while [[ ! -s $out ]] && ((SECONDS < deadline)); do sleep 0.05; done
+  # Out while the lock is still held (the old code printed only after saving).
+  [[ -s $out ]] || { release_state_lock; wait "$pid" || true; echo "no answer while the lock was held" >&2; false; }
+  assert_equal "$(cat "$out")" '"0x64"' "answer"
+  release_state_lock
+  local rc=0
+  wait "$pid" || rc=$?
+  assert_equal "$rc" 0 "call exit"
+  # Freed within the wait, the lock was taken and the sample saved; past it, a warning says so.
+  if [[ $(sample_count) != 1 ]]; then grep -q 'state not saved' "$err" || { cat "$err" >&2; false; }; fi
+}
+
+@test "serve: a state lock held elsewhere never stalls requests, and the sidecar flushes once it is free" {
+  sidecar_start sc -p "$P" --no-probe
+  hold_state_lock
+  # Requests across more than one flush period (5 s): each is answered (the old sidecar blocked its
+  # event loop in the flush, and every request after it hung until the lock was free).
+  local i
+  for i in $(seq 16); do
+    sidecar_post /rpc/local '{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}' --max-time 10
+    assert_equal "$code" 200 "request $i while the lock is held"
+    sleep 0.5
+  done
+  [[ ! -e $RPCROUTE_STATE ]] || { echo "state written while locked?" >&2; false; }
+  release_state_lock
+  # Retried every 250 ms: the file appears soon after, with every request's sample.
+  local deadline=$((SECONDS + 20))
+  while [[ ! -s $RPCROUTE_STATE ]] && ((SECONDS < deadline)); do sleep 0.1; done
+  assert_equal "$(sample_count)" 16 "samples flushed after the lock was released"
+  sidecar_stop sc
+  assert_equal "$SC_EXIT" 0 "sidecar exit"
+}
+
+# ---------------------------------------------------------------------------------------------------
+# What clients and upstreams can make the file hold (issue 14, items 13 and 17)
+
+@test "long, odd or too many method names do not grow the state file: only known-shaped names become keys" {
+  sidecar_start sc -p "$P" --no-probe
+  # Ten requests with long distinct method names (made a 70 MB file), one batch of 100 distinct
+  # well-shaped names (more than a provider keeps). ($body is sidecar_post's answer.)
+  local i req=$BATS_TEST_TMPDIR/request.json
+  for i in $(seq 10); do
+    python3 -c 'import sys, json; print(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "x_" + sys.argv[1] * 300000, "params": []}))' \
+      "$i" >"$req"
+    sidecar_post /rpc/local "@$req"
+    [[ $code != 000 ]] || { echo "no answer to a long method name" >&2; false; }
+  done
+  python3 -c 'import json; print(json.dumps([{"jsonrpc": "2.0", "id": i, "method": "x_m%d" % i, "params": []} for i in range(100)]))' >"$req"
+  sidecar_post /rpc/local "@$req"
+  sidecar_stop sc
+  assert_equal "$SC_EXIT" 0 "sidecar exit"
+  # And through call.
+  rpcroute call --profile "$P" "x_$(head -c 100000 /dev/zero | tr '\0' q)" >/dev/null 2>&1 || true
+  local size
+  size=$(stat -c %s "$RPCROUTE_STATE")
+  ((size < 500000)) || { echo "state file of $size bytes" >&2; false; }
+  local json
+  json=$(cat "$RPCROUTE_STATE")
+  assert_json "$json" '[.providers[].methods | keys[] | length <= 64] | all'
+  assert_json "$json" '[.providers[].methods | length <= 65] | all'
+  assert_json "$json" '[.providers[].methods.other.samples // [] | length] | add > 0'
+  # Every request was counted somewhere.
+  assert_json "$json" '[.providers[].methods[].samples | length] | add >= 100'
+}
+
+@test "a method name that is not UTF-8 (bench) never makes the state file unreadable" {
+  rpcroute call --profile "$P" eth_blockNumber >/dev/null
+  run --separate-stderr rpcroute bench --profile "$P" --requests 1 --methods $'eth_\xff\xfe'
+  # The next reader finds a valid file: no warning, nothing moved aside, the history kept.
+  run --separate-stderr rpcroute call --profile "$P" eth_blockNumber
+  assert_status 0
+  assert_stderr_lines 0
+  if compgen -G "$RPCROUTE_STATE.corrupt-*" >/dev/null; then
+    echo "the state file was moved aside" >&2
+    false
+  fi
+  python3 -c 'import sys; open(sys.argv[1], "rb").read().decode("utf-8")' "$RPCROUTE_STATE"
+  (($(jq '[.providers[].methods.eth_blockNumber.samples // [] | length] | add' "$RPCROUTE_STATE") == 2))
+}
+
+@test "a state file with a bad entry loses that entry, not the file" {
+  rpcroute call --profile "$P" eth_blockNumber >/dev/null
+  rpcroute call --profile "$P" eth_blockNumber >/dev/null
+  # Another writer's entry with bytes that are not UTF-8, and one that is not an object.
+  local bad ff=$'\xff'
+  bad=$(jq -c '.providers["e2e/local/zz#1"] = {"methods": {"eth_call": {"samples": [[1, 2, "success"]]}}}
+    | .providers["e2e/local/yy#1"] = 42' "$RPCROUTE_STATE")
+  printf '%s\n' "${bad/eth_call/eth_$ff}" >"$RPCROUTE_STATE"
+  run --separate-stderr rpcroute call --profile "$P" eth_blockNumber
+  assert_status 0
+  assert_stderr_matches 'warning: .*dropped 2 unreadable entries'
+  if compgen -G "$RPCROUTE_STATE.corrupt-*" >/dev/null; then
+    echo "the state file was moved aside" >&2
+    false
+  fi
+  assert_equal "$(sample_count)" 3 "samples kept"
+  run --separate-stderr rpcroute call --profile "$P" eth_blockNumber
+  assert_stderr_lines 0
+}
+
+# ---------------------------------------------------------------------------------------------------
+# Paths that are refused; links that are not followed (issue 14, items 18 and 19)
+
+@test "a state path that is a directory is refused with exit 2 and left where it is" {
+  mkdir -p "$HOME/keep"
+  : >"$HOME/keep/file"
+  local cmd args=()
+  for cmd in "call --profile $P eth_blockNumber" "state show" "state reset" "rank -p $P" "probe -p $P"; do
+    read -r -a args <<<"$cmd"
+    RPCROUTE_STATE=$HOME run --separate-stderr rpcroute "${args[@]}"
+    assert_status 2
+    assert_stderr_matches "error: state path .* is a directory"
+    [[ -f $HOME/keep/file ]] || { echo "($cmd) the home directory moved" >&2; ls -la "$BATS_TEST_TMPDIR" >&2; false; }
+  done
+  if compgen -G "$HOME.corrupt-*" >/dev/null; then echo "renamed" >&2; false; fi
+}
+
+@test "links planted in the state folder are not followed; a folder others may write to is refused" {
+  mkdir -p "$BATS_TEST_TMPDIR/st"
+  export RPCROUTE_STATE=$BATS_TEST_TMPDIR/st/state.json
+  # A link at the lock file: its target is not created; the call answers and warns.
+  ln -s "$BATS_TEST_TMPDIR/created-through-the-link" "$RPCROUTE_STATE.lock"
+  run --separate-stderr rpcroute call --profile "$P" eth_blockNumber
+  assert_status 0
+  assert_equal "$output" '"0x64"' "result"
+  assert_stderr_matches 'state not saved: .*symbolic link'
+  [[ ! -e $BATS_TEST_TMPDIR/created-through-the-link ]]
+  rm "$RPCROUTE_STATE.lock"
+  # A link at the state file itself: refused.
+  echo precious >"$BATS_TEST_TMPDIR/victim"
+  ln -s "$BATS_TEST_TMPDIR/victim" "$RPCROUTE_STATE"
+  run --separate-stderr rpcroute call --profile "$P" eth_blockNumber
+  assert_status 2
+  assert_stderr_matches 'symbolic link'
+  assert_equal "$(cat "$BATS_TEST_TMPDIR/victim")" precious "the link's target"
+  rm "$RPCROUTE_STATE"
+  # A folder its group or anyone may write to.
+  local mode
+  for mode in 777 775 1777; do
+    chmod "$mode" "$BATS_TEST_TMPDIR/st"
+    run --separate-stderr rpcroute call --profile "$P" eth_blockNumber
+    assert_status 2
+    assert_stderr_matches 'state folder .* is writable by'
+  done
+  chmod 700 "$BATS_TEST_TMPDIR/st"
+  run --separate-stderr rpcroute call --profile "$P" eth_blockNumber
+  assert_status 0
+  jq -e '.version == 1' "$RPCROUTE_STATE" >/dev/null
+}
+
+@test "state path without HOME: the private runtime folder, never a guessable /tmp name" {
+  run --separate-stderr env -u HOME -u XDG_STATE_HOME -u RPCROUTE_STATE XDG_RUNTIME_DIR="$BATS_TEST_TMPDIR/run" \
+    "$RPCROUTE_BIN" state path
+  assert_status 0
+  assert_equal "$output" "$BATS_TEST_TMPDIR/run/rpcroute/state.json" "path"
+  run --separate-stderr env -u HOME -u XDG_STATE_HOME -u RPCROUTE_STATE -u XDG_RUNTIME_DIR "$RPCROUTE_BIN" state path
+  assert_status 0
+  [[ $output != /tmp/* ]] || { echo "state path $output" >&2; false; }
 }
