@@ -86,7 +86,7 @@ Classified classify_case(simdjson::dom::object c) {
 TEST_CASE("every recorded upstream answer gets its class", "[classify]") {
   simdjson::dom::parser parser;
   simdjson::dom::element root;
-  auto path = std::string(RPCROUTE_SHARED_DIR) + "/data/upstream-errors.json";
+  auto path = std::string(RPCROUTE_SOURCE_DIR) + "/tests/fixtures/upstream-errors.json";
   INFO(path);
   REQUIRE(parser.load(path).get(root) == simdjson::SUCCESS);
   simdjson::dom::array cases;
