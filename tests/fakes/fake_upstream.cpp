@@ -57,6 +57,8 @@
 //                                       change the default behaviour; giving "mode" resets the
 //                                       behaviour fields not given in the same body to defaults
 //     "height", "chain_id", "mine_per_sec"   change the chain ("height" restarts mining from there)
+//     "block_number": JSON   eth_blockNumber answers this raw result instead of the head (a lying
+//                            or invalid head: "0x", "-0x1", 5, "0x7fffffffffffffff"); null: the head
 //     "queue": [{behaviour fields}, …]  append one-shot behaviours, each used by exactly one
 //                                       JSON-RPC HTTP request (fields not given take the defaults
 //                                       above, i.e. mode "ok"), before the default applies again
@@ -512,12 +514,16 @@ class Chain {
     blocks_per_sec_ = blocks_per_sec;
   }
   void set_chain_id(std::uint64_t chain_id) { chain_id_ = chain_id; }
+  // Raw JSON answering eth_blockNumber instead of the head; empty: the head.
+  void set_block_number(std::string raw) { block_number_ = std::move(raw); }
 
   // The "result" or "error" member answering call, as a real node would.
   std::string answer(const Call& call) {
     if (call.rejection) return error_member(call.rejection->code, call.rejection->message);
     const std::string_view method = call.method;
-    if (method == "eth_blockNumber") return result_member(hex_quantity(height()));
+    if (method == "eth_blockNumber") {
+      return result_member(block_number_.empty() ? hex_quantity(height()) : block_number_);
+    }
     if (method == "eth_chainId") return result_member(hex_quantity(chain_id_));
     if (method == "net_version") return result_member(fmt::format("\"{}\"", chain_id_));
     if (method == "web3_clientVersion") return result_member(json_string("fake-upstream/" + name_));
@@ -586,6 +592,7 @@ class Chain {
   double blocks_per_sec_;
   std::chrono::steady_clock::time_point epoch_ = std::chrono::steady_clock::now();
   std::string name_;
+  std::string block_number_;
   std::set<std::uint64_t> filters_;
   std::uint64_t next_filter_ = 1;
 };
@@ -731,6 +738,7 @@ struct ControlRequest {
   std::optional<std::uint64_t> height;
   std::optional<std::uint64_t> chain_id;
   std::optional<double> mine_per_sec;
+  std::optional<std::string> block_number;  // "" restores the head
   std::vector<Behaviour> queue;
   std::vector<std::pair<std::string, Behaviour>> paths;
   bool clear_queue = false;
@@ -746,6 +754,7 @@ struct ControlRequest {
     if (chain_id) upstream.chain.set_chain_id(*chain_id);
     if (mine_per_sec) upstream.chain.set_blocks_per_sec(*mine_per_sec);
     if (height) upstream.chain.set_height(*height);
+    if (block_number) upstream.chain.set_block_number(*block_number);
     upstream.queue.insert(upstream.queue.end(), queue.begin(), queue.end());
   }
 };
@@ -857,6 +866,10 @@ Expected<ControlRequest> read_control(std::string& body, RequestReader& reader) 
       read = read_value<std::uint64_t>(value, key).map([&](auto v) { control.height = v; });
     } else if (key == "chain_id") {
       read = read_value<std::uint64_t>(value, key).map([&](auto v) { control.chain_id = v; });
+    } else if (key == "block_number") {
+      read = read_raw(value, key).map([&](std::string raw) {
+        control.block_number = raw == "null" ? std::string() : std::move(raw);
+      });
     } else if (key == "mine_per_sec") {
       read = read_value<double>(value, key).and_then([&](double v) -> Expected<void> {
         if (v < 0) return Unexpected{"\"mine_per_sec\" must not be negative"};
