@@ -439,7 +439,7 @@ class Bench {
       const auto& health = plan_.profile->health;
       store_->record(HeightEvent{keys_[p], Height{*h, now}}, health);
       store_->record(
-          HighWaterEvent{chain_key(plan_.profile->name, plan_.chain->name), Height{*h, now}},
+          HighWaterEvent{chain_key(plan_.profile->name, *plan_.chain), Height{*h, now}},
           health);
     }
   }

@@ -147,7 +147,7 @@ std::string Metrics::render(const std::vector<const Profile*>& profiles, const S
         limited += fmt::format("rpcroute_rate_limited{{{}}} {}\n", labels, rl ? 1 : 0);
         heights += fmt::format("rpcroute_provider_height{{{}}} {}\n", labels, height);
       }
-      auto cs = state.chains.find(chain_key(p->name, c.name));
+      auto cs = state.chains.find(chain_key(p->name, c));
       marks += fmt::format("rpcroute_high_water_mark{{profile=\"{}\",chain=\"{}\"}} {}\n", label(p->name), label(c.name),
                            cs == state.chains.end() ? 0 : cs->second.high_water.block);
     }

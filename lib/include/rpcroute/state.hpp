@@ -141,8 +141,12 @@ struct State {
 [[nodiscard]] std::string provider_key(std::string_view profile, std::string_view chain, const Provider& p);
 /// provider_key() written into `out` (replacing its contents): lookups reuse one buffer.
 void provider_key_into(std::string& out, std::string_view profile, std::string_view chain, const Provider& p);
-[[nodiscard]] std::string chain_key(std::string_view profile, std::string_view chain);
-[[nodiscard]] std::string filter_key(std::string_view profile, std::string_view chain, std::string_view filter_id);
+/// "profile/chain#CHAIN_ID:DIGEST": chain state (high-water mark, cursor) belongs to the chain id and
+/// the set of provider URLs (a digest of their fingerprints), not to a file name; a profile whose
+/// chain id or providers change starts afresh, and its old entry is pruned.
+[[nodiscard]] std::string chain_key(std::string_view profile, const Chain& chain);
+/// chain_key() + "/" + the filter id in lower case.
+[[nodiscard]] std::string filter_key(std::string_view profile, const Chain& chain, std::string_view filter_id);
 
 /// Whether `method` has the shape of a JSON-RPC method name: ASCII "namespace_name" of at most
 /// kMaxMethodNameBytes ("eth_getLogs", "debug_traceCall", "anvil_mine").

@@ -157,7 +157,7 @@ std::uint64_t estimate_height(const Height& h, std::int64_t now_ms, const Chain&
 
 std::uint64_t best_known_height(const State& state, const Profile& profile, const Chain& chain, std::int64_t now_ms) {
   std::uint64_t head = 0;
-  if (auto it = state.chains.find(chain_key(profile.name, chain.name)); it != state.chains.end()) {
+  if (auto it = state.chains.find(chain_key(profile.name, chain)); it != state.chains.end()) {
     if (height_fresh(it->second.high_water, now_ms, chain)) head = it->second.high_water.block;
   }
   thread_local std::string key;  // one buffer for every lookup

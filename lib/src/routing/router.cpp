@@ -150,7 +150,7 @@ const std::string& Router::key_for(const Chain& chain, const Provider& provider)
 
 const std::string& Router::chain_key_for(const Chain& chain) {
   auto it = chain_keys_.find(&chain);
-  if (it == chain_keys_.end()) it = chain_keys_.emplace(&chain, chain_key(profile_.name, chain.name)).first;
+  if (it == chain_keys_.end()) it = chain_keys_.emplace(&chain, chain_key(profile_.name, chain)).first;
   return it->second;
 }
 
@@ -169,7 +169,7 @@ Plan Router::plan(const Chain& chain, std::string_view method, std::string_view 
   std::optional<std::string> pinned;
   if (uses_filter(method)) {
     if (auto id = first_string_param(params)) {
-      if (auto it = state.filters.find(filter_key(profile_.name, chain.name, *id)); it != state.filters.end()) {
+      if (auto it = state.filters.find(filter_key(profile_.name, chain, *id)); it != state.filters.end()) {
         pinned = it->second.provider;
       }
     }
@@ -425,7 +425,7 @@ void Router::on_success(const Chain& chain, const Candidate& cand, Item& item, s
     }
   } else if (creates_filter(call.method)) {
     if (auto id = json_string_value(result)) {
-      store_.record(FilterEvent{filter_key(profile_.name, chain.name, *id), FilterPin{cand.provider->id, now}},
+      store_.record(FilterEvent{filter_key(profile_.name, chain, *id), FilterPin{cand.provider->id, now}},
                     profile_.health);
     }
   }

@@ -2,6 +2,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include <fmt/format.h>
 #include <simdjson.h>
@@ -47,18 +48,24 @@ std::string provider_key(std::string_view profile, std::string_view chain, const
   provider_key_into(out, profile, chain, p);
   return out;
 }
-std::string chain_key(std::string_view profile, std::string_view chain) {
-  std::string out;
-  out.reserve(profile.size() + chain.size() + 1);
-  out.append(profile);
-  out.push_back('/');
-  out.append(chain);
-  return out;
+std::string chain_key(std::string_view profile, const Chain& chain) {
+  // The file stem and chain name are labels (two projects' local.yaml share them); the chain id and
+  // the digest of the providers' URL fingerprints say which chain this is, seen through which nodes.
+  std::vector<std::string_view> prints;
+  prints.reserve(chain.providers.size());
+  for (const auto& p : chain.providers) prints.push_back(p.fingerprint);
+  std::sort(prints.begin(), prints.end());
+  std::string joined;
+  for (auto f : prints) {
+    joined.append(f);
+    joined.push_back(',');
+  }
+  return fmt::format("{}/{}#{}:{}", profile, chain.name, chain.chain_id, url_fingerprint(joined));
 }
-std::string filter_key(std::string_view profile, std::string_view chain, std::string_view filter_id) {
+std::string filter_key(std::string_view profile, const Chain& chain, std::string_view filter_id) {
   std::string id(filter_id);
   std::transform(id.begin(), id.end(), id.begin(), [](unsigned char c) { return std::tolower(c); });
-  return fmt::format("{}/{}/{}", profile, chain, id);
+  return fmt::format("{}/{}", chain_key(profile, chain), id);
 }
 
 bool known_shaped_method(std::string_view method) {
@@ -341,6 +348,13 @@ void prune(State& state, std::int64_t now_ms) {
   }
   for (auto it = state.filters.begin(); it != state.filters.end();) {
     it = it->second.t_ms < now_ms - kFilterRetentionMs ? state.filters.erase(it) : std::next(it);
+  }
+  // A chain whose mark nobody raised for as long as a provider is kept: its key no longer matches
+  // (keys before the chain id and provider digest, a profile whose providers changed).
+  for (auto it = state.chains.begin(); it != state.chains.end();) {
+    const auto& hw = it->second.high_water;
+    const bool old = hw.t_ms > 0 && hw.t_ms < now_ms - kProviderRetentionMs;
+    it = old ? state.chains.erase(it) : std::next(it);
   }
 }
 

@@ -128,7 +128,7 @@ inline State state_for(const Profile& profile) {
   ChainState cs;
   cs.high_water = {0x1386a3cULL, kNowMs - 2'000};
   cs.rr_cursor = 12'345;
-  state.chains.emplace(chain_key(profile.name, chain.name), cs);
+  state.chains.emplace(chain_key(profile.name, chain), cs);
   return state;
 }
 

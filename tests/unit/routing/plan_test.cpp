@@ -151,7 +151,7 @@ TEST_CASE("plan: a provider more than max_lag_blocks behind is excluded while it
 
 TEST_CASE("plan: filter-method calls go only to the provider that created the filter", "[plan]") {
   Fixture f;
-  f.store.record(FilterEvent{filter_key(f.profile.name, f.chain.name, "0xAB"), FilterPin{"c", f.clock.now_ms()}},
+  f.store.record(FilterEvent{filter_key(f.profile.name, f.chain, "0xAB"), FilterPin{"c", f.clock.now_ms()}},
                  f.profile.health);
   auto plan = f.router.plan(f.chain, "eth_getFilterChanges", R"(["0xab"])", {});
   CHECK(f.order(plan) == std::vector<std::string>{"c"});

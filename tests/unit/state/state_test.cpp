@@ -145,8 +145,57 @@ TEST_CASE("state keys", "[state]") {
   p.id = "alpha";
   p.fingerprint = "0123456789ab";
   CHECK(provider_key("prof", "eth", p) == kKey);
-  CHECK(chain_key("prof", "eth") == kChain);
-  CHECK(filter_key("prof", "eth", "0xABCdef") == "prof/eth/0xabcdef");
+  Chain chain;
+  chain.name = "eth";
+  chain.chain_id = 1;
+  chain.providers = {p};
+  const auto ck = chain_key("prof", chain);
+  CHECK_THAT(ck, Catch::StartsWith("prof/eth#1:"));
+  CHECK(filter_key("prof", chain, "0xABCdef") == ck + "/0xabcdef");
+}
+
+TEST_CASE("state keys: two profiles with the same file stem and chain name share no chain state", "[state]") {
+  // Two projects' local.yaml: chain "local", provider "a", at different URLs or chain ids.
+  auto chain = [](std::uint64_t id, std::vector<std::string> urls) {
+    Chain c;
+    c.name = "local";
+    c.chain_id = id;
+    for (std::size_t i = 0; i < urls.size(); ++i) {
+      Provider p;
+      p.id = i == 0 ? "a" : "b";
+      p.url = urls[i];
+      p.fingerprint = url_fingerprint(p.url);
+      c.providers.push_back(p);
+    }
+    return c;
+  };
+  const auto one = chain(31337, {"http://127.0.0.1:8545"});
+  const auto other_url = chain(31337, {"http://127.0.0.1:9545"});
+  const auto other_id = chain(1, {"http://127.0.0.1:8545"});
+  CHECK(chain_key("local", one) != chain_key("local", other_url));
+  CHECK(chain_key("local", one) != chain_key("local", other_id));
+  CHECK(filter_key("local", one, "0x1") != filter_key("local", other_url, "0x1"));
+  // Provider keys already differ by the URL's fingerprint.
+  CHECK(provider_key("local", "local", one.providers[0]) != provider_key("local", "local", other_url.providers[0]));
+  // The same providers in another order are the same chain.
+  const auto ab = chain(31337, {"http://127.0.0.1:8545", "http://127.0.0.1:8546"});
+  const auto ba = chain(31337, {"http://127.0.0.1:8546", "http://127.0.0.1:8545"});
+  CHECK(chain_key("local", ab) == chain_key("local", ba));
+  // The key shows no URL.
+  CHECK(chain_key("local", one).find("8545") == std::string::npos);
+}
+
+TEST_CASE("prune: a chain entry whose mark is older than the retention goes (keys that no longer match)",
+          "[state]") {
+  State s;
+  const std::string fresh = "prof/eth#1:0123456789ab";
+  s.chains["prof/eth"] = ChainState{Height{5, kNow - kProviderRetentionMs - 1}, 3};  // a key of old
+  s.chains[fresh] = ChainState{Height{7, kNow - 1'000}, 0};
+  s.chains["cursor-only"] = ChainState{Height{}, 4};
+  prune(s, kNow);
+  CHECK_FALSE(s.chains.contains("prof/eth"));
+  CHECK(s.chains.contains(fresh));
+  CHECK(s.chains.contains("cursor-only"));
 }
 
 TEST_CASE("apply_event: AttemptEvent drives the breaker and the rate-limit mark", "[state]") {
