@@ -58,9 +58,11 @@ struct Exchange {
 /// A single call is sent as an object, several as a batch.
 [[nodiscard]] std::string upstream_body(std::span<const UpstreamCall> calls);
 
-/// Classifies a provider's HTTP answer to `call_count` calls sent with upstream_body().
+/// Classifies a provider's HTTP answer to `call_count` calls sent with upstream_body(). With the
+/// calls, a head answer (eth_blockNumber) that is not a quantity ("0x", "-0x1", a JSON number) is a
+/// provider failure (bad_response), not a result.
 [[nodiscard]] Exchange classify_exchange(HttpResponse http, std::size_t call_count, std::int64_t now_ms,
-                                         const Profile& profile);
+                                         const Profile& profile, std::span<const UpstreamCall> calls = {});
 
 /// Sends calls to one provider and classifies the answer.
 [[nodiscard]] asio::awaitable<Exchange> send_exchange(Engine& engine, const Provider& provider,

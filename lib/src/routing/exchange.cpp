@@ -95,7 +95,8 @@ std::string upstream_body(std::span<const UpstreamCall> calls) {
   return body;
 }
 
-Exchange classify_exchange(HttpResponse http, std::size_t n, std::int64_t now_ms, const Profile& profile) {
+Exchange classify_exchange(HttpResponse http, std::size_t n, std::int64_t now_ms, const Profile& profile,
+                           std::span<const UpstreamCall> calls) {
   Exchange ex;
   ex.http = std::move(http);
   ex.http.body.reserve(ex.http.body.size() + 64);  // simdjson's padding: parse in place
@@ -131,6 +132,13 @@ Exchange classify_exchange(HttpResponse http, std::size_t n, std::int64_t now_ms
         }
         if (ex.replies[i] != nullptr) {
           ex.per_call[i] = reply_class(*ex.replies[i], h.retry_after, now_ms);
+          if (i < calls.size() && calls[i].method == "eth_blockNumber" && ex.replies[i]->result &&
+              !jsonrpc::parse_quantity(*ex.replies[i]->result)) {
+            // A head nobody can read must not pass for one (the client would get it verbatim).
+            auto shown = std::string(ex.replies[i]->result->substr(0, 40));
+            ex.per_call[i] = failure(Outcome::bad_response,
+                                     fmt::format("eth_blockNumber answered {}, not a block number", profile.scrub(shown)));
+          }
         } else if (n == 1 && replies.size() == 1) {
           ex.per_call[i] = failure(Outcome::wrong_id, fmt::format("answer has id {} instead of {}",
                                                                   replies[0].id.empty() ? "none" : replies[0].id, want));
@@ -156,7 +164,7 @@ asio::awaitable<Exchange> send_exchange(Engine& engine, const Provider& provider
   // A named request: g++ 12 destroys temporaries inside a co_await expression twice.
   HttpRequest request{provider.url, upstream_body(calls), &provider.headers, timeout_ms};
   HttpResponse http = co_await engine.perform(std::move(request));
-  co_return classify_exchange(std::move(http), calls.size(), clock.now_ms(), profile);
+  co_return classify_exchange(std::move(http), calls.size(), clock.now_ms(), profile, calls);
 }
 
 void record_exchange(StateStore& store, const HealthConfig& health, std::string_view key,

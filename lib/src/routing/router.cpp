@@ -655,7 +655,7 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
     // destroys temporaries inside a co_await expression twice.
     HttpRequest request{provider.url, upstream_body(upstream_calls), &provider.headers, attempt_timeout};
     HttpResponse answer = co_await engine_.perform(std::move(request));
-    Exchange ex = classify_exchange(std::move(answer), upstream_calls.size(), clock_.now_ms(), profile_);
+    Exchange ex = classify_exchange(std::move(answer), upstream_calls.size(), clock_.now_ms(), profile_, upstream_calls);
     if (trial) --half_open_in_flight_[std::string(cand.key)];
     const auto now = clock_.now_ms();
     record_exchange(store_, profile_.health, cand.key, upstream_calls, ex, now, rng_.uniform());

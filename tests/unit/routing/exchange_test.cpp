@@ -154,3 +154,26 @@ TEST_CASE("record_exchange: one attempt for the breaker and one sample per call"
   CHECK(ps.methods.at("eth_gasPrice").size() == 1);
   CHECK(ps.methods.at("eth_gasPrice").front().outcome == Outcome::timeout);
 }
+
+TEST_CASE("classify_exchange: a head answer that is not a quantity is a provider failure, not a result",
+          "[exchange]") {
+  const std::vector<UpstreamCall> head{{"eth_blockNumber", "[]"}};
+  for (std::string bad : {R"("0x")", R"("-0x1")", "5", R"("12")", "null", R"("0x1g")", R"("0x10000000000000000")"}) {
+    auto ex = classify_exchange(answer(200, R"({"jsonrpc":"2.0","id":0,"result":)" + bad + "}"), 1, 0,
+                                empty_profile(), head);
+    INFO(bad);
+    CHECK(ex.per_call[0].cls == OutcomeClass::provider_failure);
+    CHECK(ex.per_call[0].outcome == Outcome::bad_response);
+    CHECK_THAT(ex.per_call[0].message, Catch::Contains("not a block number"));
+    CHECK(ex.overall.cls == OutcomeClass::provider_failure);
+  }
+  auto ok = classify_exchange(answer(200, R"({"jsonrpc":"2.0","id":0,"result":"0x10"})"), 1, 0, empty_profile(), head);
+  CHECK(ok.per_call[0].cls == OutcomeClass::success);
+  // Other methods' results are theirs to shape; in a batch only the head call is judged.
+  const std::vector<UpstreamCall> mixed{{"eth_getCode", "[]"}, {"eth_blockNumber", "[]"}};
+  auto batch = classify_exchange(
+      answer(200, R"([{"jsonrpc":"2.0","id":0,"result":"0x"},{"jsonrpc":"2.0","id":1,"result":"0x"}])"), 2, 0,
+      empty_profile(), mixed);
+  CHECK(batch.per_call[0].cls == OutcomeClass::success);
+  CHECK(batch.per_call[1].cls == OutcomeClass::provider_failure);
+}
