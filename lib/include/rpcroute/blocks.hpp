@@ -1,12 +1,18 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <span>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "rpcroute/config.hpp"
 #include "rpcroute/state.hpp"
 
 namespace rpcroute {
+
+struct Exchange;
+struct UpstreamCall;
 
 /// One block a request names: a tag, a number, or a hash (EIP-1898 or eth_getLogs blockHash).
 struct BlockRef {
@@ -44,11 +50,86 @@ struct BlockNeed {
 [[nodiscard]] std::uint64_t estimate_height(const Height& h, std::int64_t now_ms, const Chain& chain);
 [[nodiscard]] bool height_fresh(const Height& h, std::int64_t now_ms, const Chain& chain);
 
-/// The best height known for a chain: the greatest fresh observation among the high-water mark
-/// and the providers on the right chain, as observed (not moved forward: a chain that stopped, like
-/// an idle anvil, must not make a fresh observation look behind an older one). 0: nothing fresh.
+/// Where a chain observed at `h` stands at `t_ms`: moved forward by the blocks likely made since
+/// (capped at the horizon), never back when `t_ms` is earlier.
+[[nodiscard]] std::uint64_t height_at(const Height& h, std::int64_t t_ms, const Chain& chain);
+
+/// How far a height may stand above what the other providers support before it is not believed:
+/// max(1000 blocks, one hour of blocks). Dev chains mine hundreds at once; no honest node leads by
+/// more than an hour.
+[[nodiscard]] std::uint64_t jump_allowance(const Chain& chain);
+/// No chain is this long (2^40 blocks: 8 700 years at 4 blocks a second): a head above it is a lie.
+inline constexpr std::uint64_t kMaxPlausibleHeight = 1ULL << 40;
+
+/// One provider's latest height, as the head rule sees it.
+struct HeadClaim {
+  Height height;       // t_ms 0: none
+  bool counts = true;  // it may set the head (right chain; breaker not open where that matters)
+};
+
+/// What the head rule made of one claim.
+enum class ClaimVerdict {
+  none,         // no fresh height, or it does not count
+  believed,     // part of the chain's head
+  absurd,       // above kMaxPlausibleHeight
+  implausible,  // more than jump_allowance above what the other providers support
+  unconfirmed,  // 3+ providers: ahead of the head a quorum reaches by more than max_lag_blocks
+};
+[[nodiscard]] constexpr bool quarantined(ClaimVerdict v) {
+  return v == ClaimVerdict::absurd || v == ClaimVerdict::implausible || v == ClaimVerdict::unconfirmed;
+}
+
+struct ClaimJudgement {
+  ClaimVerdict verdict = ClaimVerdict::none;
+  std::uint64_t base = 0;  // implausible: the height the others support; unconfirmed: the head
+};
+
+/// The chain's head by one rule for the router, lag judgements, probe and the sidecar (DECISIONS.md
+/// "One head"). Among fresh counting claims: absurd ones and those more than jump_allowance above
+/// the (lower) median of the others are not believed; the head is the highest believed height that
+/// half of the believed claims (at least one; two of three) reach within max_lag_blocks, each moved
+/// forward to the claim's time. With three or more, a claim alone ahead of that head is unconfirmed.
+///
+///   auto head = chain_head(claims, judgements, chain, now);  // head.head: a real observation
+struct ChainHead {
+  std::optional<Height> head;
+  std::size_t believed = 0;
+};
+[[nodiscard]] ChainHead chain_head(std::span<const HeadClaim> claims, std::span<ClaimJudgement> judgements,
+                                   const Chain& chain, std::int64_t now_ms);
+
+/// Blocks `h` stands behind `head`, like for like: `h` moved forward to the head's time when it was
+/// seen earlier (the benefit of the doubt), never the other way (an idle chain does not move).
+/// Negative when ahead. Depends on the two observations only, not on now: a lag lasts while both
+/// are fresh.
+[[nodiscard]] std::int64_t lag_behind(const Height& h, const Height& head, const Chain& chain);
+
+/// The claims of a chain's providers in `state` (in profile order). `with_open`: providers whose
+/// breaker is open count too (for the never-backwards mark: a dead provider's height still happened).
+void head_claims(std::vector<HeadClaim>& out, const State& state, const Profile& profile, const Chain& chain,
+                 std::int64_t now_ms, bool with_open);
+
+/// The best height known for a chain: chain_head() over the providers whose breaker is not open,
+/// else the fresh high-water mark; 0 when nothing is fresh.
 [[nodiscard]] std::uint64_t best_known_height(const State& state, const Profile& profile, const Chain& chain,
                                               std::int64_t now_ms);
+
+/// Whether the high-water mark is still where the providers are: within max_lag_blocks of the head
+/// of every fresh claim (open breakers included: a dead provider's height still happened). A mark
+/// they no longer reach — a restarted or reset chain, or a lone liar's height — is not raised to.
+[[nodiscard]] bool mark_supported(const State& state, const Profile& profile, const Chain& chain, const Height& mark,
+                                  std::int64_t now_ms);
+
+/// Checks the eth_blockNumber answers in `ex` before anyone believes them: one that chain_head()
+/// would quarantine (absurd, a jump, unconfirmed) becomes a provider failure (bad_response), and its
+/// height is recorded so that the provider stays quarantined while the claim is fresh. `key`: the
+/// provider's state key. Returns whether an answer was refused.
+bool refuse_doubtful_heads(StateStore& store, const Profile& profile, const Chain& chain, const Provider& provider,
+                           std::string_view key, std::span<const UpstreamCall> calls, Exchange& ex,
+                           std::int64_t now_ms);
+
+/// Why a quarantined claim is not believed, for exclusions and probe verdicts.
+[[nodiscard]] std::string claim_doubt(const Height& h, const ClaimJudgement& j, const Chain& chain);
 
 /// The lowest block a request reads, resolved against the head (0 for `earliest`); nullopt when it
 /// reads only the head, a hash, or the head is unknown.
@@ -59,9 +140,10 @@ struct BlockNeed {
 /// when unknown (a tag without a known head, a blockHash query).
 [[nodiscard]] std::optional<std::uint64_t> log_range_blocks(const BlockNeed& need, std::uint64_t head);
 
-/// Records one height observation of a provider and judges its lag against the chain's head: it
-/// marks when the provider fell more than max_lag_blocks behind, clears the mark when it caught up,
-/// and trips its breaker (reason "lag: ...") once it has stayed behind longer than lag_trip_ms.
+/// Records one height observation of a provider and judges its lag against the chain's head
+/// (chain_head, lag_behind): it marks when the provider fell more than max_lag_blocks behind, clears
+/// the mark when it caught up, and trips its breaker (reason "lag: ...") once it has stayed behind
+/// longer than lag_trip_ms. A provider whose claim is not believed is not judged for lag.
 /// Every height a process learns (answers, probes, the sidecar's poll) goes through here.
 /// `key`: the provider's state key when the caller has it (the router does), else computed.
 void observe_height(StateStore& store, const Profile& profile, const Chain& chain, const Provider& provider,

@@ -43,8 +43,9 @@ struct ProbeVerdict {
   std::uint64_t lag = 0;
 };
 
-/// Judges reports together: lag is measured against the best height among providers on the
-/// right chain.
+/// Judges reports together with the router's head rule (chain_head): a height it does not believe
+/// is unhealthy with the reason, and lag is measured against the head of the providers on the right
+/// chain.
 [[nodiscard]] std::vector<ProbeVerdict> assess_probes(const Chain& chain, std::span<const ProbeReport> reports);
 
 }  // namespace rpcroute

@@ -34,6 +34,7 @@ enum class ExclusionKind {
   height,        // the request names a block above the provider's height
   limit,         // a provider limit (eth_getLogs block range)
   quota,         // token bucket empty
+  quarantine,    // its head claim is not believed (absurd, a jump, unconfirmed by the others)
 };
 [[nodiscard]] std::string_view exclusion_kind_name(ExclusionKind k);
 
@@ -54,7 +55,7 @@ struct Plan {
   BlockNeed need;               // the block(s) the request reads
   std::uint64_t head = 0;       // the chain's estimated head; 0 unknown
   bool needs_archive = false;   // reads state older than head - archival_threshold, or `earliest`
-  bool lag_fallback = false;    // every eligible provider lagged: they are tried anyway
+  bool lag_fallback = false;    // every eligible provider lagged or was quarantined: they are tried anyway
 };
 
 struct RouteOptions {

@@ -92,10 +92,13 @@ struct Bucket {
 /// Milliseconds until the bucket holds a whole token (0 when it does).
 [[nodiscard]] std::int64_t bucket_wait_ms(const Bucket& b, const Quota& quota, std::int64_t now_ms);
 
-/// Since when a provider has been seen lagging beyond tolerance (0: it is not), as of t_ms.
+/// Since when a provider has been seen lagging beyond tolerance (0: it is not), as of t_ms (the
+/// time of the height it judged), and by how many blocks then. The judgement stands while that
+/// height is fresh and no newer one of the provider came.
 struct LagMark {
   std::int64_t behind_since_ms = 0;
   std::int64_t t_ms = 0;
+  std::uint64_t blocks = 0;
 };
 
 /// Whether a provider serves old state, as learned from answers (not from configuration or probe).

@@ -155,23 +155,6 @@ std::uint64_t estimate_height(const Height& h, std::int64_t now_ms, const Chain&
   return h.block + static_cast<std::uint64_t>(elapsed / chain.block_time_ms);
 }
 
-std::uint64_t best_known_height(const State& state, const Profile& profile, const Chain& chain, std::int64_t now_ms) {
-  std::uint64_t head = 0;
-  if (auto it = state.chains.find(chain_key(profile.name, chain)); it != state.chains.end()) {
-    if (height_fresh(it->second.high_water, now_ms, chain)) head = it->second.high_water.block;
-  }
-  thread_local std::string key;  // one buffer for every lookup
-  for (const auto& p : chain.providers) {
-    provider_key_into(key, profile.name, chain.name, p);
-    auto it = state.providers.find(key);
-    if (it == state.providers.end()) continue;
-    const auto& ps = it->second;
-    const bool right_chain = ps.probe.chain_id == 0 || ps.probe.chain_id == chain.chain_id;
-    if (right_chain && height_fresh(ps.height, now_ms, chain)) head = std::max(head, ps.height.block);
-  }
-  return head;
-}
-
 namespace {
 
 std::optional<std::uint64_t> resolve(const BlockRef& ref, std::uint64_t head) {

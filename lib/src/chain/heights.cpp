@@ -1,8 +1,188 @@
+#include <algorithm>
+#include <cassert>
+
 #include <fmt/format.h>
 
 #include "rpcroute/blocks.hpp"
+#include "rpcroute/exchange.hpp"
+#include "rpcroute/jsonrpc.hpp"
 
 namespace rpcroute {
+
+std::uint64_t height_at(const Height& h, std::int64_t t_ms, const Chain& chain) {
+  if (chain.block_time_ms <= 0 || t_ms <= h.t_ms) return h.block;
+  const auto elapsed = std::min<std::int64_t>(t_ms - h.t_ms, height_horizon_ms(chain));
+  return h.block + static_cast<std::uint64_t>(elapsed / chain.block_time_ms);
+}
+
+std::uint64_t jump_allowance(const Chain& chain) {
+  return std::max<std::uint64_t>(1000, static_cast<std::uint64_t>(3'600'000 / std::max<std::int64_t>(1, chain.block_time_ms)));
+}
+
+std::int64_t lag_behind(const Height& h, const Height& head, const Chain& chain) {
+  return static_cast<std::int64_t>(head.block) - static_cast<std::int64_t>(height_at(h, head.t_ms, chain));
+}
+
+ChainHead chain_head(std::span<const HeadClaim> claims, std::span<ClaimJudgement> judgements, const Chain& chain,
+                     std::int64_t now_ms) {
+  assert(judgements.size() == claims.size());
+  // Per-thread buffers: planning runs this for every call and never suspends.
+  thread_local std::vector<std::size_t> live;
+  thread_local std::vector<std::uint64_t> others;
+  live.clear();
+  for (std::size_t i = 0; i < claims.size(); ++i) {
+    judgements[i] = {};
+    const auto& c = claims[i];
+    if (!c.counts || !height_fresh(c.height, now_ms, chain)) continue;
+    if (c.height.block > kMaxPlausibleHeight) {
+      judgements[i].verdict = ClaimVerdict::absurd;
+      continue;
+    }
+    live.push_back(i);
+  }
+  // A jump: a claim far above the (lower) median of the others, moved to its time. With one claim
+  // there is nothing to compare: a single provider is believed unless absurd.
+  const auto allowance = jump_allowance(chain);
+  if (live.size() >= 2) {
+    for (auto i : live) {
+      others.clear();
+      for (auto j : live) {
+        if (j != i) others.push_back(height_at(claims[j].height, claims[i].height.t_ms, chain));
+      }
+      std::sort(others.begin(), others.end(), std::greater<>());
+      const auto base = others[others.size() / 2];
+      if (claims[i].height.block > base + allowance) judgements[i] = {ClaimVerdict::implausible, base};
+    }
+    std::erase_if(live, [&](std::size_t i) { return judgements[i].verdict == ClaimVerdict::implausible; });
+  }
+  if (live.empty()) return {};
+
+  // The head: the highest claim that half of the believed claims (two of three) reach within
+  // max_lag_blocks, each moved forward to that claim's time.
+  const std::size_t quorum = (live.size() + 1) / 2;
+  const auto tol = chain.max_lag_blocks;
+  std::optional<std::size_t> best;
+  for (auto i : live) {
+    const auto& hi = claims[i].height;
+    std::size_t support = 0;
+    for (auto j : live) support += height_at(claims[j].height, hi.t_ms, chain) + tol >= hi.block ? 1 : 0;
+    if (support < quorum) continue;
+    if (!best || hi.block > claims[*best].height.block ||
+        (hi.block == claims[*best].height.block && hi.t_ms > claims[*best].height.t_ms)) {
+      best = i;
+    }
+  }
+  if (!best) {  // three or more, all apart: the lower median
+    others.clear();
+    std::sort(live.begin(), live.end(),
+              [&](std::size_t a, std::size_t b) { return claims[a].height.block > claims[b].height.block; });
+    best = live[live.size() / 2];
+  }
+  ChainHead out;
+  out.head = claims[*best].height;
+  for (auto i : live) {
+    const bool ahead = claims[i].height.block > height_at(*out.head, claims[i].height.t_ms, chain) + tol;
+    if (live.size() >= 3 && ahead) {
+      judgements[i] = {ClaimVerdict::unconfirmed, out.head->block};
+    } else {
+      judgements[i] = {ClaimVerdict::believed, 0};
+      ++out.believed;
+    }
+  }
+  return out;
+}
+
+std::string claim_doubt(const Height& h, const ClaimJudgement& j, const Chain& chain) {
+  switch (j.verdict) {
+    case ClaimVerdict::absurd: return fmt::format("height {} is not believed: no chain is that long", h.block);
+    case ClaimVerdict::implausible:
+      return fmt::format("height {} is not believed: {} blocks above what the other providers reach (~{}; jump allowance {})",
+                         h.block, h.block - j.base, j.base, jump_allowance(chain));
+    case ClaimVerdict::unconfirmed:
+      return fmt::format("height {} is not believed: {} blocks ahead of the head {} the other providers confirm "
+                         "(max_lag_blocks {})",
+                         h.block, h.block - j.base, j.base, chain.max_lag_blocks);
+    default: return {};
+  }
+}
+
+void head_claims(std::vector<HeadClaim>& out, const State& state, const Profile& profile, const Chain& chain,
+                 std::int64_t now_ms, bool with_open) {
+  out.assign(chain.providers.size(), HeadClaim{Height{}, false});
+  thread_local std::string key;  // one buffer for every lookup
+  for (std::size_t i = 0; i < chain.providers.size(); ++i) {
+    provider_key_into(key, profile.name, chain.name, chain.providers[i]);
+    auto it = state.providers.find(key);
+    if (it == state.providers.end()) continue;
+    const auto& ps = it->second;
+    const bool right_chain = ps.probe.chain_id == 0 || ps.probe.chain_id == chain.chain_id;
+    const bool open = ps.breaker.effective_state(now_ms) == BreakerState::open;
+    out[i] = {ps.height, right_chain && (with_open || !open)};
+  }
+}
+
+namespace {
+
+std::size_t index_of(const Chain& chain, const Provider& provider) {
+  for (std::size_t i = 0; i < chain.providers.size(); ++i) {
+    if (chain.providers[i].id == provider.id) return i;
+  }
+  return chain.providers.size();
+}
+
+}  // namespace
+
+std::uint64_t best_known_height(const State& state, const Profile& profile, const Chain& chain, std::int64_t now_ms) {
+  thread_local std::vector<HeadClaim> claims;
+  thread_local std::vector<ClaimJudgement> judgements;
+  head_claims(claims, state, profile, chain, now_ms, false);
+  judgements.resize(claims.size());
+  if (auto head = chain_head(claims, judgements, chain, now_ms); head.head) return head.head->block;
+  if (auto it = state.chains.find(chain_key(profile.name, chain));
+      it != state.chains.end() && height_fresh(it->second.high_water, now_ms, chain)) {
+    return it->second.high_water.block;
+  }
+  return 0;
+}
+
+bool mark_supported(const State& state, const Profile& profile, const Chain& chain, const Height& mark,
+                    std::int64_t now_ms) {
+  thread_local std::vector<HeadClaim> claims;
+  thread_local std::vector<ClaimJudgement> judgements;
+  head_claims(claims, state, profile, chain, now_ms, true);
+  judgements.resize(claims.size());
+  const auto head = chain_head(claims, judgements, chain, now_ms);
+  return head.head && mark.block <= height_at(*head.head, now_ms, chain) + chain.max_lag_blocks;
+}
+
+bool refuse_doubtful_heads(StateStore& store, const Profile& profile, const Chain& chain, const Provider& provider,
+                           std::string_view key, std::span<const UpstreamCall> calls, Exchange& ex,
+                           std::int64_t now_ms) {
+  const auto idx = index_of(chain, provider);
+  if (idx == chain.providers.size()) return false;
+  bool refused = false;
+  thread_local std::vector<HeadClaim> claims;
+  thread_local std::vector<ClaimJudgement> judgements;
+  for (std::size_t i = 0; i < calls.size() && i < ex.per_call.size(); ++i) {
+    if (calls[i].method != "eth_blockNumber" || ex.per_call[i].cls != OutcomeClass::success) continue;
+    const auto* reply = ex.replies[i];
+    if (reply == nullptr || !reply->result) continue;
+    const auto h = jsonrpc::parse_quantity(*reply->result);
+    if (!h) continue;
+    head_claims(claims, store.state(), profile, chain, now_ms, false);
+    claims[idx] = {Height{*h, now_ms}, true};
+    judgements.resize(claims.size());
+    (void)chain_head(claims, judgements, chain, now_ms);
+    if (!quarantined(judgements[idx].verdict)) continue;
+    ex.per_call[i] = Classification{Outcome::bad_response, OutcomeClass::provider_failure,
+                                    "eth_blockNumber: " + claim_doubt(Height{*h, now_ms}, judgements[idx], chain), -1};
+    if (ex.overall.cls != OutcomeClass::rate_limited) ex.overall = ex.per_call[i];
+    // Kept as its claim: the provider stays quarantined while it is fresh.
+    store.record(HeightEvent{std::string(key), Height{*h, now_ms}}, profile.health);
+    refused = true;
+  }
+  return refused;
+}
 
 void observe_height(StateStore& store, const Profile& profile, const Chain& chain, const Provider& provider,
                     const Height& height, double jitter, std::string_view key) {
@@ -22,14 +202,24 @@ void judge_lag(StateStore& store, const Profile& profile, const Chain& chain, co
   const auto& ps = it->second;
   const Height height = ps.height;
   if (ps.lag.t_ms > height.t_ms) return;  // judged on a newer observation already
-  const auto head = best_known_height(state, profile, chain, height.t_ms);
-  const bool behind = head > height.block + chain.max_lag_blocks;
+  const auto idx = index_of(chain, provider);
+  if (idx == chain.providers.size()) return;
+  thread_local std::vector<HeadClaim> claims;
+  thread_local std::vector<ClaimJudgement> judgements;
+  head_claims(claims, state, profile, chain, height.t_ms, false);
+  // Judged even while its own breaker is open, so that a half-open provider still behind trips again.
+  claims[idx].counts = ps.probe.chain_id == 0 || ps.probe.chain_id == chain.chain_id;
+  judgements.resize(claims.size());
+  const auto head = chain_head(claims, judgements, chain, height.t_ms);
+  const bool believed = judgements[idx].verdict == ClaimVerdict::believed;
+  const auto lag = believed && head.head ? lag_behind(height, *head.head, chain) : 0;
+  const bool behind = lag > static_cast<std::int64_t>(chain.max_lag_blocks);
   if (!behind) {
     if (ps.lag.behind_since_ms != 0) store.record(LagEvent{std::string(key), LagMark{0, height.t_ms}}, profile.health);
     return;
   }
   const auto since = ps.lag.behind_since_ms != 0 ? ps.lag.behind_since_ms : height.t_ms;
-  store.record(LagEvent{std::string(key), LagMark{since, height.t_ms}}, profile.health);
+  store.record(LagEvent{std::string(key), LagMark{since, height.t_ms, static_cast<std::uint64_t>(lag)}}, profile.health);
   const auto behind_for = height.t_ms - since;
   if (behind_for < chain.lag_trip_ms) return;
   if (ps.breaker.effective_state(height.t_ms) == BreakerState::open) return;
@@ -37,7 +227,7 @@ void judge_lag(StateStore& store, const Profile& profile, const Chain& chain, co
   trip.key.assign(key);
   trip.t_ms = height.t_ms;
   trip.cls = OutcomeClass::provider_failure;
-  trip.reason = fmt::format("lag: {} blocks behind for {:.1f}s (max_lag_blocks {}, lag_trip_ms {})", head - height.block,
+  trip.reason = fmt::format("lag: {} blocks behind for {:.1f}s (max_lag_blocks {}, lag_trip_ms {})", lag,
                             static_cast<double>(behind_for) / 1000.0, chain.max_lag_blocks, chain.lag_trip_ms);
   trip.jitter = jitter;
   trip.trip = true;

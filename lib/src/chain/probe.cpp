@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "rpcroute/blocks.hpp"
 #include "rpcroute/exchange.hpp"
 #include "rpcroute/jsonrpc.hpp"
 #include "rpcroute/metrics.hpp"
@@ -116,13 +117,23 @@ asio::awaitable<ProbeReport> probe_provider(Engine& engine, const Profile& profi
 }
 
 std::vector<ProbeVerdict> assess_probes(const Chain& chain, std::span<const ProbeReport> reports) {
-  std::uint64_t best = 0;
-  for (const auto& r : reports) {
-    if (r.reachable && r.height && (!r.chain_id || *r.chain_id == chain.chain_id)) best = std::max(best, *r.height);
+  // The router's head rule, on the heights just probed (each at its own time).
+  std::vector<HeadClaim> claims(reports.size(), HeadClaim{Height{}, false});
+  std::vector<ClaimJudgement> judgements(reports.size());
+  std::int64_t now = 0;
+  for (std::size_t i = 0; i < reports.size(); ++i) {
+    const auto& r = reports[i];
+    if (!r.reachable || !r.height || (r.chain_id && *r.chain_id != chain.chain_id)) continue;
+    claims[i] = {Height{*r.height, std::max<std::int64_t>(r.t_ms, 1)}, true};
+    now = std::max(now, claims[i].height.t_ms);
   }
+  const auto head = chain_head(claims, judgements, chain, now).head;
   std::vector<ProbeVerdict> out;
-  for (const auto& r : reports) {
+  for (std::size_t i = 0; i < reports.size(); ++i) {
+    const auto& r = reports[i];
     ProbeVerdict v;
+    const auto lag = head && judgements[i].verdict == ClaimVerdict::believed ? lag_behind(claims[i].height, *head, chain) : 0;
+    if (lag > 0) v.lag = static_cast<std::uint64_t>(lag);
     if (!r.reachable) {
       v.reason = r.failure.empty() ? "unreachable" : r.failure;
     } else if (!r.chain_id) {
@@ -131,8 +142,9 @@ std::vector<ProbeVerdict> assess_probes(const Chain& chain, std::span<const Prob
       v.reason = fmt::format("wrong chain id {} (the profile says {})", *r.chain_id, chain.chain_id);
     } else if (!r.height) {
       v.reason = "eth_blockNumber gave no answer";
-    } else if (best > *r.height + chain.max_lag_blocks) {
-      v.lag = best - *r.height;
+    } else if (quarantined(judgements[i].verdict)) {
+      v.reason = claim_doubt(claims[i].height, judgements[i], chain);
+    } else if (lag > static_cast<std::int64_t>(chain.max_lag_blocks)) {
       v.reason = fmt::format("lagging {} blocks behind (max_lag_blocks {})", v.lag, chain.max_lag_blocks);
     } else if (r.syncing.value_or(false)) {
       v.reason = "syncing";
@@ -140,7 +152,6 @@ std::vector<ProbeVerdict> assess_probes(const Chain& chain, std::span<const Prob
       v.healthy = true;
       v.reason = "ok";
     }
-    if (r.height && best > *r.height) v.lag = best - *r.height;
     out.push_back(std::move(v));
   }
   return out;

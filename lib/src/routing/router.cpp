@@ -112,6 +112,7 @@ std::string_view exclusion_kind_name(ExclusionKind k) {
     case ExclusionKind::height: return "height";
     case ExclusionKind::limit: return "limit";
     case ExclusionKind::quota: return "quota";
+    case ExclusionKind::quarantine: return "quarantine";
   }
   return "?";
 }
@@ -175,34 +176,40 @@ Plan Router::plan(const Chain& chain, std::string_view method, std::string_view 
     }
   }
 
-  // Heights: a provider's fresh observation is moved forward by the blocks likely made since (the
-  // benefit of the doubt), and compared with the best height actually observed — never with another
-  // estimate, since a chain that stopped (an idle anvil) would make a fresh observation look behind
-  // an older one. The best is taken over providers not shut out by their breaker (a dead provider's
-  // last height would make every live one look behind); the high-water mark counts when no
-  // provider height is fresh. The head, for archive and block decisions, is the greatest of all.
+  // Heights: one rule (chain_head) over the providers' fresh observations, shared with lag
+  // judgements, probe and the sidecar. The head is taken over providers not shut out by their
+  // breaker (a dead provider's last height would make every live one look behind); lag compares
+  // like with like (lag_behind), so an exclusion lasts while both heights are fresh. The mark
+  // counts for the head (archive and block decisions) only when no provider height is fresh; lag
+  // is never measured against it.
   const std::string& ckey = chain_key_for(chain);
   // Per-thread buffers: plan() runs for every call and never suspends.
   thread_local std::vector<const ProviderState*> states;
   thread_local std::vector<std::optional<std::uint64_t>> estimates;
+  thread_local std::vector<HeadClaim> claims;
+  thread_local std::vector<ClaimJudgement> judgements;
   states.assign(chain.providers.size(), nullptr);
   estimates.assign(chain.providers.size(), std::nullopt);
+  claims.assign(chain.providers.size(), HeadClaim{Height{}, false});
+  judgements.assign(chain.providers.size(), ClaimJudgement{});
   plan.candidates.reserve(chain.providers.size());
-  std::uint64_t reference = 0;
   for (std::size_t i = 0; i < chain.providers.size(); ++i) {
     auto it = state.providers.find(key_for(chain, chain.providers[i]));
     if (it == state.providers.end()) continue;
     const auto& ps = it->second;
     states[i] = &ps;
     const bool right_chain = ps.probe.chain_id == 0 || ps.probe.chain_id == chain.chain_id;
-    if (!right_chain || !height_fresh(ps.height, now, chain)) continue;
-    estimates[i] = estimate_height(ps.height, now, chain);
-    plan.head = std::max(plan.head, ps.height.block);
-    if (ps.breaker.effective_state(now) != BreakerState::open) reference = std::max(reference, ps.height.block);
+    claims[i] = {ps.height, right_chain && ps.breaker.effective_state(now) != BreakerState::open};
+    if (right_chain && height_fresh(ps.height, now, chain) && ps.height.block <= kMaxPlausibleHeight) {
+      estimates[i] = estimate_height(ps.height, now, chain);
+    }
   }
-  if (auto it = state.chains.find(ckey); it != state.chains.end() && height_fresh(it->second.high_water, now, chain)) {
-    plan.head = std::max(plan.head, it->second.high_water.block);
-    if (reference == 0) reference = it->second.high_water.block;
+  const std::optional<Height> reference = chain_head(claims, judgements, chain, now).head;
+  if (reference) {
+    plan.head = reference->block;
+  } else if (auto it = state.chains.find(ckey);
+             it != state.chains.end() && height_fresh(it->second.high_water, now, chain)) {
+    plan.head = it->second.high_water.block;
   }
 
   plan.need = analyze_block_need(method, params);
@@ -307,19 +314,42 @@ Plan Router::plan(const Chain& chain, std::string_view method, std::string_view 
         continue;
       }
     }
-    if (estimates[i] && reference > *estimates[i] + chain.max_lag_blocks) {
-      exclude(ExclusionKind::lag, fmt::format("lagging {} blocks behind (height ~{}, best {}; max_lag_blocks {})",
-                                              reference - *estimates[i], *estimates[i], reference, chain.max_lag_blocks));
+    if (quarantined(judgements[i].verdict)) {
+      exclude(ExclusionKind::quarantine, claim_doubt(ps->height, judgements[i], chain));
       lagging.push_back(std::move(c));
       continue;
     }
+    if (judgements[i].verdict == ClaimVerdict::believed) {
+      const auto lag = reference ? lag_behind(ps->height, *reference, chain) : 0;
+      // The judgement made when its height was seen (probe compares every provider at once) stands
+      // while that height is fresh, even after the others' newer heights would give it the benefit
+      // of the doubt: one rule for rank, /status and routing, with the horizon of a height.
+      const bool judged_behind = ps->lag.behind_since_ms != 0 && ps->lag.t_ms >= ps->height.t_ms;
+      if (lag > static_cast<std::int64_t>(chain.max_lag_blocks)) {
+        exclude(ExclusionKind::lag, fmt::format("lagging {} blocks behind (height ~{}, best {}; max_lag_blocks {})", lag,
+                                                height_at(ps->height, reference->t_ms, chain), reference->block,
+                                                chain.max_lag_blocks));
+        lagging.push_back(std::move(c));
+        continue;
+      }
+      if (judged_behind) {
+        exclude(ExclusionKind::lag, fmt::format("lagging {} blocks behind (height {} seen {} ago; max_lag_blocks {})",
+                                                ps->lag.blocks, ps->height.block, seconds_text(now - ps->height.t_ms),
+                                                chain.max_lag_blocks));
+        lagging.push_back(std::move(c));
+        continue;
+      }
+    }
     plan.candidates.push_back(std::move(c));
   }
-  // A lagging provider is better than none: when lag alone left nothing to try, the lagging ones
-  // are tried (eth_blockNumber answers still never go below the high-water mark).
+  // A lagging or quarantined provider is better than none: when that alone left nothing to try,
+  // they are tried (eth_blockNumber answers still never go below the mark, and a doubtful head answer
+  // is still refused).
   if (plan.candidates.empty() && !lagging.empty()) {
     plan.lag_fallback = true;
-    std::erase_if(plan.excluded, [](const Exclusion& e) { return e.kind == ExclusionKind::lag; });
+    std::erase_if(plan.excluded, [](const Exclusion& e) {
+      return e.kind == ExclusionKind::lag || e.kind == ExclusionKind::quarantine;
+    });
     plan.candidates = std::move(lagging);
   }
 
@@ -403,13 +433,15 @@ void Router::on_success(const Chain& chain, const Candidate& cand, Item& item, s
   if (call.method == "eth_blockNumber") {
     if (auto h = jsonrpc::parse_quantity(result)) {
       observe_height(store_, profile_, chain, *cand.provider, Height{*h, now}, rng_.uniform(), cand.key);
-      // Never backwards: an answer below the high-water mark is raised to it, while the mark is
-      // fresh. A mark nobody has confirmed for a whole horizon is taken as gone (a restarted dev
-      // chain) and the lower answer resets it.
+      // Never backwards: an answer below the high-water mark is raised to it while the mark is
+      // fresh and the providers still reach it. A mark nobody has confirmed for a whole horizon, or
+      // that the providers' head no longer supports (a restarted or reset chain: every provider
+      // went back; a lone liar's height), is gone and the lower answer resets it at once.
       auto& chains = store_.state().chains;
       auto it = chains.find(ckey);
       const bool has_mark = it != chains.end() && it->second.high_water.t_ms > 0;
-      if (has_mark && *h < it->second.high_water.block && height_fresh(it->second.high_water, now, chain)) {
+      if (has_mark && *h < it->second.high_water.block && height_fresh(it->second.high_water, now, chain) &&
+          mark_supported(store_.state(), profile_, chain, it->second.high_water, now)) {
         out.raised_from = *h;
         out.result = jsonrpc::to_quantity(it->second.high_water.block);
       } else {
@@ -420,8 +452,11 @@ void Router::on_success(const Chain& chain, const Candidate& cand, Item& item, s
   } else if (call.method == "eth_getBlockByNumber" && item.plan.need.block &&
              item.plan.need.block->kind == BlockRef::Kind::latest) {
     if (auto h = block_number_of(result)) {
-      observe_height(store_, profile_, chain, *cand.provider, Height{*h, now}, rng_.uniform());
-      store_.record(HighWaterEvent{ckey, Height{*h, now}, false}, profile_.health);
+      observe_height(store_, profile_, chain, *cand.provider, Height{*h, now}, rng_.uniform(), cand.key);
+      // Only a height the head rule believes may raise the mark.
+      if (mark_supported(store_.state(), profile_, chain, Height{*h, now}, now)) {
+        store_.record(HighWaterEvent{ckey, Height{*h, now}, false}, profile_.health);
+      }
     }
   } else if (creates_filter(call.method)) {
     if (auto id = json_string_value(result)) {
@@ -656,6 +691,7 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
     HttpRequest request{provider.url, upstream_body(upstream_calls), &provider.headers, attempt_timeout};
     HttpResponse answer = co_await engine_.perform(std::move(request));
     Exchange ex = classify_exchange(std::move(answer), upstream_calls.size(), clock_.now_ms(), profile_, upstream_calls);
+    refuse_doubtful_heads(store_, profile_, chain, provider, cand.key, upstream_calls, ex, clock_.now_ms());
     if (trial) --half_open_in_flight_[std::string(cand.key)];
     const auto now = clock_.now_ms();
     record_exchange(store_, profile_.health, cand.key, upstream_calls, ex, now, rng_.uniform());

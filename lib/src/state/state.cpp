@@ -462,6 +462,8 @@ std::string serialize_state(const State& state, std::int64_t now_ms) {
       w.value(ps.lag.behind_since_ms);
       w.key("t_ms");
       w.value(ps.lag.t_ms);
+      w.key("blocks");
+      w.value(static_cast<std::uint64_t>(ps.lag.blocks));
       w.end_object();
     }
     if (ps.archival_seen.archival) {
@@ -637,6 +639,7 @@ ProviderState parse_provider(dom::object po, std::size_t& dropped) {
     auto lo = get_obj(po, "lag");
     ps.lag.behind_since_ms = get_int(lo, "behind_since_ms");
     ps.lag.t_ms = get_int(lo, "t_ms");
+    ps.lag.blocks = get_uint(lo, "blocks");  // absent before it was kept: 0
   }
   if (has(po, "archival_seen")) {
     auto ao = get_obj(po, "archival_seen");

@@ -205,3 +205,87 @@ TEST_CASE("chain-aware: staying behind longer than lag_trip_ms trips the breaker
   observe_g("full", 80);
   CHECK(g.store.state().providers.at(g.key("full")).breaker.state == BreakerState::closed);
 }
+
+TEST_CASE("chain-aware: a lag exclusion lasts while both heights are fresh, then goes with them", "[plan][chain]") {
+  Fixture f;  // block_time_ms 2000: horizon 60 s
+  f.height("archive", 100);
+  f.height("quota", 100);
+  f.height("full", 90);  // seen together: 10 behind
+  for (int i = 0; i < 6; ++i) {  // 0 .. 50 s later: the same judgement, as probe left it
+    auto plan = f.router.plan(f.chain, "eth_blockNumber", "[]", {});
+    REQUIRE(f.excluded(plan, "full") != nullptr);
+    CHECK(f.excluded(plan, "full")->kind == ExclusionKind::lag);
+    CHECK_THAT(f.excluded(plan, "full")->reason, Catch::Contains("lagging 10 blocks"));
+    f.clock.advance(10'000);
+  }
+  f.clock.advance(11'000);  // 61 s: nothing fresh says anything about now
+  CHECK(f.excluded(f.router.plan(f.chain, "eth_blockNumber", "[]", {}), "full") == nullptr);
+}
+
+TEST_CASE("chain-aware: lag is never measured against the high-water mark alone (a restarted chain)",
+          "[plan][chain]") {
+  Fixture f;
+  // The chain was at 20 (the mark), then every node restarted from 0.
+  f.store.record(HighWaterEvent{chain_key(f.profile.name, f.chain), Height{20, f.clock.now_ms()}, false},
+                 f.profile.health);
+  f.clock.advance(1'000);
+  for (const char* id : {"full", "archive", "quota"}) f.height(id, 0);
+  auto plan = f.router.plan(f.chain, "eth_blockNumber", "[]", {});
+  CHECK(plan.excluded.empty());
+  CHECK_FALSE(plan.lag_fallback);
+  CHECK(plan.head == 0);
+  // A block the new chain may have mined since is not "above its height (~0; head ~20)".
+  auto block = f.router.plan(f.chain, "eth_getBlockByNumber", R"(["0x5", false])", {});
+  CHECK(block.excluded.empty());
+}
+
+TEST_CASE("chain-aware: one provider over-reporting is quarantined; the honest ones are not lagging", "[plan][chain]") {
+  Fixture f;
+  f.height("full", 100);
+  f.height("archive", 99);
+  f.height("quota", 20'000'000);
+  auto plan = f.router.plan(f.chain, "eth_blockNumber", "[]", {});
+  CHECK(f.order(plan) == std::vector<std::string>{"full", "archive"});
+  REQUIRE(f.excluded(plan, "quota") != nullptr);
+  CHECK(f.excluded(plan, "quota")->kind == ExclusionKind::quarantine);
+  CHECK_THAT(f.excluded(plan, "quota")->reason, Catch::Contains("height 20000000 is not believed"));
+  CHECK(plan.head == 100);
+  // Lag judgements agree: nobody is behind the liar.
+  observe_height(f.store, f.profile, f.chain, f.provider("quota"), Height{20'000'001, f.clock.now_ms()}, 0.0);
+  observe_height(f.store, f.profile, f.chain, f.provider("archive"), Height{99, f.clock.now_ms()}, 0.0);
+  CHECK(f.store.state().providers.at(f.key("archive")).lag.behind_since_ms == 0);
+  // 0x7fffffffffffffff alone: no chain is that long; still tried when nothing else is left.
+  Fixture g;
+  g.height("quota", 0x7fffffffffffffffULL);
+  RouteOptions just_quota;
+  just_quota.provider = "quota";
+  auto only = g.router.plan(g.chain, "eth_blockNumber", "[]", just_quota);
+  CHECK(only.lag_fallback);
+  CHECK(g.order(only) == std::vector<std::string>{"quota"});
+}
+
+TEST_CASE("chain-aware: a lag judged when the heights were seen stands while its height is fresh", "[plan][chain]") {
+  Fixture f;  // block_time_ms 2000
+  auto observe = [&](const std::string& id, std::uint64_t block) {
+    observe_height(f.store, f.profile, f.chain, f.provider(id), Height{block, f.clock.now_ms()}, 0.0);
+  };
+  observe("archive", 100);
+  observe("full", 90);
+  // 30 s later the others are seen again, still at 100 (an idle chain): moved forward, full's old
+  // 90 would pass for ~105. The judgement made on like observations stands.
+  f.clock.advance(30'000);
+  observe("archive", 100);
+  auto plan = f.router.plan(f.chain, "eth_blockNumber", "[]", {});
+  REQUIRE(f.excluded(plan, "full") != nullptr);
+  CHECK(f.excluded(plan, "full")->kind == ExclusionKind::lag);
+  CHECK_THAT(f.excluded(plan, "full")->reason, Catch::Contains("lagging 10 blocks behind (height 90 seen 30.0s ago"));
+  // Its own newer height is judged afresh.
+  observe("full", 100);
+  CHECK(f.excluded(f.router.plan(f.chain, "eth_blockNumber", "[]", {}), "full") == nullptr);
+  // And the judgement goes with its height's freshness.
+  f.clock.advance(1'000);
+  observe("full", 90);
+  CHECK(f.excluded(f.router.plan(f.chain, "eth_blockNumber", "[]", {}), "full") != nullptr);
+  f.clock.advance(61'000);
+  CHECK(f.excluded(f.router.plan(f.chain, "eth_blockNumber", "[]", {}), "full") == nullptr);
+}

@@ -754,7 +754,7 @@ TEST_CASE("StateStore: two processes drawing from one quota share the bucket thr
 TEST_CASE("state: lag marks, learned archival and a high-water reset round-trip and merge", "[state]") {
   const auto health = test_health();
   State s;
-  apply_event(s, LagEvent{kKey, LagMark{kNow - 5'000, kNow}}, health);
+  apply_event(s, LagEvent{kKey, LagMark{kNow - 5'000, kNow, 12}}, health);
   apply_event(s, LagEvent{kKey, LagMark{0, kNow - 1}}, health);  // older judgement: ignored
   CHECK(s.providers.at(kKey).lag.behind_since_ms == kNow - 5'000);
   apply_event(s, ArchivalEvent{kKey, ArchivalSeen{false, kNow}}, health);
@@ -774,6 +774,7 @@ TEST_CASE("state: lag marks, learned archival and a high-water reset round-trip 
   REQUIRE(parsed.has_value());
   const auto& p = parsed->providers.at(kKey);
   CHECK(p.lag.behind_since_ms == kNow - 5'000);
+  CHECK(p.lag.blocks == 12);
   CHECK(p.lag.t_ms == kNow);
   CHECK(p.archival_seen.archival == false);
   CHECK(p.archival_seen.t_ms == kNow);
