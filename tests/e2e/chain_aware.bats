@@ -310,6 +310,150 @@ EOF
 }
 
 # ---------------------------------------------------------------------------------------------------
+# 1b. The head must be the truth: liars, invalid heads, restarted chains (issues 14.3, 15.1)
+
+# POSTs eth_blockNumber to the sidecar; prints "HTTP_CODE RESULT" (RESULT: the result or the error code).
+sc_block_number() {
+  local body
+  body=$(curl -s --max-time 10 -X POST -H 'content-type: application/json' --data "$BN" \
+    -w '\n%{http_code}' "$SC_URL/rpc/local") || return 1
+  printf '%s %s\n' "${body##*$'\n'}" "$(jq -r '.result // .error.code' <<<"${body%$'\n'*}")"
+}
+
+@test "one provider over-reporting its head is quarantined: honest ones serve, answers are never raised to its height" {
+  start_fake a --height 100
+  start_fake b --height 100
+  start_fake liar --height 20000000
+  write_profile "$P" liar a b --strategy priority
+  run --separate-stderr rpcroute probe -p "$P" --json
+  assert_status 0
+  assert_jq '.healthy == 2'
+  assert_jq '.providers[] | select(.provider == "liar") | .healthy == false and (.reason | test("height 20000000 is not believed"))'
+  assert_jq '[.providers[] | select(.provider != "liar") | .lag] == [0, 0]'
+  run --separate-stderr rpcroute rank -p "$P" --json
+  assert_status 0
+  assert_jq '[.candidates[].provider] == ["a", "b"]'
+  assert_jq '.excluded | length == 1 and .[0].provider == "liar" and .[0].kind == "quarantine"'
+  local out=$BATS_TEST_TMPDIR/calls.jsonl
+  calls_in_a_row 6 "$out" 0 "" -p "$P" --json eth_blockNumber
+  assert_calls "$(jq -cs . "$out")" 'length == 6 and all(.result == "0x64" and .meta.provider == "a" and .meta.raised_from == null)'
+
+  # The same through the sidecar (its own probes find the liar).
+  start_sidecar -p "$P" --strategy priority
+  local deadline=$((SECONDS + 15)) line
+  until curl -sf --max-time 5 "$SC_URL/status" | jq -e '[.profiles[].excluded[] | select(.provider == "liar" and .kind == "quarantine")] | length == 1' >/dev/null; do
+    ((SECONDS < deadline)) || { curl -s "$SC_URL/status" >&2; false; }
+    sleep 0.2
+  done
+  for _ in 1 2 3 4 5; do
+    line=$(sc_block_number)
+    assert_equal "$line" "200 0x64" "sidecar eth_blockNumber"
+  done
+
+  # With a fresh state the liar is the first choice again; it says 0x7fffffffffffffff: refused as a
+  # provider failure even before anything is known about the others.
+  kill -TERM "$SC_PID"
+  wait "$SC_PID" || true
+  rm -f "$S"
+  fake_control liar '{"block_number":"0x7fffffffffffffff"}'
+  run --separate-stderr rpcroute call -p "$P" --json eth_blockNumber
+  assert_status 0
+  assert_jq '.result == "0x64" and .meta.provider == "a"'
+  assert_jq '.meta.attempts[0] | .provider == "liar" and .outcome == "bad_response" and (.message | test("no chain is that long"))'
+}
+
+@test "a head answer that is not a quantity (\"0x\", \"-0x1\", a JSON number) is a provider failure, not a result" {
+  start_fake bad
+  start_fake good
+  write_profile "$P" bad good --strategy priority
+  local v
+  for v in '"0x"' '"-0x1"' '5'; do
+    fake_control bad "{\"block_number\":$v}"
+    run --separate-stderr rpcroute call -p "$P" --no-state --json eth_blockNumber
+    assert_status 0
+    assert_jq '.result == "0x64" and .meta.provider == "good"'
+    assert_jq '.meta.attempts[0] | .provider == "bad" and .outcome == "bad_response" and .class == "provider_failure"
+               and (.message | test("not a block number"))'
+  done
+  # With nobody else to ask: exit 3, never the invalid head on stdout.
+  write_profile "$P" bad
+  run --separate-stderr rpcroute call -p "$P" --no-state eth_blockNumber
+  assert_status 3
+  assert_equal "$output" "" "stdout"
+}
+
+# A profile for the restart tests: the one anvil node "solo", lag_trip_ms 2000 (the old bug tripped its
+# breaker for "lag" behind its own pre-restart height once that long had passed).
+solo_profile() {
+  cat >"$P" <<EOF
+name: e2e
+chains:
+  local:
+    chain_id: 31337
+    block_time_ms: 1000
+    max_lag_blocks: 2
+    lag_trip_ms: 2000
+    providers:
+      - id: solo
+        url: $(node_url solo)
+EOF
+}
+
+@test "restarting the only anvil: the sidecar serves the new chain within 2 s, with no 503 after that" {
+  start_anvil solo
+  anvil_mine solo 20
+  solo_profile
+  start_sidecar -p "$P"
+  local line
+  line=$(sc_block_number)
+  assert_equal "$line" "200 0x14" "before the restart"
+  kill_node solo
+  respawn_anvil solo
+  anvil_mine solo 8
+  local t0=$SECONDS n=0 block
+  # ~6 s of requests: past lag_trip_ms, within the minute the old mark stayed fresh.
+  while ((SECONDS - t0 < 6)); do
+    line=$(sc_block_number)
+    assert_equal "$line" "200 0x8" "eth_blockNumber $n after the restart"
+    block=$(curl -s --max-time 10 -X POST -H 'content-type: application/json' -w '\n%{http_code}' \
+      --data '{"jsonrpc":"2.0","id":2,"method":"eth_getBlockByNumber","params":["0x5",false]}' "$SC_URL/rpc/local")
+    assert_equal "${block##*$'\n'}" 200 "eth_getBlockByNumber(5) $n: HTTP status"
+    assert_json "${block%$'\n'*}" '.result.number == "0x5"'
+    n=$((n + 1))
+    sleep 0.3
+  done
+  ((n >= 2)) || { echo "only $n rounds" >&2; false; }
+}
+
+@test "restarting the only anvil: rpcroute call with a state file answers the new chain at once" {
+  start_anvil solo
+  anvil_mine solo 20
+  solo_profile
+  run --separate-stderr rpcroute call -p "$P" --json eth_blockNumber
+  assert_status 0
+  assert_jq '.result == "0x14"'
+  kill_node solo
+  respawn_anvil solo
+  anvil_mine solo 8
+  # The state file says 20 (height and mark): a block the new chain has is served, not refused.
+  run --separate-stderr rpcroute call -p "$P" --json eth_getBlockByNumber 0x5 false
+  assert_status 0
+  assert_jq '.result.number == "0x5"'
+  local t0=$SECONDS n=0
+  while ((SECONDS - t0 < 4)); do
+    run --separate-stderr rpcroute call -p "$P" --json eth_blockNumber
+    assert_status 0
+    assert_jq '.result == "0x8" and .meta.raised_from == null and .meta.excluded == []'
+    n=$((n + 1))
+  done
+  ((n >= 2)) || { echo "only $n calls" >&2; false; }
+  run --separate-stderr rpcroute state show --json
+  assert_status 0
+  assert_jq '[.chains[].high_water.block] == [8]'
+  assert_jq '[.providers[] | .breaker.state] == ["closed"]'
+}
+
+# ---------------------------------------------------------------------------------------------------
 # 2. Archive routing
 
 @test "eth_getBalance at block 1 goes to the archival node every time; latest goes to both" {

@@ -14,7 +14,7 @@
 #            (Retry-After seconds or date, error data backoff_seconds, else 30 s), its breaker is
 #            untouched; the next request puts F in tier 2 behind H.
 #   serve    not a failure (slow but within the timeout, huge): F's answer is returned, nothing marked.
-#   exclude  a lagging head or a wrong chain id, seen by `rpcroute probe` (call) or the sidecar's own
+#   exclude  a lagging or lying head or a wrong chain id, seen by `rpcroute probe` (call) or the sidecar's own
 #            probes (serve): F is never tried and every answer lists it as excluded, with the reason.
 # Every answer must be exactly one: for call one JSON document on stdout and nothing on stderr, exit
 # 0; for serve one HTTP response (HTTP 200, Content-Length exact, nothing after it) holding one
@@ -45,7 +45,7 @@ load helpers
 STRATEGIES=(load_balanced round_robin random weighted priority fastest latency_weighted)
 ROWS=(dead_port reset close hang slow_over slow_body slow_under slow_body_under http_503 http_502_html html_200
   rpc_32603 malformed truncated wrong_id huge http_429_retry_after http_429_date http_429_plain
-  rpc_32005 rpc_backoff rpc_compute_units lagging wrong_chain)
+  rpc_32005 rpc_backoff rpc_compute_units lagging lying_height wrong_chain)
 MAX_REQUESTS=${FAULT_MATRIX_MAX_REQUESTS:-40}
 BALANCE=0xde0b6b3a7640000 # the fake's eth_getBalance answer
 HUGE_BYTES=5242880
@@ -90,6 +90,8 @@ row_spec() { # ROW
     # Excluded for lag; once behind for longer than lag_trip_ms (30 s: a slow run gets there)
     # the breaker opens with reason lag instead. Either keeps F out.
     lagging) HOW='fake --height 90' KIND=exclude REASON='lagging 10 blocks behind|circuit breaker open \(lag: 10 blocks behind' ;;
+    # Over-reporting its head: not believed (the honest H is not "lagging" behind it), quarantined.
+    lying_height) HOW='fake --height 20000000' KIND=exclude REASON='height 20000000 is not believed' ;;
     wrong_chain) HOW='fake --chain-id 5' KIND=exclude REASON='wrong chain id 5' ;;
     *)
       echo "unknown fault row $1" >&2
@@ -656,7 +658,8 @@ row_test() { # call|serve ROW
   row_prepare "$row"
   t0=$(ms_now)
   for col in "${STRATEGIES[@]}" none; do
-    if [[ $col == none && ($KIND == serve || $row == lagging) ]]; then
+    # Lag and a lie need an honest peer to be seen: with only a dead one there is nothing to compare.
+    if [[ $col == none && ($KIND == serve || $row == lagging || $row == lying_height) ]]; then
       printf '%s\t%s\t%s\t%s\n' "$path" "$row" "$col" "n/a" >>"$BATS_FILE_TMPDIR/matrix.tsv"
       continue
     fi
@@ -732,6 +735,7 @@ row_test_excluded() { # call|serve ROW
 @test "call: JSON-RPC -32005 with backoff_seconds in its data" { row_test call rpc_backoff; }
 @test "call: JSON-RPC 429 compute units" { row_test call rpc_compute_units; }
 @test "call: lagging height (seen by rpcroute probe)" { row_test_excluded call lagging; }
+@test "call: lying height (seen by rpcroute probe)" { row_test_excluded call lying_height; }
 @test "call: wrong chain id (seen by rpcroute probe)" { row_test_excluded call wrong_chain; }
 
 @test "serve: dead port" { row_test serve dead_port; }
@@ -757,6 +761,7 @@ row_test_excluded() { # call|serve ROW
 @test "serve: JSON-RPC -32005 with backoff_seconds in its data" { row_test serve rpc_backoff; }
 @test "serve: JSON-RPC 429 compute units" { row_test serve rpc_compute_units; }
 @test "serve: lagging height (seen by the sidecar's probes)" { row_test_excluded serve lagging; }
+@test "serve: lying height (seen by the sidecar's probes)" { row_test_excluded serve lying_height; }
 @test "serve: wrong chain id (seen by the sidecar's probes)" { row_test_excluded serve wrong_chain; }
 
 # ---------------------------------------------------------------------------------------------------

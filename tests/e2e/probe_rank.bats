@@ -92,6 +92,28 @@ SUMS_TO_ONE='(.candidates | length) as $n | ([.candidates[].first_probability] |
   done
 }
 
+@test "probe: a lag exclusion lasts while the heights are fresh; rank and the sidecar's /status agree on it" {
+  # 3 blocks behind with one-second blocks: the old rule let the lagging height's estimate catch up
+  # within a second or two, while a polling sidecar kept excluding it.
+  start_fake hi1 --height 20
+  start_fake hi2 --height 20
+  start_fake lo --height 17
+  write_profile "$P" hi1 hi2 lo
+  run --separate-stderr rpcroute probe -p "$P" --json
+  assert_status 0
+  assert_jq '.providers[] | select(.provider == "lo") | .healthy == false and .lag == 3'
+  start_serve sc -p "$P" --state "$RPCROUTE_STATE"
+  sleep 4
+  run --separate-stderr rpcroute rank -p "$P" --json
+  assert_status 0
+  assert_jq '[.candidates[].provider] | sort == ["hi1", "hi2"]'
+  assert_jq '.excluded | length == 1 and .[0].provider == "lo" and .[0].kind == "lag" and (.[0].reason | test("lagging 3 blocks behind"))'
+  run curl -sf --max-time 10 "$(node_url sc)/status"
+  assert_status 0
+  assert_jq '[.profiles[] | .excluded[] | select(.provider == "lo") | .kind] == ["lag"]'
+  assert_jq '[.profiles[] | .candidates[].provider] | sort == ["hi1", "hi2"]'
+}
+
 @test "probe: --min-healthy decides the exit status; all providers dead exits 3" {
   start_fake f1
   start_fake f2
