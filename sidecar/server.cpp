@@ -186,6 +186,7 @@ struct Request {
   std::string authorization;
   std::string body;
   std::string remote;
+  bool expect_continue = false;  // Expect: 100-continue (HTTP/1.1): the client waits before the body
 
   void clear() {
     method = http::verb::unknown;
@@ -197,6 +198,7 @@ struct Request {
     origin.clear();
     authorization.clear();
     body.clear();
+    expect_continue = false;
     seen = 0;
   }
   unsigned seen = 0;  // which of host, origin, authorization arrived
@@ -226,7 +228,7 @@ class RequestReader final : public http::basic_parser<true> {
     r_.version = static_cast<unsigned>(version);
   }
   void on_response_impl(int, beast::string_view, int, beast::error_code&) override {}
-  void on_field_impl(http::field name, beast::string_view, beast::string_view value, beast::error_code&) override {
+  void on_field_impl(http::field name, beast::string_view, beast::string_view value, beast::error_code& ec) override {
     auto keep = [&](unsigned bit, std::string& slot) {
       if ((r_.seen & bit) != 0) return;
       r_.seen |= bit;
@@ -235,6 +237,10 @@ class RequestReader final : public http::basic_parser<true> {
     if (name == http::field::host) keep(1, r_.host);
     else if (name == http::field::origin) keep(2, r_.origin);
     else if (name == http::field::authorization) keep(4, r_.authorization);
+    // Beast frames "chunked, identity" or "gzip" as no body; the body would be the next request.
+    else if (name == http::field::transfer_encoding && !http1::chunked_only(sv(value)))
+      ec = http::error::bad_transfer_encoding;
+    else if (name == http::field::expect) r_.expect_continue = beast::iequals(value, "100-continue");
   }
   void on_header_impl(beast::error_code&) override { r_.keep_alive = keep_alive(); }
   void on_body_init_impl(const boost::optional<std::uint64_t>& length, beast::error_code&) override {

@@ -453,6 +453,14 @@ def case_smuggle(a, rest):
                     a.wait, expect=1)
 
 
+def case_coding(a, rest):
+    """Transfer-Encoding: CODINGS (e.g. "chunked, identity", "gzip") on a POST whose body is a whole
+    second request: Beast alone reads such a request as bodiless and then runs the body."""
+    inner = request("POST", "/rpc/local", rpc(9))
+    return exchange(a.port, [(0, request("POST", "/rpc/local", inner, [("Transfer-Encoding", rest[0])]))], a.wait,
+                    expect=1)
+
+
 def case_host(a, rest):
     return exchange(a.port, [(0, request("POST", "/rpc/local", rpc(1), host=rest[0]))], a.wait, expect=1)
 

@@ -309,6 +309,19 @@ assert_still_serving() {
   assert_still_serving
 }
 
+@test "Transfer-Encoding other than a lone chunked (chunked, identity / gzip / identity): 400 and a close" {
+  # RFC 9112 section 6.3. The body is a whole second request: read as bodiless, it would be routed.
+  hostile coding 'chunked, identity' :: coding gzip :: coding identity :: coding 'gzip, chunked' :: coding 'chunked, chunked'
+  local c filters=()
+  for c in 0 1 2 3 4; do
+    filters+=("status($c; 0; 400; 5)" "json_error($c; 0)" "closing($c; 0)" "closed($c)"
+      "(.results[$c].responses | length) == 1")
+  done
+  expect "${filters[@]}" 'healthy'
+  assert_no_upstream
+  assert_still_serving
+}
+
 @test "wrong Host (DNS rebinding) and a foreign Origin get 403 with a JSON error; nothing goes upstream" {
   hostile host evil.example :: host evil.example:8545 :: host 127.0.0.1.evil.example :: host localhost.evil.example \
     :: origin https://evil.example :: origin http://localhost.evil.example :: origin null \

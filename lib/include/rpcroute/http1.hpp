@@ -38,4 +38,12 @@ bool parse_request(std::string_view in, std::size_t max_head, std::uint64_t max_
 /// A whole response with a Content-Length body at the start of `in`, head within `max_head`.
 bool parse_response(std::string_view in, std::size_t max_head, Message& out);
 
+/// A request's Transfer-Encoding value that frames a body we can read: exactly `chunked` (any
+/// case, optional whitespace). Beast reads any other list ("chunked, identity", "gzip", "x") as no
+/// body at all, and the body would then be parsed as the next request; RFC 9112 section 6.3 says
+/// such a request gets 400 and a close.
+///
+///   http1::chunked_only(" Chunked ") == true;  http1::chunked_only("gzip, chunked") == false
+bool chunked_only(std::string_view transfer_encoding);
+
 }  // namespace rpcroute::http1

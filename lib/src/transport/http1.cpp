@@ -305,4 +305,10 @@ bool parse_response(std::string_view in, std::size_t max_head, Message& out) {
   return in.size() - out.head_size >= out.body_size;
 }
 
+bool chunked_only(std::string_view v) {
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+  return name_is(v, "chunked");
+}
+
 }  // namespace rpcroute::http1

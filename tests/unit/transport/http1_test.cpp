@@ -82,6 +82,9 @@ TEST_CASE("http1: anything not whole or not plain is left to Beast") {
       "POST /rpc HTTP/1.1\r\nContent-Length: 10\r\n\r\n{}",               // body not all here
       "POST /rpc HTTP/1.1\r\nHost: a\r\n",                                  // head not all here
       "POST /rpc HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+      "POST /rpc HTTP/1.1\r\nTransfer-Encoding: chunked, identity\r\n\r\nGET / HTTP/1.1\r\n\r\n",
+      "POST /rpc HTTP/1.1\r\nTransfer-Encoding: gzip\r\nContent-Length: 2\r\n\r\n{}",
+      "POST /rpc HTTP/1.1\r\ntransfer-encoding: identity\r\n\r\n",
       "POST /rpc HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{}",
       "POST /rpc HTTP/1.1\r\nContent-Length: +2\r\n\r\n{}",
       "POST /rpc HTTP/1.1\r\nContent-Length: 2, 2\r\n\r\n{}",
@@ -126,6 +129,21 @@ TEST_CASE("http1: anything not whole or not plain is left to Beast") {
   for (const auto& in : declined_answers) {
     INFO(in);
     CHECK_FALSE(http1::parse_response(in, kHead, m));
+  }
+}
+
+TEST_CASE("http1: only a lone chunked coding frames a request body; any other list is refused") {
+  for (std::string_view ok : {"chunked", "Chunked", "CHUNKED", " chunked\t", "\tchunked  "}) {
+    INFO(ok);
+    CHECK(http1::chunked_only(ok));
+  }
+  // RFC 9112 section 6.3: chunked not last, or a coding we do not know, cannot be framed (Beast
+  // would read these as bodiless); chunked twice is a coding applied twice.
+  for (std::string_view bad : {"", " ", "identity", "gzip", "chunked, identity", "chunked,identity", "gzip, chunked",
+                               "chunked, chunked", "chunked;q=1", "chunkedx", "xchunked", "chunk", "chunked,",
+                               ",chunked", "\"chunked\"", "chunked\x01"}) {
+    INFO(bad);
+    CHECK_FALSE(http1::chunked_only(bad));
   }
 }
 
