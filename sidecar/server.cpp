@@ -376,9 +376,14 @@ Result<std::uint16_t> Server::listen() {
   if (!address.is_loopback() && !config_.allow_remote) {
     return fail(fmt::format("refusing to listen on {} (not loopback) without --allow-remote and a token", config_.host));
   }
-  if (!address.is_loopback() && config_.token.empty()) {
+  // A token always: --allow-remote on a loopback address turned the Host check off and let any
+  // page a DNS-rebinding attack points at 127.0.0.1 through unauthenticated.
+  if (config_.allow_remote && config_.token.empty()) {
     return fail("--allow-remote needs a bearer token (--token or $RPCROUTE_TOKEN)");
   }
+  // Only clients on this host reach a loopback address, so a Host that is not a loopback name is
+  // a rebinding page even with --allow-remote; remote clients name the host any way they like.
+  check_host_ = !config_.allow_remote || address.is_loopback();
   tcp::endpoint endpoint(address, config_.port);
   acceptor_.open(endpoint.protocol(), ec);
   if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
@@ -768,8 +773,8 @@ bool Server::prepare(const Request& req, Reply& reply, RpcJob& job) {
     reply.body = json_error_body(message);
   };
 
-  // DNS rebinding: only loopback names, unless remote access was asked for.
-  if (!config_.allow_remote) {
+  // DNS rebinding: only loopback names, unless remote access was asked for on a remote address.
+  if (check_host_) {
     std::string_view host = req.host;
     // A client sends the same Host every time: the last one that passed is passed again as is.
     if (!host.empty() && host != last_good_host_) {

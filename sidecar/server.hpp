@@ -88,6 +88,7 @@ class Server {
   asio::ip::tcp::acceptor acceptor_;
   std::uint16_t port_ = 0;
   std::string default_profile_;
+  bool check_host_ = true;        // the Host (DNS rebinding) check; off only for remote addresses
   std::string last_good_host_;    // the last Host header the rebinding check passed
   std::string last_good_origin_;  // the last Origin the allow-list passed
   std::string route_cache_target_;  // the last request target that parsed to an RPC route ...

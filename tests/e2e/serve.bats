@@ -823,6 +823,24 @@ PY
   assert_status 2
 }
 
+@test "safety: --allow-remote on a loopback address needs a token too, and keeps the Host check" {
+  start_fake f1 --height 100
+  write_profile "$P" f1
+  unset RPCROUTE_TOKEN
+  run --separate-stderr rpcroute serve -p "$P" --listen 127.0.0.1:0 --allow-remote --state "$S" --no-probe
+  assert_status 2
+  assert_stderr_matches '[Tt]oken'
+  start_sidecar -p "$P" --no-probe --allow-remote --token T0k3n-e2e
+  # A DNS-rebinding page reaches only loopback: its Host is refused even with the right token.
+  sc_post /rpc/local "$BN" -H 'Authorization: Bearer T0k3n-e2e' -H 'Host: evil.example'
+  assert_code 403
+  assert_body_jq '.error | test("Host")'
+  assert_equal "$(fake_requests f1)" 0 "requests sent upstream for a foreign Host"
+  sc_post /rpc/local "$BN" -H 'Authorization: Bearer T0k3n-e2e' -H 'Host: localhost:8545'
+  assert_code 200
+  assert_body_jq '.result == "0x64"'
+}
+
 @test "safety: with --token, requests need 'Authorization: Bearer T' (401 without), /healthz does not" {
   start_fake f1 --height 100
   write_profile "$P" f1
