@@ -130,7 +130,9 @@ void print_verbose(const CallOutcome& o, const Chain& chain) {
 
 void print_unavailable(const CallOutcome& o, std::string_view method, const Chain& chain) {
   fmt::print(stderr, "rpcroute: no provider could serve {} on {}", method, chain.name);
-  if (o.attempts.empty()) fmt::print(stderr, " (no eligible provider)");
+  // The router's reason: with no attempt it may be the deadline as well as an empty plan.
+  if (!o.unavailable_reason.empty()) fmt::print(stderr, " ({})", o.unavailable_reason);
+  else if (o.attempts.empty()) fmt::print(stderr, " (no eligible provider)");
   fmt::print(stderr, "\n");
   for (const auto& a : o.attempts) fmt::print(stderr, "{}\n", attempt_line(a));
   for (const auto& e : o.excluded) fmt::print(stderr, "  excluded {}: {}\n", e.provider, e.reason);

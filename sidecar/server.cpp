@@ -666,9 +666,12 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
           res.prepare_payload();
           metrics_.on_http(static_cast<int>(*status));
           conn.expire_in(5'000);
+          const auto why = timed_out                           ? std::string("read timeout")
+                           : ec == asio::error::no_buffer_space ? std::string("--max-inflight-mb reached")
+                                                                : ec.message();  // before the write reuses ec
           co_await http::async_write(socket, res, asio::redirect_error(asio::use_awaitable, ec));
           conn.deadline_us = 0;
-          if (config_.verbose) log(fmt::format("{} {} - {} {}", iso_now(), remote, static_cast<int>(*status), ec.message()));
+          if (config_.verbose) log(fmt::format("{} {} - {} {}", iso_now(), remote, static_cast<int>(*status), why));
         }
         metrics_.in_flight(-1);
         conn.busy = false;

@@ -165,6 +165,19 @@ three_fakes() { # [write_profile options]
   ((elapsed < 6000)) || { echo "call took ${elapsed} ms with --timeout 1500" >&2; false; }
 }
 
+@test "--timeout passed before any attempt: stderr names the deadline, as --json does, not 'no eligible provider'" {
+  start_fake f1 --mode hang
+  write_profile "$P" f1
+  # 1 ms is over before the first attempt could start.
+  run --separate-stderr rpcroute call --profile "$P" --timeout 1 eth_blockNumber
+  assert_status 3
+  [[ $stderr == *"deadline of 1 ms exceeded"* && $stderr != *"no eligible provider"* ]] ||
+    { echo "stderr: $stderr" >&2; false; }
+  run --separate-stderr rpcroute call --profile "$P" --timeout 1 --json eth_blockNumber
+  assert_status 3
+  [[ $output == *"deadline of 1 ms exceeded"* ]] || { echo "output: $output" >&2; false; }
+}
+
 @test "failover: HTTP 429 marks the provider rate-limited until Retry-After, persisted" {
   start_fake f1 --mode status --status 429 --retry-after 60 --height 100
   start_fake f2 --height 100

@@ -392,6 +392,9 @@ assert_still_serving() {
   for s in 408 413 431 400; do
     grep -Eq " $s " "$SC_LOG" || { echo "no $s in the sidecar log" >&2; tail -50 "$SC_LOG" >&2; false; }
   done
+  # With the parser's reason, not the status of the write that answered it ("400 Success").
+  grep -Eq ' 400 bad ' "$SC_LOG" || { echo "no 400 line with its reason in the sidecar log" >&2; false; }
+  if grep -E ' [0-9]{3} Success$' "$SC_LOG" >&2; then false; fi
   grep -q 'stopped' "$SC_LOG"
   jq -e '.version == 1' "$BATS_FILE_TMPDIR/state.json" >/dev/null
 }

@@ -90,6 +90,7 @@ struct CallOutcome {
   std::vector<AttemptRecord> attempts;
   std::vector<Exclusion> excluded;
   std::int64_t retry_after_ms = -1;
+  std::string unavailable_reason;  // unavailable: why ("no eligible provider", "deadline of 1500 ms exceeded")
   Strategy strategy = Strategy::load_balanced;
   /// eth_blockNumber: the provider answered this lower height; the answer was raised to the
   /// high-water mark so that it never goes backwards.

@@ -368,6 +368,7 @@ void Router::finish_unavailable(Item& item, const Chain& chain, std::string_view
   auto& out = item.out;
   item.done = true;
   out.status = CallOutcome::Status::unavailable;
+  out.unavailable_reason = why;
   std::int64_t retry = -1;
   for (const auto& e : out.excluded) {
     if (e.retry_in_ms > 0) retry = retry < 0 ? e.retry_in_ms : std::min(retry, e.retry_in_ms);
