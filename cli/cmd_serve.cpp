@@ -3,8 +3,11 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <csignal>
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <memory>
 
 #include <fmt/format.h>
@@ -31,7 +34,12 @@ void setup_serve(CLI::App& app, int& exit_code) {
   sub->add_option("--allow-origin", opts->allow_origins,
                   "Extra browser origin allowed (repeatable; '*' allows any). localhost and 127.0.0.1 are always allowed");
   sub->add_option("--max-body", opts->max_body, "Largest request body in bytes (default 8 MiB; larger: 413)");
-  sub->add_option("--max-batch", opts->max_batch, "Longest batch (default 100; longer: -32600)");
+  sub->add_option("--max-batch", opts->max_batch,
+                  "Batch items routed (default 1000, viem's batch size); each item beyond gets its own -32600");
+  sub->add_option("--max-connections", opts->max_connections,
+                  "Client connections open at once (default 1024); more are answered 503 with Retry-After");
+  sub->add_option("--max-inflight-mb", opts->max_inflight_mb,
+                  "Request-body MiB held at once by all requests (default 256); a body past it: 503 with Retry-After");
   sub->add_option("--grace", opts->grace, "At SIGINT/SIGTERM, time to finish in-flight requests (default 10s)");
   sub->add_option("--read-timeout", opts->read_timeout, "Time a client has to send one request (default 10s)");
   sub->add_option("--idle-timeout", opts->idle_timeout, "Idle keep-alive connections close after this (default 60s)");
@@ -67,6 +75,19 @@ int run_serve(const ServeOptions& options) {
   config.allow_origins = options.allow_origins;
   config.max_body = options.max_body;
   config.max_batch = options.max_batch;
+  for (auto [value, name] : {std::pair{options.max_batch, "--max-batch"}, std::pair{options.max_connections, "--max-connections"},
+                             std::pair{options.max_inflight_mb, "--max-inflight-mb"}}) {
+    if (value == 0) {
+      print_error(fmt::format("bad {} 0 (must be at least 1)", name));
+      return 2;
+    }
+  }
+  if (options.max_inflight_mb > (SIZE_MAX >> 21)) {
+    print_error(fmt::format("bad --max-inflight-mb {} (too large)", options.max_inflight_mb));
+    return 2;
+  }
+  config.max_connections = options.max_connections;
+  config.max_inflight_bytes = options.max_inflight_mb << 20;
   config.verbose = options.verbose;
   config.json_logs = options.log_format == "json";
   config.background_probes = !options.no_probe;
@@ -141,12 +162,24 @@ int run_serve(const ServeOptions& options) {
   signals.async_wait([&](const boost::system::error_code& ec, int) {
     if (!ec) server.shutdown();
   });
+  // SIGHUP (a closed terminal, `kill -HUP` from a supervisor) and SIGUSR1/2 would end the process
+  // by default and lose what it learned since the last flush. There is no profile reload to run:
+  // they save the state now and serving goes on.
+  asio::signal_set save_signals(io, SIGHUP, SIGUSR1, SIGUSR2);
+  std::function<void(const boost::system::error_code&, int)> on_save_signal = [&](const boost::system::error_code& ec,
+                                                                                   int signo) {
+    if (ec) return;
+    server.save_state(fmt::format("signal {}", signo == SIGHUP ? "SIGHUP" : signo == SIGUSR1 ? "SIGUSR1" : "SIGUSR2"));
+    save_signals.async_wait(on_save_signal);
+  };
+  save_signals.async_wait(on_save_signal);
   std::exception_ptr failure;
   bool finished = false;
   asio::co_spawn(io, server.run(), [&](std::exception_ptr e) {
     failure = e;
     finished = true;
     signals.cancel();
+    save_signals.cancel();
     io.stop();  // background loops and timers end with the context
   });
   io.run();

@@ -18,7 +18,9 @@ struct ServeOptions {
   std::string token;
   std::vector<std::string> allow_origins;
   std::size_t max_body = 8 * 1024 * 1024;
-  std::size_t max_batch = 100;
+  std::size_t max_batch = 1000;
+  std::size_t max_connections = 1024;
+  std::size_t max_inflight_mb = 256;
   std::string grace = "10s";
   std::string read_timeout = "10s";
   std::string idle_timeout = "60s";

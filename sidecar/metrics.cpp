@@ -123,6 +123,16 @@ std::string Metrics::render(const std::vector<const Profile*>& profiles, const S
   for (const auto& [status, v] : http_) fmt::format_to(it, "rpcroute_http_responses_total{{status=\"{}\"}} {}\n", status, v);
   fmt::format_to(it, "# HELP rpcroute_in_flight_requests HTTP requests being answered now.\n");
   fmt::format_to(it, "# TYPE rpcroute_in_flight_requests gauge\nrpcroute_in_flight_requests {}\n", in_flight_);
+  fmt::format_to(it, "# HELP rpcroute_connections Client connections open now.\n");
+  fmt::format_to(it, "# TYPE rpcroute_connections gauge\nrpcroute_connections {}\n", connections_);
+  fmt::format_to(it, "# HELP rpcroute_request_bytes_in_flight Request-body bytes held now (--max-inflight-mb).\n");
+  fmt::format_to(it, "# TYPE rpcroute_request_bytes_in_flight gauge\nrpcroute_request_bytes_in_flight {}\n",
+                 request_bytes_);
+  fmt::format_to(it, "# HELP rpcroute_cancelled_total Requests abandoned because their client left.\n");
+  fmt::format_to(it, "# TYPE rpcroute_cancelled_total counter\nrpcroute_cancelled_total {}\n", cancelled_);
+  fmt::format_to(it, "# HELP rpcroute_refused_total Requests refused with 503 at a limit (connections, memory).\n");
+  fmt::format_to(it, "# TYPE rpcroute_refused_total counter\n");
+  for (const auto& [reason, v] : refused_) fmt::format_to(it, "rpcroute_refused_total{{limit=\"{}\"}} {}\n", reason, v);
 
   fmt::format_to(it, "# HELP rpcroute_breaker_state Circuit breaker per provider: 0 closed, 1 half-open, 2 open.\n");
   fmt::format_to(it, "# TYPE rpcroute_breaker_state gauge\n");

@@ -20,6 +20,13 @@ class Metrics {
   void on_http(int status) { ++http_[status]; }
   void in_flight(int delta) { in_flight_ += delta; }
   [[nodiscard]] std::int64_t in_flight() const { return in_flight_; }
+  void on_cancelled() { ++cancelled_; }
+  void on_refused(std::string_view limit) { ++refused_[std::string(limit)]; }
+  /// The sidecar's edge right now: open connections and request-body bytes held.
+  void edge(std::size_t connections, std::size_t request_bytes) {
+    connections_ = connections;
+    request_bytes_ = request_bytes;
+  }
 
   /// Everything, with breaker, rate-limit and height gauges read from the state.
   [[nodiscard]] std::string render(const std::vector<const Profile*>& profiles, const State& state,
@@ -55,6 +62,10 @@ class Metrics {
   std::map<ProviderKey, Histogram, LabelLess> latency_;
   std::map<int, std::uint64_t> http_;
   std::int64_t in_flight_ = 0;
+  std::size_t connections_ = 0;
+  std::size_t request_bytes_ = 0;
+  std::uint64_t cancelled_ = 0;
+  std::map<std::string, std::uint64_t, std::less<>> refused_;
   std::map<std::string, bool, std::less<>> methods_seen_;
 
   // The last labels counted under and where their values live (std::map never moves them):

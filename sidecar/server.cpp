@@ -9,6 +9,9 @@
 #include <cstring>
 
 #include <malloc.h>
+#include <sys/socket.h>
+
+#include <cerrno>
 
 #include <boost/beast/core.hpp>
 #include <boost/beast/core/read_size.hpp>
@@ -37,7 +40,10 @@ using HttpResponse_ = http::response<http::string_body>;
 /// connections (Server::sweep_loop), not by a timer armed and cancelled for every read and write.
 struct Connection {
   tcp::socket* socket = nullptr;
+  Cancellation* cancel = nullptr;  // the request being routed, when the client leaves
   bool busy = false;
+  bool routing = false;     // awaiting the router: the sweeper watches for the client leaving
+  std::size_t held = 0;     // request-body bytes taken from the server's BodyBudget
   std::int64_t deadline_us = 0;  // steady_us() after which the pending operation is cancelled; 0: none
   bool timed_out = false;        // the sweeper cancelled it
 
@@ -160,6 +166,14 @@ void response_head(std::string& h, http::status status, unsigned version, bool k
   h.resize(static_cast<std::size_t>(p - h.data()));
 }
 
+/// The client closed (or reset) its side while its request is being answered: a peek that sees
+/// the end of the stream. Pipelined bytes (a next request) are left where they are.
+bool client_left(tcp::socket& socket) {
+  char byte;
+  const auto n = ::recv(socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 /// Drops `n` sent bytes from the front of a two-buffer sequence; true when something is left.
 bool advance(std::array<asio::const_buffer, 2>& out, std::size_t n) {
   for (auto& b : out) {
@@ -212,7 +226,11 @@ namespace {
 /// checked against the body limit).
 class RequestReader final : public http::basic_parser<true> {
  public:
-  explicit RequestReader(Request& r) : r_(r) { r_.clear(); }
+  /// Body bytes are taken from `budget` into `held` as the body is announced or grows; past the
+  /// budget the read ends with asio::error::no_buffer_space (503).
+  RequestReader(Request& r, BodyBudget& budget, std::size_t& held) : r_(r), budget_(budget), held_(held) {
+    r_.clear();
+  }
 
  private:
   void on_request_impl(http::verb method, beast::string_view method_str, beast::string_view target, int version,
@@ -243,21 +261,34 @@ class RequestReader final : public http::basic_parser<true> {
     else if (name == http::field::expect) r_.expect_continue = beast::iequals(value, "100-continue");
   }
   void on_header_impl(beast::error_code&) override { r_.keep_alive = keep_alive(); }
-  void on_body_init_impl(const boost::optional<std::uint64_t>& length, beast::error_code&) override {
-    if (length) r_.body.reserve(static_cast<std::size_t>(*length) + kBodySlack);  // parsed in place
+  void on_body_init_impl(const boost::optional<std::uint64_t>& length, beast::error_code& ec) override {
+    if (!length) return;
+    if (!budget_.take(held_, static_cast<std::size_t>(*length))) {
+      ec = asio::error::no_buffer_space;
+      return;
+    }
+    r_.body.reserve(static_cast<std::size_t>(*length) + kBodySlack);  // parsed in place
   }
-  std::size_t on_body_impl(beast::string_view body, beast::error_code&) override {
-    r_.body.append(body.data(), body.size());
-    return body.size();
-  }
+  std::size_t on_body_impl(beast::string_view body, beast::error_code& ec) override { return append(body, ec); }
   void on_chunk_header_impl(std::uint64_t, beast::string_view, beast::error_code&) override {}
-  std::size_t on_chunk_body_impl(std::uint64_t, beast::string_view body, beast::error_code&) override {
+  std::size_t on_chunk_body_impl(std::uint64_t, beast::string_view body, beast::error_code& ec) override {
+    return append(body, ec);
+  }
+  std::size_t append(beast::string_view body, beast::error_code& ec) {
+    // A body without a length (chunked) takes from the budget as it grows.
+    const auto size = r_.body.size() + body.size();
+    if (size > held_ && !budget_.take(held_, size - held_)) {
+      ec = asio::error::no_buffer_space;
+      return 0;
+    }
     r_.body.append(body.data(), body.size());
     return body.size();
   }
   void on_finish_impl(beast::error_code&) override {}
 
   Request& r_;
+  BodyBudget& budget_;
+  std::size_t& held_;
 };
 
 /// Feeds what `buffer` holds to the parser. True when the message is complete or `ec` is set;
@@ -277,6 +308,7 @@ bool feed(RequestReader& parser, beast::flat_buffer& buffer, beast::error_code& 
 }
 
 constexpr std::size_t kHeaderLimit = 32 * 1024;
+constexpr std::string_view kBusyBytes = "too many request bytes in flight (--max-inflight-mb); retry later";
 
 /// The fast path (rpcroute/http1.hpp): a whole, plain request in the buffer is taken in one pass,
 /// without Beast's parser. False leaves the buffer and the request to RequestReader.
@@ -342,6 +374,7 @@ struct Server::RpcJob {
   ProfileRuntime* rt = nullptr;
   const Chain* chain = nullptr;
   jsonrpc::Body parsed;
+  std::size_t routed = 0;  // the calls routed: all but a batch's items beyond --max-batch
   RouteOptions options;
   char request_id_text[40];
   std::string_view request_id;  // into request_id_text
@@ -357,6 +390,7 @@ Server::Server(asio::io_context& io, ServerConfig config, std::vector<Profile> p
       acceptor_(io),
       wake_(io) {
   request_prefix_ = Random().engine()() & 0xffffffffULL;
+  body_budget_.cap = config_.max_inflight_bytes;
   for (auto& p : profiles) {
     if (default_profile_.empty()) default_profile_ = p.name;
     auto rt = std::make_unique<ProfileRuntime>();
@@ -419,6 +453,14 @@ Server::ProfileRuntime* Server::runtime(const std::string& name) {
 }
 
 void Server::log(const std::string& line) { fmt::print(stderr, "{}\n", line); }
+
+void Server::save_state(std::string_view why) {
+  // On the event loop: never waits for the lock; when another process holds it, the flush loop
+  // saves the changes as soon as it is free.
+  const bool saved = flush_state(false);
+  log(fmt::format("rpcroute: {}: {}; serving on (profiles are not reloaded)", why,
+                  saved ? "state saved" : "the state file is locked, saving once it is free"));
+}
 
 bool Server::flush_state(bool wait) {
   if (!store_.dirty()) return true;
@@ -501,9 +543,41 @@ asio::awaitable<void> Server::accept_loop() {
       co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       continue;
     }
+    if (connections_.size() >= config_.max_connections) {
+      metrics_.on_refused("connections");
+      // A flood of them is not answered one by one: past a few, closed at once.
+      if (refusing_ < 64) asio::co_spawn(io_, refuse_connection(std::move(socket)), asio::detached);
+      continue;
+    }
     socket.set_option(tcp::no_delay(true), ec);
     asio::co_spawn(io_, serve_connection(std::move(socket)), asio::detached);
   }
+}
+
+asio::awaitable<void> Server::refuse_connection(tcp::socket socket) {
+  ++refusing_;
+  const std::string body =
+      json_error_body(fmt::format("too many connections (--max-connections {}); retry later", config_.max_connections));
+  std::string head;
+  response_head(head, http::status::service_unavailable, 11, false, "application/json", "Retry-After: 1\r\n",
+                body.size());
+  boost::system::error_code ec;
+  std::array<asio::const_buffer, 2> out{asio::buffer(head), asio::buffer(body)};
+  co_await asio::async_write(socket, out, asio::redirect_error(asio::use_awaitable, ec));
+  socket.shutdown(tcp::socket::shutdown_send, ec);
+  // Shared with the timer's handler, which may run after this frame has gone.
+  auto shared = std::make_shared<tcp::socket>(std::move(socket));
+  asio::steady_timer limit(io_, std::chrono::seconds(1));
+  limit.async_wait([weak = std::weak_ptr<tcp::socket>(shared)](const boost::system::error_code& e) {
+    if (auto s = weak.lock(); s && !e) {
+      boost::system::error_code ignored;
+      s->cancel(ignored);
+    }
+  });
+  std::array<char, 4096> sink;
+  while (!ec) co_await shared->async_read_some(asio::buffer(sink), asio::redirect_error(asio::use_awaitable, ec));
+  limit.cancel();
+  --refusing_;
 }
 
 asio::awaitable<void> Server::run() {
@@ -558,6 +632,9 @@ asio::awaitable<void> Server::sweep_loop() {
     co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     const auto now = steady_us();
     for (auto* c : connections_) {
+      // A client that left while its request is routed: stop the work (and free its memory) now,
+      // not when the provider answers or times out.
+      if (c->routing && !c->cancel->requested() && client_left(*c->socket)) c->cancel->request();
       if (c->deadline_us == 0 || now < c->deadline_us) continue;
       // The deadline stays: an operation that completed just before this cancel (its handler
       // queued) is followed by one that the next sweep cancels, and timed_out is checked too.
@@ -575,7 +652,8 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
     auto ep = socket.remote_endpoint(ec);
     if (!ec) remote = fmt::format("{}:{}", ep.address().to_string(), ep.port());
   }
-  Connection conn{&socket};
+  Cancellation cancel;  // the request being routed, when its client leaves
+  Connection conn{&socket, &cancel};
   connections_.insert(&conn);
   {
     boost::system::error_code ec;
@@ -616,18 +694,40 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
       // a plain one not even Beast's parser.
       conn.expire_in(config_.read_timeout_ms);
       bool complete = take_plain_request(buffer, config_.max_body, req);
+      // A whole request read in one pass already holds its body: past the budget it is refused
+      // with the same 503, and the connection goes on.
+      const bool over_budget = complete && !body_budget_.take(conn.held, req.body.size());
       std::optional<RequestReader> parser;
       if (!complete) {
-        parser.emplace(req);
+        parser.emplace(req, body_budget_, conn.held);
         parser->eager(true);
         parser->body_limit(config_.max_body);
         parser->header_limit(kHeaderLimit);
         complete = feed(*parser, buffer, ec);
       }
+      bool continued = false;       // 100 Continue sent for this request
+      bool answered_early = false;  // refused on its head: the answer is in `reply`, the body unread
       while (!complete && !ec) {
         if (conn.timed_out) {  // the sweeper's cancel came after the last read had completed
           ec = asio::error::operation_aborted;
           break;
+        }
+        // The head is in and accepted (a body over --max-body was refused at its Content-Length):
+        // a client that waits for 100 Continue before its body (curl above 1 MiB) gets it now
+        // rather than sending after its own timeout (curl: a whole second).
+        if (req.expect_continue && !continued && req.version >= 11 && parser->is_header_done()) {
+          continued = true;
+          // What its head alone decides (Host, Origin, token, route, method) is answered now,
+          // before the client sends a body for nothing. prepare() sees an empty body then: a
+          // JSON-RPC route answers that with 200 and -32700, which is not a refusal.
+          reply.reset();
+          if (!prepare(req, reply, job) && reply.status != http::status::ok) {
+            answered_early = true;
+            break;
+          }
+          static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+          co_await asio::async_write(socket, asio::buffer(kContinue), asio::redirect_error(asio::use_awaitable, ec));
+          if (ec) break;
         }
         const auto size = beast::read_size(buffer, 64 * 1024);
         if (size == 0) {
@@ -651,6 +751,7 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
         if (timed_out) status = http::status::request_timeout;
         else if (ec == http::error::body_limit) status = http::status::payload_too_large;
         else if (ec == http::error::header_limit) status = http::status::request_header_fields_too_large;
+        else if (ec == asio::error::no_buffer_space) status = http::status::service_unavailable;
         else if (ec != http::error::end_of_stream && ec != asio::error::eof && ec != asio::error::connection_reset &&
                  ec != asio::error::operation_aborted)
           status = http::status::bad_request;
@@ -658,8 +759,13 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
           HttpResponse_ res{*status, 11};
           res.set(http::field::content_type, "application/json");
           res.set(http::field::connection, "close");
+          if (*status == http::status::service_unavailable) {
+            res.set(http::field::retry_after, "1");
+            metrics_.on_refused("memory");
+          }
           res.body() = json_error_body(
               ec == http::error::body_limit ? fmt::format("request body larger than {} bytes", config_.max_body)
+              : ec == asio::error::no_buffer_space ? std::string(kBusyBytes)
               : timed_out ? fmt::format("request not received within the read timeout ({} ms; see --read-timeout)",
                                         config_.read_timeout_ms)
                           : ec.message());
@@ -670,6 +776,15 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
                            : ec == asio::error::no_buffer_space ? std::string("--max-inflight-mb reached")
                                                                 : ec.message();  // before the write reuses ec
           co_await http::async_write(socket, res, asio::redirect_error(asio::use_awaitable, ec));
+          // A refused body may still be on its way: closing on unread bytes would reset the
+          // connection, and a reset can discard the answer before the client reads it. The
+          // client sees the end of the answer at once; what it still sends is read and dropped,
+          // for a second at most.
+          if (!ec) socket.shutdown(tcp::socket::shutdown_send, ec);
+          conn.expire_in(1'000);
+          while (!ec && !conn.timed_out) {
+            co_await socket.async_read_some(buffer.prepare(64 * 1024), asio::redirect_error(asio::use_awaitable, ec));
+          }
           conn.deadline_us = 0;
           if (config_.verbose) log(fmt::format("{} {} - {} {}", iso_now(), remote, static_cast<int>(*status), why));
         }
@@ -678,17 +793,40 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
         break;
       }
       const auto started = steady_us();
-      reply.reset();
+      if (!answered_early) reply.reset();
       try {
         // What needs no provider is answered at once; a JSON-RPC request is routed here, in this
         // frame (a coroutine level less per request).
-        if (prepare(req, reply, job)) {
-          std::vector<CallOutcome> outs = co_await job.rt->router->route(*job.chain, job.parsed.calls, job.options);
+        if (answered_early) {
+          // Refused on its head, before its body (100 Continue above).
+        } else if (over_budget) {
+          metrics_.on_refused("memory");
+          reply.status = http::status::service_unavailable;
+          reply.body = json_error_body(kBusyBytes);
+          reply.header("Retry-After", "1");
+        } else if (prepare(req, reply, job)) {
+          const std::span<const jsonrpc::Call> calls(job.parsed.calls.data(), job.routed);
+          // The sweeper watches the client meanwhile: if it leaves, the routing stops and its
+          // upstream transfer is aborted, instead of holding the request until the provider answers.
+          cancel.reset();
+          job.options.cancel = &cancel;
+          conn.routing = true;
+          std::vector<CallOutcome> outs = co_await job.rt->router->route(*job.chain, calls, job.options);
+          conn.routing = false;
+          if (cancel.requested()) {
+            metrics_.on_cancelled();
+            if (config_.verbose) {
+              log(fmt::format("{} {} {} {} - client left; request cancelled", iso_now(), remote, req.method_string,
+                              req.target.substr(0, 200)));
+            }
+            break;
+          }
           finish_rpc(job, outs, reply);
         }
       } catch (const std::exception& e) {
         // Every request gets an answer: an unexpected failure (out of memory, say) is a 500, and
         // the connection goes on.
+        conn.routing = false;
         reply.reset();
         reply.status = http::status::internal_server_error;
         reply.body = json_error_body("internal error while answering this request");
@@ -698,7 +836,7 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
 
       // The status line and headers are written by hand next to the body (one gathered send): what
       // Beast's serializer would produce, at a fraction of its cost per response.
-      const bool keep_alive = req.keep_alive && !draining_;
+      const bool keep_alive = req.keep_alive && !draining_ && !answered_early;
       response_head(head, reply.status, req.version, keep_alive,
                     !reply.body.empty() || reply.status != http::status::no_content ? reply.content_type
                                                                                     : std::string_view(),
@@ -726,6 +864,7 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
       if (req.body.capacity() > 64 * 1024) std::string().swap(req.body);
       std::string().swap(reply.body);
       job.parsed.calls.clear();  // a batch's params, copied out of the request, go with it
+      body_budget_.give_back(conn.held);
       if (config_.verbose) {
         const double ms = static_cast<double>(steady_us() - started) / 1000.0;
         std::string target = req.target.substr(0, 200);
@@ -765,6 +904,7 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
     log(fmt::format("rpcroute: internal error on a connection from {}: {}", remote, e.what()));
   }
   if (conn.busy) metrics_.in_flight(-1);
+  body_budget_.give_back(conn.held);
   connections_.erase(&conn);
   boost::system::error_code ignored;
   socket.shutdown(tcp::socket::shutdown_both, ignored);
@@ -844,6 +984,7 @@ bool Server::prepare(const Request& req, Reply& reply, RpcJob& job) {
     if (route.kind == RouteKind::metrics) {
       std::vector<const Profile*> list;
       for (auto& [name, rt] : profiles_) list.push_back(&rt->profile);
+      metrics_.edge(connections_.size(), body_budget_.used);
       reply.body = metrics_.render(list, store_.state(), now);
       reply.content_type = "text/plain; version=0.0.4";
       return false;
@@ -866,6 +1007,8 @@ bool Server::prepare(const Request& req, Reply& reply, RpcJob& job) {
       w.end_array();
       w.key("in_flight");
       w.value(metrics_.in_flight());
+      w.key("request_bytes_in_flight");
+      w.value(static_cast<std::int64_t>(body_budget_.used));
     } else {
       w.key("chains");
       w.begin_array();
@@ -924,15 +1067,13 @@ bool Server::prepare(const Request& req, Reply& reply, RpcJob& job) {
     reply.body = jsonrpc::make_error("null", parsed.error().code, parsed.error().message);
     return false;
   }
-  if (parsed->calls.size() > config_.max_batch) {
-    reply.body = jsonrpc::make_error("null", jsonrpc::kInvalidRequest,
-                                     fmt::format("invalid request: a batch of {} exceeds the limit of {} (--max-batch)",
-                                                 parsed->calls.size(), config_.max_batch));
-    return false;
-  }
   job.rt = rt;
   job.chain = chain;
   job.parsed = std::move(*parsed);
+  // A batch over --max-batch: its first items are routed and each of the others gets its own
+  // error, so a client that matches answers by id fails only those calls (JSON-RPC 2.0 answers a
+  // valid batch with an array, never with one error).
+  job.routed = std::min(job.parsed.calls.size(), config_.max_batch);
   RouteOptions& options = job.options;
   options = RouteOptions{};
   options.strategy = route.target.strategy ? route.target.strategy : config_.strategy;
@@ -998,6 +1139,15 @@ void Server::finish_rpc(RpcJob& job, std::vector<CallOutcome>& outs, Reply& repl
       if (o.response.empty()) continue;
       if (body.size() > 1) body.push_back(',');
       body += o.response;
+    }
+    const auto& calls = parsed->calls;
+    for (std::size_t i = outs.size(); i < calls.size(); ++i) {
+      if (!calls[i].has_id() && calls[i].valid()) continue;  // a notification: no answer
+      if (body.size() > 1) body.push_back(',');
+      body += jsonrpc::make_error(calls[i].reply_id(), jsonrpc::kInvalidRequest,
+                                 fmt::format("invalid request: item {} of a batch of {} is beyond the limit of {} "
+                                             "(--max-batch)",
+                                             i + 1, calls.size(), config_.max_batch));
     }
     body.push_back(']');
     reply.body = body.size() > 2 ? std::move(body) : std::string();

@@ -25,7 +25,9 @@ struct ServerConfig {
   std::string token;                         // bearer token; required when allow_remote
   std::vector<std::string> allow_origins;    // extra browser origins ("*" allows any)
   std::size_t max_body = 8 * 1024 * 1024;
-  std::size_t max_batch = 100;
+  std::size_t max_connections = 1024;                  // more are answered 503 and closed
+  std::size_t max_inflight_bytes = std::size_t{256} << 20;  // request bodies held at once; beyond: 503
+  std::size_t max_batch = 1000;               // viem's default batch size
   std::int64_t read_timeout_ms = 10'000;     // one request's headers and body
   std::int64_t idle_timeout_ms = 60'000;     // a keep-alive connection with nothing to do
   std::int64_t grace_ms = 10'000;            // to finish in-flight requests at shutdown
@@ -38,6 +40,24 @@ struct ServerConfig {
 
 struct Connection;
 struct Request;
+
+/// The request-body bytes all connections hold, against --max-inflight-mb: a body that would pass
+/// the cap is refused (503) before it is read, and a connection gives its bytes back once answered.
+struct BodyBudget {
+  std::size_t used = 0;
+  std::size_t cap = SIZE_MAX;
+  /// Adds `n` to the connection's `held` bytes, or answers false when that would pass the cap.
+  [[nodiscard]] bool take(std::size_t& held, std::size_t n) {
+    if (n > cap - used) return false;
+    used += n;
+    held += n;
+    return true;
+  }
+  void give_back(std::size_t& held) {
+    used -= held;
+    held = 0;
+  }
+};
 
 /// The localhost sidecar of DESIGN.md section 11: Beast HTTP/1.1 on the io_context that also drives
 /// the curl engine; one Router per profile; state flushed periodically and at shutdown.
@@ -53,6 +73,8 @@ class Server {
   [[nodiscard]] asio::awaitable<void> run();
   /// Stops accepting and lets in-flight requests finish within the grace period.
   void shutdown();
+  /// Saves the state now and goes on serving (SIGHUP); `why` is logged.
+  void save_state(std::string_view why);
 
   [[nodiscard]] std::uint16_t port() const { return port_; }
 
@@ -64,6 +86,9 @@ class Server {
 
   ProfileRuntime* runtime(const std::string& name);  // empty: the default profile
   asio::awaitable<void> accept_loop();
+  /// Past --max-connections: a 503 with Retry-After, then the client's bytes are read until it
+  /// closes (for a second at most), so that the close does not reset the answer away.
+  asio::awaitable<void> refuse_connection(asio::ip::tcp::socket socket);
   asio::awaitable<void> flush_loop();
   /// Every kSweepMs: cancels the operation of each connection past its deadline (idle, read or
   /// write timeout). One timer for all connections instead of one per operation.
@@ -97,6 +122,8 @@ class Server {
   std::set<std::string, std::less<>> unloadable_;
   Metrics metrics_;
   std::set<Connection*> connections_;
+  BodyBudget body_budget_;
+  int refusing_ = 0;  // refuse_connection()s running
   bool draining_ = false;
   std::uint64_t request_counter_ = 0;
   std::uint64_t request_prefix_ = 0;

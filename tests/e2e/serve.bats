@@ -302,7 +302,7 @@ samples_since() { # FILE SINCE_MS
   assert_equal "$calls" 4 "calls sent upstream"
 }
 
-@test "batch: --max-batch 3 answers 3 items, and 4 items with a single -32600 error" {
+@test "batch: --max-batch 3 answers 3 items; of 5 items the last 2 each get their own -32600, the rest are served" {
   start_fake f1 --height 100
   write_profile "$P" f1
   start_sidecar -p "$P" --no-probe --max-batch 3
@@ -312,10 +312,45 @@ samples_since() { # FILE SINCE_MS
   assert_body_jq 'type == "array" and length == 3 and all(.[]; .result == "0x64")'
   local before
   before=$(fake_stats f1 | jq '.calls')
-  sc_post /rpc/local "[$item,$item,$item,$item]"
-  assert_body_jq 'type == "object" and .error.code == -32600 and .id == null'
-  assert_body_jq '.error.message | test("batch"; "i")'
-  assert_equal "$(fake_stats f1 | jq '.calls')" "$before" "calls sent upstream for the refused batch"
+  sc_post /rpc/local '[{"jsonrpc":"2.0","id":"a","method":"eth_blockNumber","params":[]},
+    {"jsonrpc":"2.0","id":"b","method":"eth_blockNumber","params":[]},
+    {"jsonrpc":"2.0","id":"c","method":"eth_blockNumber","params":[]},
+    {"jsonrpc":"2.0","id":"d","method":"eth_blockNumber","params":[]},
+    {"jsonrpc":"2.0","method":"eth_blockNumber","params":[]},
+    {"jsonrpc":"2.0","id":"e","method":"eth_blockNumber","params":[]}]'
+  assert_code 200
+  # An array answer, in order; the notification beyond the limit is not answered.
+  assert_body_jq 'type == "array" and [.[].id] == ["a", "b", "c", "d", "e"]'
+  assert_body_jq '.[0:3] | all(.[]; .result == "0x64")'
+  assert_body_jq '.[3:] | all(.[]; .error.code == -32600 and (.error.message | test("max-batch")))'
+  assert_equal "$(fake_stats f1 | jq '.calls')" "$((before + 3))" "calls sent upstream"
+}
+
+@test "batch: a 1,000-item viem-sized batch through serve to anvil succeeds by default" {
+  write_profile "$P" a1 a2
+  start_sidecar -p "$P" --no-probe
+  local batch=$BATS_TEST_TMPDIR/batch.json
+  # What viem's http(url, { batch: true }) sends for a burst: up to 1,000 calls in one POST.
+  jq -cn --arg a "$DEV_ACCOUNT" '[range(1000) | if . % 2 == 0
+    then {jsonrpc: "2.0", id: ., method: "eth_getBalance", params: [$a, "latest"]}
+    else {jsonrpc: "2.0", id: ., method: "eth_blockNumber", params: []} end]' >"$batch"
+  sc_post /rpc/local "@$batch"
+  assert_code 200
+  assert_body_jq 'type == "array" and length == 1000 and ([.[].id] == [range(1000)])'
+  assert_body_jq 'all(.[]; has("result") and (.result | test("^0x[0-9a-f]+$")))'
+}
+
+@test "batch: split per provider's limits.max_batch (1,000 items to a provider taking 100: 10 upstream batches)" {
+  start_fake f1 --height 100
+  write_profile "$P" 'f1,limits={max_batch: 100}'
+  start_sidecar -p "$P" --no-probe
+  local batch=$BATS_TEST_TMPDIR/batch.json
+  jq -cn '[range(1000) | {jsonrpc: "2.0", id: ., method: "eth_blockNumber", params: []}]' >"$batch"
+  sc_post /rpc/local "@$batch"
+  assert_code 200
+  assert_body_jq 'type == "array" and length == 1000 and ([.[].id] == [range(1000)]) and all(.[]; .result == "0x64")'
+  assert_equal "$(fake_stats f1 | jq '.calls')" 1000 "calls sent upstream"
+  assert_equal "$(fake_stats f1 | jq '.requests')" 10 "upstream requests"
 }
 
 # ---------------------------------------------------------------------------------------------------
@@ -460,6 +495,106 @@ PY
 )
   ((after - before < 24 * 1024)) || { echo "sidecar RSS ${after} kB after 48 idle connections (${before} kB before)" >&2; false; }
   stop_sidecar
+}
+
+# Resident memory of PID in kB.
+rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
+
+# Retries the shell command CMD every 0.2 s for up to LIMIT_S seconds; fails (printing WHAT) when it
+# never succeeded.
+eventually() { # LIMIT_S WHAT CMD...
+  local deadline=$((SECONDS + $1)) what=$2
+  shift 2
+  until "$@" >/dev/null 2>&1; do
+    ((SECONDS < deadline)) || { echo "never: $what" >&2; return 1; }
+    sleep 0.2
+  done
+}
+
+metric_is() { # METRIC VALUE
+  [[ $(curl -s --max-time 5 "$SC_URL/metrics" | awk -v m="$1" '$1 == m { print $2 }') == "$2" ]]
+}
+hanging_is() { [[ $(fake_stats "$1" | jq .hanging) == "$2" ]]; }  # NAME N: requests a hang-mode fake holds
+rss_below() { (($(rss_kb "$SC_PID") < $1)); }                     # KB
+post_code_is() { [[ $(curl -s --max-time 5 -o /dev/null -w '%{http_code}' -d "$BN" "$SC_URL/rpc/local") == "$1" ]]; }
+
+@test "memory: clients that leave while the provider hangs: upstream work abandoned, in-flight and memory back down" {
+  # Issue 14.11: their requests were held until the provider's timeout (60 s here), 6 MiB each.
+  start_fake h --mode hang --height 100
+  write_profile "$P" h,timeout_ms=60000
+  ASAN_OPTIONS="${ASAN_OPTIONS:-}:quarantine_size_mb=0" start_sidecar -p "$P" --no-probe
+  local big=$BATS_TEST_TMPDIR/big.json i rss0 peak pids=()
+  # 6 MiB of whitespace after a call that goes upstream (valid JSON; only the call is sent on).
+  { printf '%s' "$BN"; head -c $((6 << 20)) /dev/zero | tr '\0' ' '; } >"$big"
+  rss0=$(rss_kb "$SC_PID")
+  for i in $(seq 1 8); do
+    curl -s -o /dev/null --max-time 60 -X POST -H 'content-type: application/json' -H 'Expect:' \
+      --data-binary "@$big" "$SC_URL/rpc/local" &
+    pids+=($!)
+  done
+  eventually 40 "8 requests held by the hanging provider" hanging_is h 8
+  peak=$(rss_kb "$SC_PID")
+  ((peak - rss0 > 24 * 1024)) || { echo "the bodies were never held? RSS ${peak} kB (${rss0} kB before)" >&2; false; }
+  kill "${pids[@]}"  # the clients give up
+  wait "${pids[@]}" || true
+  # Their work is abandoned at once: the provider's connections close, nothing stays in flight.
+  eventually 5 "the provider's requests abandoned" hanging_is h 0
+  eventually 5 "in-flight requests back to the /metrics one" metric_is rpcroute_in_flight_requests 1
+  metric_is rpcroute_request_bytes_in_flight 0
+  metric_is rpcroute_cancelled_total 8
+  # And their memory is given back (the idle trim runs within the 5 s flush interval).
+  eventually 15 "RSS back near $rss0 kB" rss_below $((rss0 + 16 * 1024))
+  # The provider is not blamed for it: still served, its breaker closed.
+  fake_control h '{"mode":"ok"}'
+  sc_post /rpc/local "$BN"
+  assert_code 200
+  stop_sidecar
+  assert_equal "$SC_EXIT" 0 "sidecar exit status"
+}
+
+@test "limits: --max-connections and --max-inflight-mb answer 503 with Retry-After beyond them; 0 is a usage error" {
+  start_fake f1 --height 100
+  start_fake h --mode hang --height 100
+  write_profile "$P" f1 h,timeout_ms=60000 --strategy priority
+  local opt
+  for opt in --max-connections --max-inflight-mb --max-batch; do
+    run --separate-stderr rpcroute serve -p "$P" --state "$S" --no-probe "$opt" 0
+    assert_status 2
+    assert_stderr_matches "$opt"
+  done
+  start_sidecar -p "$P" --no-probe --max-connections 3 --max-inflight-mb 1
+  # Connections: three held open (idle), the fourth is told 503 at once.
+  exec 5<>"/dev/tcp/127.0.0.1/$SC_PORT" 6<>"/dev/tcp/127.0.0.1/$SC_PORT" 7<>"/dev/tcp/127.0.0.1/$SC_PORT"
+  sleep 0.3
+  sc_post /rpc/local "$BN"
+  assert_code 503
+  assert_hdr Retry-After '^1$'
+  assert_body_jq '.error | test("max-connections")'
+  exec 5>&- 6>&- 7>&-
+  eventually 5 "served again once they closed" post_code_is 200
+  # Bytes: 700 kB held by a request stuck upstream; another 700 kB body is refused before it is
+  # read (Content-Length), a small request still fits.
+  local big=$BATS_TEST_TMPDIR/big.json stuck
+  { printf '%s' "$BN"; head -c 700000 /dev/zero | tr '\0' ' '; } >"$big"
+  curl -s -o /dev/null --max-time 4 -X POST -H 'content-type: application/json' -H 'Expect:' \
+    --data-binary "@$big" "$SC_URL/rpc/provider/h/local" &
+  stuck=$!
+  eventually 10 "the first body held" metric_is rpcroute_request_bytes_in_flight 700063
+  sc_post /rpc/local "@$big" -H 'Expect:'
+  assert_code 503
+  assert_hdr Retry-After '^1$'
+  assert_body_jq '.error | test("max-inflight-mb")'
+  sc_post /rpc/local "$BN"
+  assert_code 200
+  # Once the stuck client leaves, its bytes are given back and the same body goes through.
+  wait "$stuck" || true
+  eventually 5 "bytes given back" metric_is rpcroute_request_bytes_in_flight 0
+  sc_post /rpc/local "@$big" -H 'Expect:'
+  assert_code 200
+  assert_body_jq '.result == "0x64"'
+  sc_req GET /metrics
+  [[ $body == *'rpcroute_refused_total{limit="connections"} 1'* && $body == *'rpcroute_refused_total{limit="memory"} 1'* ]] ||
+    { echo "$body" | grep refused >&2; false; }
 }
 
 @test "failover: with only faulty providers, HTTP 503 with -32050 and one attempt per provider" {
@@ -942,6 +1077,84 @@ PY
 # The sidecar's stderr matches ERE.
 assert_stderr_log_has() { # ERE
   grep -Eq -- "$1" "$SC_LOG" || { echo "sidecar log does not match /$1/:" >&2; cat "$SC_LOG" >&2; false; }
+}
+
+# Latency samples of f1's eth_blockNumber in the state file $S is N.
+f1_samples_are() { # N
+  jq -e --argjson n "$1" '[.providers[] | select(.provider == "f1") | .methods.eth_blockNumber.samples[]] | length == $n' "$S"
+}
+
+@test "SIGHUP (and SIGUSR1/2) save the state and serving goes on: nothing learned is lost to them" {
+  # Issue 14.15: SIGHUP ended serve (exit 129) without saving. No profile reload exists: it saves.
+  start_fake f1 --height 100
+  write_profile "$P" f1
+  start_sidecar -p "$P" --no-probe
+  sc_post /rpc/local "$BN"
+  assert_code 200
+  kill -HUP "$SC_PID"
+  eventually 3 "one sample saved at SIGHUP" f1_samples_are 1
+  sleep 0.2
+  kill -0 "$SC_PID" || { echo "serve ended at SIGHUP" >&2; cat "$SC_LOG" >&2; false; }
+  assert_stderr_log_has 'SIGHUP: state saved'
+  sc_post /rpc/local "$BN"
+  assert_code 200
+  kill -USR1 "$SC_PID"
+  eventually 3 "two samples saved at SIGUSR1" f1_samples_are 2
+  kill -USR2 "$SC_PID"
+  sleep 0.2
+  kill -0 "$SC_PID" || { echo "serve ended at SIGUSR2" >&2; false; }
+  sc_post /rpc/local "$BN"
+  assert_code 200
+  stop_sidecar
+  assert_equal "$SC_EXIT" 0 "sidecar exit status"
+  f1_samples_are 3
+}
+
+@test "Expect: 100-continue adds no second: a 1.5 MB body is answered at once; a refused one gets its status unsent" {
+  # Issue 15.5: the 100 Continue never came, so curl sent bodies over 1 MiB after its own timeout
+  # (1 s by default; 5 s here, so that a missing 100 cannot pass for speed).
+  start_fake f1 --height 100
+  write_profile "$P" f1
+  start_sidecar -p "$P" --no-probe --max-body 2000000
+  local big=$BATS_TEST_TMPDIR/big.json huge=$BATS_TEST_TMPDIR/huge.json out code up t
+  { printf '%s' "$BN"; head -c 1500000 /dev/zero | tr '\0' ' '; } >"$big"
+  { printf '%s' "$BN"; head -c 3000000 /dev/zero | tr '\0' ' '; } >"$huge"
+  out=$(curl -s --max-time 30 --expect100-timeout 5 -H 'Expect: 100-continue' -H 'content-type: application/json' \
+    --data-binary "@$big" -o "$BODYF" -w '%{http_code} %{size_upload} %{time_total}' "$SC_URL/rpc/local") || true
+  read -r code up t <<<"$out"
+  assert_equal "$code" 200 "status of the 1.5 MB request"
+  jq -e '.result == "0x64"' "$BODYF" >/dev/null || { cat "$BODYF" >&2; false; }
+  assert_equal "$up" "$(stat -c %s "$big")" "bytes uploaded"
+  awk -v t="$t" 'BEGIN { exit !(t < 3) }' || { echo "took $t s: the 100 Continue did not come" >&2; false; }
+  # Over --max-body: 413 at once, and the body is never sent. Chunked (no length) is read, then cut.
+  out=$(curl -s --max-time 30 --expect100-timeout 5 -H 'Expect: 100-continue' -H 'content-type: application/json' \
+    --data-binary "@$huge" -o "$BODYF" -w '%{http_code} %{size_upload} %{time_total}' "$SC_URL/rpc/local") || true
+  read -r code up t <<<"$out"
+  assert_equal "$code" 413 "status of the 3 MB request"
+  assert_equal "$up" 0 "bytes uploaded before the 413"
+  awk -v t="$t" 'BEGIN { exit !(t < 3) }' || { echo "took $t s" >&2; false; }
+  sc_post /rpc/local "@$huge" -H 'Expect: 100-continue' -H 'Transfer-Encoding: chunked'
+  assert_code 413
+  # Refused on its head (here: no token): the final status at once, the body never sent.
+  stop_sidecar
+  start_sidecar -p "$P" --no-probe --max-body 2000000 --allow-remote --token T0k3n-e2e
+  out=$(curl -s --max-time 30 --expect100-timeout 5 -H 'Expect: 100-continue' -H 'content-type: application/json' \
+    --data-binary "@$big" -o "$BODYF" -w '%{http_code} %{size_upload} %{time_total}' "$SC_URL/rpc/local") || true
+  read -r code up t <<<"$out"
+  assert_equal "$code" 401 "status without the token"
+  assert_equal "$up" 0 "bytes uploaded before the 401"
+  awk -v t="$t" 'BEGIN { exit !(t < 3) }' || { echo "took $t s" >&2; false; }
+  out=$(curl -s --max-time 30 --expect100-timeout 5 -H 'Expect: 100-continue' -H 'content-type: application/json' \
+    -H 'Authorization: Bearer T0k3n-e2e' --data-binary "@$big" -o "$BODYF" -w '%{http_code} %{size_upload}' \
+    "$SC_URL/rpc/local") || true
+  read -r code up <<<"$out"
+  assert_equal "$code" 200 "status with the token"
+  assert_equal "$up" "$(stat -c %s "$big")" "bytes uploaded with the token"
+  # HTTP/1.0 has no 100 Continue: the request is read as it comes.
+  out=$(curl -s --http1.0 --max-time 30 -H 'Expect: 100-continue' -H 'content-type: application/json' \
+    -H 'Authorization: Bearer T0k3n-e2e' \
+    --data-binary "@$big" -o "$BODYF" -w '%{http_code}' "$SC_URL/rpc/local") || true
+  assert_equal "$out" 200 "status of the HTTP/1.0 request"
 }
 
 # ---------------------------------------------------------------------------------------------------

@@ -70,10 +70,12 @@
 //     "clear_paths": true   drop every per-path behaviour (before "paths" of the same body)
 //     "reset_stats": true   zero the counters
 //   GET /_stats  {"requests":N,"calls":N,"methods":{"eth_blockNumber":N,…},"paths":{"/":N,…},
-//                 "mode":"ok","height":N,"chain_id":N,"queued":N}
+//                 "mode":"ok","height":N,"chain_id":N,"queued":N,"hanging":N}
 //     requests: JSON-RPC HTTP requests received (counted on receipt, whatever the answer);
 //     calls: JSON-RPC calls in them (batch items each count; non-JSON or [] count none);
 //     paths: those requests by path.
+//     hanging: requests hang mode holds now (their client has not left); 0 once every client
+//     gave up (a router that abandons work it no longer needs brings it back to 0 at once).
 //
 // Example:
 //   fake_upstream --port-file /tmp/p --mode status --status 429 --retry-after 2
@@ -693,6 +695,7 @@ struct Upstream {
   std::deque<Behaviour> queue;
   std::map<std::string, Behaviour, std::less<>> paths;
   Stats stats;
+  std::int64_t hanging = 0;  // requests held by hang mode now (not a counter: reset_stats keeps it)
   RequestReader reader;
 
   Behaviour next_behaviour(std::string_view path) {
@@ -724,8 +727,8 @@ struct Upstream {
       fmt::format_to(std::back_inserter(out), ":{}", count);
     }
     fmt::format_to(std::back_inserter(out),
-                   R"(}},"mode":"{}","height":{},"chain_id":{},"queued":{}}})",
-                   mode_name(behaviour.mode), chain.height(), chain.chain_id(), queue.size());
+                   R"(}},"mode":"{}","height":{},"chain_id":{},"queued":{},"hanging":{}}})",
+                   mode_name(behaviour.mode), chain.height(), chain.chain_id(), queue.size(), hanging);
     return out;
   }
 };
@@ -1064,7 +1067,9 @@ class Connection {
         reset();
         co_return false;
       case Mode::hang:
+        ++upstream_.hanging;
         co_await wait_until_client_leaves();
+        --upstream_.hanging;
         co_return false;
       case Mode::overclaim:
         co_await send_overclaimed(render_answer(rpc, behaviour, upstream_.chain));

@@ -38,7 +38,8 @@ enum class Outcome {
 [[nodiscard]] std::optional<Outcome> parse_outcome(std::string_view name);
 
 /// Transport-level failure kinds, independent of curl.
-enum class TransportError { none, connect, dns, timeout, tls, reset, truncated, other };
+/// cancelled: the caller abandoned the transfer (Cancellation); says nothing about the provider.
+enum class TransportError { none, connect, dns, timeout, tls, reset, truncated, other, cancelled };
 
 /// One classified attempt result.
 struct Classification {

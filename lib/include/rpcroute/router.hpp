@@ -68,6 +68,9 @@ struct RouteOptions {
   /// the response in the provider's answer buffer, without a copy of a large body, and
   /// CallOutcome::result is left empty.
   bool keep_result = true;
+  /// Requested: route() stops, its transfer in flight is aborted, and the calls not yet answered
+  /// end unavailable ("cancelled"), with nothing recorded against a provider (the sidecar's client left).
+  Cancellation* cancel = nullptr;
 };
 
 /// One exchange with one provider, as the caller of the router sees it.

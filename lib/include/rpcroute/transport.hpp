@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "rpcroute/asio_compat.hpp"
+#include "rpcroute/cancel.hpp"
 #include "rpcroute/config.hpp"
 #include "rpcroute/outcome.hpp"
 
@@ -15,6 +16,7 @@ struct HttpRequest {
   std::string body;
   const std::vector<Header>* headers = nullptr;  // extra headers; must outlive perform()
   std::int64_t timeout_ms = 10'000;
+  Cancellation* cancel = nullptr;  // request() stops the transfer: TransportError::cancelled
 };
 
 /// Bytes reserved past a body's Content-Length: simdjson's padding (64), so that the answer is

@@ -225,6 +225,9 @@ Classification classify_transport(TransportError e, std::string message) {
     case TransportError::truncated: c.outcome = Outcome::bad_response; break;
     case TransportError::reset:
     case TransportError::other: c.outcome = Outcome::transport_error; break;
+    // Our side gave up (the client left): nothing to hold against the provider. The router does
+    // not record such an attempt; should anything classify one, it leaves the breaker alone.
+    case TransportError::cancelled: c.cls = C::capability; c.outcome = Outcome::transport_error; break;
   }
   return c;
 }

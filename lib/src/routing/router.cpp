@@ -645,6 +645,12 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
   }
 
   for (;;) {
+    if (options.cancel != nullptr && options.cancel->requested()) {
+      for (auto& it : items) {
+        if (!it.done) finish_unavailable(it, chain, "cancelled: the client left");
+      }
+      break;
+    }
     Item* leader = nullptr;
     for (auto& it : items) {
       if (!it.done) {
@@ -690,7 +696,14 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
     // send_exchange's steps, in this frame: a coroutine level less per attempt. Named locals: g++ 12
     // destroys temporaries inside a co_await expression twice.
     HttpRequest request{provider.url, upstream_body(upstream_calls), &provider.headers, attempt_timeout};
+    request.cancel = options.cancel;
     HttpResponse answer = co_await engine_.perform(std::move(request));
+    // Abandoned, not failed: nothing is learned or held against the provider (the loop's top ends
+    // the calls).
+    if (answer.error == TransportError::cancelled) {
+      if (trial) --half_open_in_flight_[std::string(cand.key)];
+      continue;
+    }
     Exchange ex = classify_exchange(std::move(answer), upstream_calls.size(), clock_.now_ms(), profile_, upstream_calls);
     refuse_doubtful_heads(store_, profile_, chain, provider, cand.key, upstream_calls, ex, clock_.now_ms());
     if (trial) --half_open_in_flight_[std::string(cand.key)];

@@ -366,10 +366,23 @@ asio::awaitable<HttpResponse> Engine::perform_curl(HttpRequest request) {
   }
   t->attached = true;
   ++core_->in_flight;
+  // A cancelled transfer ends here; the Transfer's destructor takes it out of the multi handle,
+  // which aborts it and closes its connection.
+  Cancellation* const cancel = t->request.cancel;
+  if (cancel != nullptr) {
+    cancel->on_request([tp = t.get()] {
+      if (tp->done) return;
+      tp->done = true;
+      tp->response.error = TransportError::cancelled;
+      tp->response.error_message = "cancelled";
+      tp->done_signal.cancel();
+    });
+  }
   while (!t->done) {
     boost::system::error_code ec;
     co_await t->done_signal.async_wait(asio::redirect_error(asio::use_awaitable, ec));
   }
+  if (cancel != nullptr) cancel->clear_hook();
   co_return std::move(t->response);
 }
 

@@ -259,9 +259,20 @@ asio::awaitable<HttpResponse> NativeHttp::perform(HttpRequest request, std::shar
     asio::steady_timer timer;
     tcp::socket* socket = nullptr;
     bool fired = false;
+    bool cancelled = false;  // fired by the caller's Cancellation, not the clock
     std::uint64_t generation = 0;
   };
   auto deadline = std::make_shared<Deadline>(io_);
+  // Cancelled: stop like at the deadline (the connection is not given back), report cancelled.
+  if (request.cancel != nullptr) {
+    request.cancel->on_request([d = deadline] {
+      d->fired = d->cancelled = true;
+      if (d->socket != nullptr) {
+        boost::system::error_code ignored;
+        d->socket->cancel(ignored);
+      }
+    });
+  }
   const auto start_point = std::chrono::steady_clock::now();
   auto arm = [&deadline](std::chrono::steady_clock::time_point at) {
     deadline->timer.expires_at(at);
@@ -503,6 +514,11 @@ asio::awaitable<HttpResponse> NativeHttp::perform(HttpRequest request, std::shar
   }
   deadline->socket = nullptr;
   deadline->timer.cancel();
+  if (request.cancel != nullptr) request.cancel->clear_hook();
+  if (deadline->cancelled && r.error != TransportError::none) {
+    r.error = TransportError::cancelled;
+    r.error_message = "cancelled";
+  }
   r.latency_us = steady_us() - started;
   co_return r;
 }

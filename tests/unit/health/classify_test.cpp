@@ -264,6 +264,10 @@ TEST_CASE("classify_transport maps every transport failure", "[classify]") {
     CHECK(c.message == "boom");
     CHECK(c.retry_after_ms == -1);
   }
+  // Abandoned by the caller (the sidecar's client left): not the provider's failure.
+  auto cancelled = classify_transport(TransportError::cancelled, "cancelled");
+  CHECK_FALSE(cancelled.counts_for_breaker());
+  CHECK_FALSE(cancelled.never_sent());
   auto none = classify_transport(TransportError::none, "");
   CHECK(none.outcome == Outcome::success);
   CHECK(none.cls == OutcomeClass::success);
