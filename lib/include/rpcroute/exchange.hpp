@@ -71,8 +71,12 @@ struct Exchange {
 
 /// Records an exchange in the state the way live traffic does: one attempt (breaker, rate-limit
 /// mark) and one latency sample per call.
+struct RecordOptions {
+  bool trial = false;          // sent while the breaker was open (recovery probe, trial request)
+  bool timeout_trips = true;   // false when the overall deadline, not the provider's timeout, cut it short
+};
 void record_exchange(StateStore& store, const HealthConfig& health, std::string_view key,
                      std::span<const UpstreamCall> calls, const Exchange& exchange, std::int64_t now_ms,
-                     double jitter);
+                     double jitter, RecordOptions options = {});
 
 }  // namespace rpcroute

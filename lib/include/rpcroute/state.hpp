@@ -175,6 +175,7 @@ struct AttemptEvent {
   std::int64_t retry_after_ms = -1;  // for rate limits; -1 means the default
   double jitter = 0;                 // in [0, 1): drawn once so that replay opens the same way
   bool trip = false;                 // open the breaker now, whatever the count (lag beyond lag_trip_ms)
+  bool trial = false;                // sent while the breaker was open (a recovery probe or trial request)
 };
 struct SampleEvent {
   std::string key;
@@ -232,6 +233,16 @@ void breaker_on_outcome(Breaker& b, OutcomeClass cls, std::int64_t t_ms, std::st
 
 /// Opens the breaker at once (a provider lagging longer than lag_trip_ms); reopens a half-open one.
 void breaker_trip(Breaker& b, std::int64_t t_ms, std::string_view reason, const BreakerConfig& cfg, double jitter);
+
+/// The outcome of an exchange sent while the breaker was open (the sidecar's recovery probe, or a
+/// request let through because no provider was usable): a success closes the breaker at once; a
+/// failure leaves it open as it was (no doubling, no new recovery time).
+void breaker_on_trial(Breaker& b, OutcomeClass cls, std::int64_t t_ms, std::string_view reason,
+                      const BreakerConfig& cfg, double jitter);
+
+/// Failures that open the breaker at once instead of counting toward failure_threshold: a timeout
+/// already cost a client the whole attempt timeout, and a hung node costs that on every request.
+[[nodiscard]] constexpr bool trips_at_once(Outcome o) { return o == Outcome::timeout; }
 
 /// Drops old samples, filters and providers not seen for long.
 void prune(State& state, std::int64_t now_ms);

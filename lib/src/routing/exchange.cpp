@@ -168,7 +168,8 @@ asio::awaitable<Exchange> send_exchange(Engine& engine, const Provider& provider
 }
 
 void record_exchange(StateStore& store, const HealthConfig& health, std::string_view key,
-                     std::span<const UpstreamCall> calls, const Exchange& ex, std::int64_t now_ms, double jitter) {
+                     std::span<const UpstreamCall> calls, const Exchange& ex, std::int64_t now_ms, double jitter,
+                     RecordOptions options) {
   AttemptEvent attempt;
   attempt.key.assign(key);
   attempt.t_ms = now_ms;
@@ -176,6 +177,9 @@ void record_exchange(StateStore& store, const HealthConfig& health, std::string_
   attempt.reason = std::string(outcome_name(ex.overall.outcome));
   attempt.retry_after_ms = ex.overall.retry_after_ms;
   attempt.jitter = jitter;
+  attempt.trip =
+      options.timeout_trips && attempt.cls == OutcomeClass::provider_failure && trips_at_once(ex.overall.outcome);
+  attempt.trial = options.trial;
   store.record(std::move(attempt), health);
   for (std::size_t i = 0; i < calls.size(); ++i) {
     store.record(SampleEvent{std::string(key), std::string(calls[i].method), Sample{now_ms, ex.http.latency_us, ex.per_call[i].outcome}},

@@ -242,6 +242,20 @@ void breaker_on_outcome(Breaker& b, OutcomeClass cls, std::int64_t t_ms, std::st
   }
 }
 
+void breaker_on_trial(Breaker& b, OutcomeClass cls, std::int64_t t_ms, std::string_view reason,
+                      const BreakerConfig& cfg, double jitter) {
+  if (b.effective_state(t_ms) != BreakerState::open) {
+    // It half-opened (or closed) while the trial was in flight: the usual rules apply.
+    breaker_on_outcome(b, cls, t_ms, reason, cfg, jitter);
+    return;
+  }
+  if (cls == OutcomeClass::success) {
+    b = Breaker{};
+  } else if (cls == OutcomeClass::provider_failure) {
+    b.reason.assign(reason);
+  }
+}
+
 void apply_event(State& state, const Event& event, const HealthConfig& health) {
   std::visit(
       [&](const auto& e) {
@@ -249,7 +263,9 @@ void apply_event(State& state, const Event& event, const HealthConfig& health) {
         if constexpr (std::is_same_v<T, AttemptEvent>) {
           auto& ps = provider_entry(state, e.key);
           ps.last_used_ms = std::max(ps.last_used_ms, e.t_ms);
-          if (e.trip) {
+          if (e.trial) {
+            breaker_on_trial(ps.breaker, e.cls, e.t_ms, clip(e.reason), health.circuit_breaker, e.jitter);
+          } else if (e.trip) {
             breaker_trip(ps.breaker, e.t_ms, clip(e.reason), health.circuit_breaker, e.jitter);
           } else {
             breaker_on_outcome(ps.breaker, e.cls, e.t_ms, clip(e.reason), health.circuit_breaker, e.jitter);

@@ -177,3 +177,47 @@ TEST_CASE("classify_exchange: a head answer that is not a quantity is a provider
   CHECK(batch.per_call[0].cls == OutcomeClass::success);
   CHECK(batch.per_call[1].cls == OutcomeClass::provider_failure);
 }
+
+TEST_CASE("record_exchange: a timeout opens the breaker at once, unless the overall deadline cut it short",
+          "[exchange][breaker]") {
+  FakeClock clock;
+  StateStore store{std::nullopt, clock, [](const std::string&) {}};
+  HealthConfig health;  // failure_threshold 5
+  HttpResponse timed_out;
+  timed_out.error = TransportError::timeout;
+  timed_out.error_message = "timed out";
+  const std::vector<UpstreamCall> calls{{"eth_blockNumber", "[]"}};
+  auto ex = classify_exchange(std::move(timed_out), 1, clock.now_ms(), empty_profile());
+  REQUIRE(ex.overall.outcome == Outcome::timeout);
+
+  record_exchange(store, health, "p/c/cut#f", calls, ex, clock.now_ms(), 0.0, {.timeout_trips = false});
+  CHECK(store.state().providers.at("p/c/cut#f").breaker.state == BreakerState::closed);
+  CHECK(store.state().providers.at("p/c/cut#f").breaker.failures == 1);
+
+  record_exchange(store, health, "p/c/hung#f", calls, ex, clock.now_ms(), 0.0);
+  CHECK(store.state().providers.at("p/c/hung#f").breaker.state == BreakerState::open);
+  CHECK(store.state().providers.at("p/c/hung#f").breaker.reason == "timeout");
+}
+
+TEST_CASE("record_exchange: a trial's success closes an open breaker before its recovery time", "[exchange][breaker]") {
+  FakeClock clock;
+  StateStore store{std::nullopt, clock, [](const std::string&) {}};
+  HealthConfig health;
+  const std::vector<UpstreamCall> calls{{"eth_blockNumber", "[]"}};
+  HttpResponse refused;
+  refused.error = TransportError::connect;
+  auto fail = classify_exchange(std::move(refused), 1, clock.now_ms(), empty_profile());
+  for (int i = 0; i < health.circuit_breaker.failure_threshold; ++i) {
+    record_exchange(store, health, "p/c/n#f", calls, fail, clock.now_ms(), 0.0);
+  }
+  REQUIRE(store.state().providers.at("p/c/n#f").breaker.state == BreakerState::open);
+  clock.advance(500);
+  auto ok = classify_exchange(answer(200, R"({"jsonrpc":"2.0","id":0,"result":"0x1"})"), 1, clock.now_ms(),
+                              empty_profile());
+  // A late success of an ordinary request does not close it ...
+  record_exchange(store, health, "p/c/n#f", calls, ok, clock.now_ms(), 0.0);
+  CHECK(store.state().providers.at("p/c/n#f").breaker.effective_state(clock.now_ms()) == BreakerState::open);
+  // ... a trial's does.
+  record_exchange(store, health, "p/c/n#f", calls, ok, clock.now_ms(), 0.0, {.trial = true});
+  CHECK(store.state().providers.at("p/c/n#f").breaker.effective_state(clock.now_ms()) == BreakerState::closed);
+}

@@ -233,3 +233,50 @@ TEST_CASE("breaker_state_name", "[breaker]") {
   CHECK(breaker_state_name(BreakerState::open) == "open");
   CHECK(breaker_state_name(BreakerState::half_open) == "half_open");
 }
+
+TEST_CASE("a trial that succeeds while the breaker is open closes it at once", "[breaker]") {
+  Fixture f;
+  f.open();
+  f.clock.advance(300);  // long before the recovery time
+  breaker_on_trial(f.b, OutcomeClass::success, f.clock.now_ms(), "success", f.cfg, 0.0);
+  CHECK(f.state() == BreakerState::closed);
+  CHECK(f.b.failures == 0);
+  CHECK(f.b.reopens == 0);
+}
+
+TEST_CASE("a trial that fails leaves the breaker open as it was", "[breaker]") {
+  Fixture f;
+  f.open();
+  auto before = f.b;
+  f.clock.advance(300);
+  breaker_on_trial(f.b, OutcomeClass::provider_failure, f.clock.now_ms(), "connect_failed", f.cfg, 0.0);
+  CHECK(f.b.state == BreakerState::open);
+  CHECK(f.b.opened_ms == before.opened_ms);
+  CHECK(f.b.recovery_ms == before.recovery_ms);
+  CHECK(f.b.reopens == 0);
+  CHECK(f.b.reason == "connect_failed");
+  // Rate limits and user errors neither close nor touch it.
+  breaker_on_trial(f.b, OutcomeClass::rate_limited, f.clock.now_ms(), "rate_limited", f.cfg, 0.0);
+  CHECK(f.b.state == BreakerState::open);
+}
+
+TEST_CASE("a trial answered after the breaker half-opened follows the half-open rules", "[breaker]") {
+  Fixture f;
+  f.open();
+  f.clock.advance(1'000);
+  breaker_on_trial(f.b, OutcomeClass::success, f.clock.now_ms(), "success", f.cfg, 0.0);
+  CHECK(f.state() == BreakerState::half_open);  // one success of success_threshold 2
+  breaker_on_trial(f.b, OutcomeClass::provider_failure, f.clock.now_ms(), "timeout", f.cfg, 0.0);
+  CHECK(f.state() == BreakerState::open);
+  CHECK(f.b.reopens == 1);
+}
+
+TEST_CASE("a timeout opens the breaker at once; other failures count to the threshold", "[breaker]") {
+  CHECK(trips_at_once(Outcome::timeout));
+  for (auto o : {Outcome::connect_failed, Outcome::dns_failed, Outcome::tls_failed, Outcome::transport_error,
+                 Outcome::http_error, Outcome::bad_response, Outcome::wrong_id, Outcome::rpc_error,
+                 Outcome::rate_limited, Outcome::success}) {
+    INFO(outcome_name(o));
+    CHECK_FALSE(trips_at_once(o));
+  }
+}
