@@ -56,7 +56,28 @@ struct Plan {
   std::uint64_t head = 0;       // the chain's estimated head; 0 unknown
   bool needs_archive = false;   // reads state older than head - archival_threshold, or `earliest`
   bool lag_fallback = false;    // every eligible provider lagged or was quarantined: they are tried anyway
+  bool breaker_trial = false;   // every breaker was open: the open ones are tried, one trial each
 };
+
+/// Attempts on their way, per provider. One that runs far beyond the provider's usual latency
+/// (a hung node) ranks the provider down while it lasts.
+class AttemptsInFlight {
+ public:
+  struct Attempt {
+    std::string_view method;  // the call's method; the call outlives its attempt
+    std::int64_t start_ms = 0;
+  };
+  void start(const Provider* p, std::string_view method, std::int64_t t_ms);
+  void finish(const Provider* p, std::int64_t start_ms);
+  /// The longest-running attempt on `p`, or null.
+  [[nodiscard]] const Attempt* oldest(const Provider* p) const;
+
+ private:
+  std::unordered_map<const Provider*, std::vector<Attempt>> by_provider_;
+};
+
+/// Whether an attempt running for `age_ms` is far beyond a usual latency of `p50_ms` (0: unknown).
+[[nodiscard]] bool attempt_stalled(std::int64_t age_ms, double p50_ms);
 
 struct RouteOptions {
   std::optional<Strategy> strategy;        // overrides the method policy and the profile default
@@ -122,6 +143,7 @@ class Router {
   [[nodiscard]] asio::awaitable<void> drain();
 
   [[nodiscard]] const Profile& profile() const { return profile_; }
+  [[nodiscard]] AttemptsInFlight& attempts_in_flight() { return in_flight_; }
 
  private:
   struct Item;
@@ -134,6 +156,8 @@ class Router {
   /// into the answer. Raising an eth_blockNumber answer sets out.raised_from and out.result.
   void on_success(const Chain& chain, const Candidate& cand, Item& item, std::int64_t now, std::string_view result);
   [[nodiscard]] Classification scrubbed(const Classification& c) const;
+  /// An attempt on `p` runs far beyond its usual latency for that method.
+  [[nodiscard]] bool stalled(const Provider& p, const ProviderState* ps, std::int64_t now) const;
 
   const Profile& profile_;
   Engine& engine_;
@@ -141,6 +165,7 @@ class Router {
   const Clock& clock_;
   Random& rng_;
   std::map<std::string, int, std::less<>> half_open_in_flight_;
+  AttemptsInFlight in_flight_;
   std::unordered_map<const Provider*, std::string> keys_;  // state keys, built once
   std::unordered_map<const Chain*, std::string> chain_keys_;
   int background_ = 0;                                      // broadcast sends still in flight

@@ -11,8 +11,10 @@
 
 namespace rpcroute {
 
-/// Health tiers of DESIGN.md section 4; lower is tried first. Open circuits never appear.
-enum class Tier : int { healthy = 1, rate_limited = 2, half_open = 3, half_open_rate_limited = 4 };
+/// Health tiers of DESIGN.md section 4; lower is tried first. Open circuits appear only as trials
+/// when no provider is usable (tier half_open). `stalled`: an attempt on it runs far beyond its
+/// usual latency (a hung node), whatever its circuit.
+enum class Tier : int { healthy = 1, rate_limited = 2, half_open = 3, half_open_rate_limited = 4, stalled = 5 };
 
 [[nodiscard]] Tier tier_of(BreakerState effective, bool rate_limited);
 [[nodiscard]] std::string_view tier_name(Tier t);

@@ -66,6 +66,9 @@ std::string explain_candidate(Strategy s, const Candidate& c, std::size_t pos, s
     case Tier::half_open_rate_limited:
       tier = "its circuit is half-open and it is rate-limited: tier 4";
       break;
+    case Tier::stalled:
+      tier = "an attempt on it runs far beyond its usual latency, so it drops to the last tier";
+      break;
   }
   return fmt::format("#{} {}: {}; {}.", pos, c.provider->id, why, tier);
 }

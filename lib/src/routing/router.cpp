@@ -117,6 +117,52 @@ std::string_view exclusion_kind_name(ExclusionKind k) {
   return "?";
 }
 
+void AttemptsInFlight::start(const Provider* p, std::string_view method, std::int64_t t_ms) {
+  by_provider_[p].push_back({method, t_ms});
+}
+
+void AttemptsInFlight::finish(const Provider* p, std::int64_t start_ms) {
+  auto it = by_provider_.find(p);
+  if (it == by_provider_.end()) return;
+  auto& v = it->second;
+  auto a = std::find_if(v.begin(), v.end(), [&](const Attempt& x) { return x.start_ms == start_ms; });
+  if (a != v.end()) v.erase(a);
+}
+
+const AttemptsInFlight::Attempt* AttemptsInFlight::oldest(const Provider* p) const {
+  auto it = by_provider_.find(p);
+  if (it == by_provider_.end() || it->second.empty()) return nullptr;
+  return &*std::min_element(it->second.begin(), it->second.end(),
+                            [](const Attempt& a, const Attempt& b) { return a.start_ms < b.start_ms; });
+}
+
+namespace {
+// Ten times the median, never under 250 ms (a local node answers in a millisecond, and a busy
+// machine pauses longer than that); 1 s when the provider has no latency data yet.
+constexpr std::int64_t kStallFloorMs = 250;
+constexpr std::int64_t kStallColdMs = 1'000;
+}  // namespace
+
+bool attempt_stalled(std::int64_t age_ms, double p50_ms) {
+  if (age_ms < kStallFloorMs) return false;
+  if (p50_ms <= 0) return age_ms >= kStallColdMs;
+  return static_cast<double>(age_ms) >= 10.0 * p50_ms;
+}
+
+bool Router::stalled(const Provider& p, const ProviderState* ps, std::int64_t now) const {
+  const auto* a = in_flight_.oldest(&p);
+  if (a == nullptr) return false;
+  const auto age = now - a->start_ms;
+  if (age < kStallFloorMs) return false;  // the common case: no statistics needed
+  double p50 = 0;
+  if (ps != nullptr) {
+    if (auto m = ps->methods.find(a->method); m != ps->methods.end()) {
+      p50 = summarize(&m->second, now, profile_.strategies.fastest.window_ms).p50_ms;
+    }
+  }
+  return attempt_stalled(age, p50);
+}
+
 struct Router::Item {
   std::size_t index = 0;
   const jsonrpc::Call* call = nullptr;
@@ -226,12 +272,14 @@ Plan Router::plan(const Chain& chain, std::string_view method, std::string_view 
   // Blocks an eth_getLogs call scans; 0 when not known (a tag without a head, a blockHash query).
   const std::uint64_t log_range = method == "eth_getLogs" ? log_range_blocks(plan.need, plan.head).value_or(0) : 0;
   std::vector<Candidate> lagging;
+  std::vector<Candidate> open;  // open breakers that pass every other filter: trials when nothing else is usable
 
   for (std::size_t i = 0; i < chain.providers.size(); ++i) {
     const Provider& p = chain.providers[i];
     const ProviderState* ps = states[i];
+    bool is_open = false;  // excluded by its breaker already; later filters only decide whether it could be a trial
     auto exclude = [&](ExclusionKind kind, std::string reason, std::int64_t retry_in = 0) {
-      plan.excluded.push_back({p.id, std::move(reason), retry_in, kind});
+      if (!is_open) plan.excluded.push_back({p.id, std::move(reason), retry_in, kind});
     };
     if (options.provider && p.id != *options.provider) {
       exclude(ExclusionKind::caller, fmt::format("not selected (only {} was requested)", *options.provider));
@@ -268,9 +316,9 @@ Plan Router::plan(const Chain& chain, std::string_view method, std::string_view 
                 fmt::format("circuit breaker open ({}); half-opens in {}",
                             ps->breaker.reason.empty() ? "failures" : ps->breaker.reason, seconds_text(retry)),
                 retry);
-        continue;
+        is_open = true;
       }
-      if (eff == BreakerState::half_open) {
+      if (eff != BreakerState::closed) {
         auto it = half_open_in_flight_.find(c.key);
         if (it != half_open_in_flight_.end() && it->second >= breaker_cfg.half_open_max_inflight) {
           exclude(ExclusionKind::half_open, "circuit breaker half-open with its trial request in flight");
@@ -279,12 +327,13 @@ Plan Router::plan(const Chain& chain, std::string_view method, std::string_view 
       }
       c.breaker = eff;
       c.rate_limited_until_ms = ps->rate_limited_until_ms;
-      c.tier = tier_of(eff, ps->rate_limited(now));
+      c.tier = tier_of(is_open ? BreakerState::half_open : eff, ps->rate_limited(now));
       if (needs_stats) {
         auto m = ps->methods.find(method);
         c.stats = summarize(m == ps->methods.end() ? nullptr : &m->second, now, window);
       }
     }
+    if (stalled(p, ps, now)) c.tier = Tier::stalled;
     if (plan.needs_archive && archival_of(p, ps) == false) {
       auto oldest = oldest_block(plan.need, plan.head);
       exclude(ExclusionKind::archive,
@@ -313,6 +362,10 @@ Plan Router::plan(const Chain& chain, std::string_view method, std::string_view 
                 wait);
         continue;
       }
+    }
+    if (is_open) {
+      open.push_back(std::move(c));
+      continue;
     }
     if (quarantined(judgements[i].verdict)) {
       exclude(ExclusionKind::quarantine, claim_doubt(ps->height, judgements[i], chain));
@@ -351,6 +404,17 @@ Plan Router::plan(const Chain& chain, std::string_view method, std::string_view 
       return e.kind == ExclusionKind::lag || e.kind == ExclusionKind::quarantine;
     });
     plan.candidates = std::move(lagging);
+  }
+  // Nothing usable at all: rather than refuse everyone until a recovery timeout passes, each open
+  // breaker lets one request through as a trial (half_open_max_inflight at a time); a success
+  // closes it. A node that came back is used by the next request, not 30 s later.
+  if (plan.candidates.empty() && !open.empty()) {
+    plan.breaker_trial = true;
+    std::erase_if(plan.excluded, [&](const Exclusion& e) {
+      return e.kind == ExclusionKind::breaker &&
+             std::any_of(open.begin(), open.end(), [&](const Candidate& c) { return c.provider->id == e.provider; });
+    });
+    plan.candidates = std::move(open);
   }
 
   RankInput in;
@@ -536,7 +600,8 @@ asio::awaitable<void> Router::broadcast_send(std::shared_ptr<Broadcast> b, const
   }
   Exchange ex = co_await send_exchange(engine_, provider, upstream, timeout, clock_, profile_);
   const auto now = clock_.now_ms();
-  record_exchange(store_, profile_.health, cand.key, upstream, ex, now, rng_.uniform());
+  record_exchange(store_, profile_.health, cand.key, upstream, ex, now, rng_.uniform(),
+                  {.trial = cand.breaker == BreakerState::open});
   const auto& c = ex.per_call[0];
   const jsonrpc::Reply* reply = ex.replies[0];
   const double latency_ms = ex.latency_ms();
@@ -679,8 +744,8 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
       for (auto* it : group) finish_unavailable(*it, chain, fmt::format("deadline of {} ms exceeded", timeout_ms));
       continue;
     }
-    const std::int64_t attempt_timeout =
-        std::min<std::int64_t>(attempt_timeout_ms(leader->call->method, provider, leader->plan.policy), remaining_ms);
+    const std::int64_t full_timeout = attempt_timeout_ms(leader->call->method, provider, leader->plan.policy);
+    const std::int64_t attempt_timeout = std::min<std::int64_t>(full_timeout, remaining_ms);
 
     boost::container::small_vector<UpstreamCall, 4> upstream;
     upstream.reserve(group.size());
@@ -690,8 +755,10 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
       store_.record(QuotaEvent{std::string(cand.key), clock_.now_ms(), static_cast<double>(group.size()), *provider.rate_limit},
                     profile_.health);
     }
-    const bool trial = cand.breaker == BreakerState::half_open;
+    const bool trial = cand.breaker != BreakerState::closed;
     if (trial) ++half_open_in_flight_[std::string(cand.key)];
+    const auto started_ms = clock_.now_ms();
+    in_flight_.start(&provider, leader->call->method, started_ms);
     const std::span<const UpstreamCall> upstream_calls(upstream.data(), upstream.size());
     // send_exchange's steps, in this frame: a coroutine level less per attempt. Named locals: g++ 12
     // destroys temporaries inside a co_await expression twice.
@@ -707,8 +774,10 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
     Exchange ex = classify_exchange(std::move(answer), upstream_calls.size(), clock_.now_ms(), profile_, upstream_calls);
     refuse_doubtful_heads(store_, profile_, chain, provider, cand.key, upstream_calls, ex, clock_.now_ms());
     if (trial) --half_open_in_flight_[std::string(cand.key)];
+    in_flight_.finish(&provider, started_ms);
     const auto now = clock_.now_ms();
-    record_exchange(store_, profile_.health, cand.key, upstream_calls, ex, now, rng_.uniform());
+    record_exchange(store_, profile_.health, cand.key, upstream_calls, ex, now, rng_.uniform(),
+                    {.trial = cand.breaker == BreakerState::open, .timeout_trips = attempt_timeout == full_timeout});
     const auto& http = ex.http;
     const auto& per_item = ex.per_call;
     const auto& replies = ex.replies;

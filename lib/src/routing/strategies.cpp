@@ -228,6 +228,7 @@ std::string_view tier_name(Tier t) {
     case Tier::rate_limited: return "rate_limited";
     case Tier::half_open: return "half_open";
     case Tier::half_open_rate_limited: return "half_open_rate_limited";
+    case Tier::stalled: return "stalled";
   }
   return "?";
 }

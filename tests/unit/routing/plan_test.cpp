@@ -160,3 +160,71 @@ TEST_CASE("plan: filter-method calls go only to the provider that created the fi
   // An unknown filter id routes normally.
   CHECK(f.router.plan(f.chain, "eth_getFilterChanges", R"(["0x99"])", {}).candidates.size() == 3);
 }
+
+TEST_CASE("plan: when every breaker is open, the open ones are candidates as trials, one in flight each",
+          "[plan][breaker]") {
+  Fixture f;
+  for (const char* id : {"a", "b", "c"}) {
+    f.store.record(AttemptEvent{f.key(id), f.clock.now_ms(), OutcomeClass::provider_failure, "connect_failed", -1, 0.0},
+                   f.profile.health);
+  }
+  f.clock.advance(100);  // long before they half-open (10 s)
+  auto plan = f.router.plan(f.chain, "eth_blockNumber", "[]", {});
+  CHECK(plan.breaker_trial);
+  CHECK(f.order(plan) == std::vector<std::string>{"a", "b", "c"});
+  for (const auto& c : plan.candidates) {
+    CHECK(c.breaker == BreakerState::open);
+    CHECK(c.tier == Tier::half_open);
+  }
+  CHECK(plan.excluded.empty());
+
+  SECTION("while one usable provider remains, open breakers stay excluded") {
+    f.store.record(AttemptEvent{f.key("b"), f.clock.now_ms(), OutcomeClass::success, "success", -1, 0.0, false, true},
+                   f.profile.health);
+    auto usable = f.router.plan(f.chain, "eth_blockNumber", "[]", {});
+    CHECK_FALSE(usable.breaker_trial);
+    CHECK(f.order(usable) == std::vector<std::string>{"b"});
+    REQUIRE(f.excluded(usable, "a") != nullptr);
+    CHECK(f.excluded(usable, "a")->kind == ExclusionKind::breaker);
+  }
+  SECTION("other exclusions still apply to trials") {
+    RouteOptions only_c;
+    only_c.provider = "c";
+    auto one = f.router.plan(f.chain, "eth_blockNumber", "[]", only_c);
+    CHECK(one.breaker_trial);
+    CHECK(f.order(one) == std::vector<std::string>{"c"});
+    CHECK(one.excluded.size() == 2);
+  }
+}
+
+TEST_CASE("plan: a provider with an attempt in flight far beyond its usual latency drops to the last tier",
+          "[plan]") {
+  Fixture f;
+  const Provider* a = f.chain.find_provider("a");
+  // a's usual eth_blockNumber latency: 20 ms.
+  for (int i = 0; i < 5; ++i) {
+    f.store.record(SampleEvent{f.key("a"), "eth_blockNumber", Sample{f.clock.now_ms(), 20'000, Outcome::success}},
+                   f.profile.health);
+  }
+  const auto start = f.clock.now_ms();
+  f.router.attempts_in_flight().start(a, "eth_blockNumber", start);
+  f.clock.advance(150);  // under the 250 ms floor
+  CHECK(f.order(f.router.plan(f.chain, "eth_blockNumber", "[]", {})) == std::vector<std::string>{"a", "b", "c"});
+  f.clock.advance(150);  // 300 ms: 15 times its median
+  auto plan = f.router.plan(f.chain, "eth_blockNumber", "[]", {});
+  CHECK(f.order(plan) == std::vector<std::string>{"b", "c", "a"});
+  CHECK(plan.candidates.back().tier == Tier::stalled);
+  CHECK(plan.candidates.front().first_probability == 1.0);
+  // While it lasts: once the attempt ends, a ranks first again.
+  f.router.attempts_in_flight().finish(a, start);
+  CHECK(f.order(f.router.plan(f.chain, "eth_blockNumber", "[]", {})) == std::vector<std::string>{"a", "b", "c"});
+}
+
+TEST_CASE("attempt_stalled: ten times the median, at least 250 ms, 1 s without data", "[plan]") {
+  CHECK_FALSE(attempt_stalled(249, 1.0));
+  CHECK(attempt_stalled(250, 1.0));
+  CHECK_FALSE(attempt_stalled(999, 100.0));
+  CHECK(attempt_stalled(1'000, 100.0));
+  CHECK_FALSE(attempt_stalled(999, 0));
+  CHECK(attempt_stalled(1'000, 0));
+}
