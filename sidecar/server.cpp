@@ -502,7 +502,9 @@ asio::awaitable<void> Server::poll_provider(ProfileRuntime* rt, const Chain* cha
   asio::steady_timer timer(io_);
   const auto key = provider_key(rt->profile.name, chain->name, *provider);
   const auto interval = std::clamp<std::int64_t>(chain->block_time_ms, 1'000, 30'000);
-  const auto timeout = std::min<std::int64_t>(provider->timeout_ms, 5'000);
+  // Bounded by the block time (at least 2 s): a silent node is noticed within a couple of block
+  // times, and its timeout opens the breaker at once.
+  const auto timeout = std::min<std::int64_t>({provider->timeout_ms, 5'000, std::max<std::int64_t>(interval, 2'000)});
   // First a full probe (chain id, archive, batch), then the head at the chain's block time.
   ProbeReport first = co_await probe_provider(engine_, rt->profile, *chain, *provider, &store_, clock_, rng_, timeout);
   std::int64_t wait = first.reachable ? interval : interval * 2;
@@ -526,6 +528,46 @@ asio::awaitable<void> Server::poll_provider(ProfileRuntime* rt, const Chain* cha
       // what closes a half-open breaker when clients are all served by healthier providers.
       const auto cap = std::clamp<std::int64_t>(rt->profile.health.circuit_breaker.recovery_timeout_ms, interval, 60'000);
       wait = std::min<std::int64_t>(wait * 2, cap);
+    }
+  }
+  --background_;
+}
+
+asio::awaitable<void> Server::recover_provider(ProfileRuntime* rt, const Chain* chain, const Provider* provider) {
+  ++background_;
+  constexpr std::int64_t kFirstMs = 250, kMaxMs = 1'000;
+  asio::steady_timer timer(io_);
+  const auto key = provider_key(rt->profile.name, chain->name, *provider);
+  const auto timeout = std::min<std::int64_t>(provider->timeout_ms, 2'000);
+  static constexpr std::string_view kParams = "[]";
+  const std::vector<UpstreamCall> calls{{"eth_blockNumber", kParams}};
+  auto breaker_open = [&](const Provider& p) {
+    const auto& providers = store_.state().providers;
+    auto it = providers.find(provider_key(rt->profile.name, chain->name, p));
+    return it != providers.end() && it->second.breaker.effective_state(clock_.now_ms()) == BreakerState::open;
+  };
+  std::int64_t wait = kFirstMs;
+  while (!draining_) {
+    timer.expires_after(std::chrono::milliseconds(wait));
+    boost::system::error_code ec;
+    co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    if (draining_) break;
+    const bool none_usable =
+        std::all_of(chain->providers.begin(), chain->providers.end(), [&](const Provider& p) { return breaker_open(p); });
+    if (!none_usable) {  // the poller and half-open trials take care of it
+      wait = kFirstMs;
+      continue;
+    }
+    Exchange ex = co_await send_exchange(engine_, *provider, calls, timeout, clock_, rt->profile);
+    const auto now = clock_.now_ms();
+    record_exchange(store_, rt->profile.health, key, calls, ex, now, rng_.uniform(), {.trial = true});
+    if (ex.per_call[0].cls == OutcomeClass::success) {
+      if (auto h = jsonrpc::parse_quantity(*ex.replies[0]->result)) {
+        observe_height(store_, rt->profile, *chain, *provider, Height{*h, now}, rng_.uniform());
+      }
+      wait = kFirstMs;
+    } else {
+      wait = std::min(wait * 2, kMaxMs);
     }
   }
   --background_;
@@ -588,6 +630,7 @@ asio::awaitable<void> Server::run() {
       for (const auto& chain : rt->profile.chains) {
         for (const auto& provider : chain.providers) {
           asio::co_spawn(io_, poll_provider(rt.get(), &chain, &provider), asio::detached);
+          asio::co_spawn(io_, recover_provider(rt.get(), &chain, &provider), asio::detached);
         }
       }
     }

@@ -95,6 +95,9 @@ class Server {
   asio::awaitable<void> sweep_loop();
   static constexpr int kSweepMs = 100;
   asio::awaitable<void> poll_provider(ProfileRuntime* rt, const Chain* chain, const Provider* provider);
+  /// While no provider of the chain is usable, probes this one if its breaker is open, backing off
+  /// from 250 ms to 1 s; a success closes the breaker.
+  asio::awaitable<void> recover_provider(ProfileRuntime* rt, const Chain* chain, const Provider* provider);
   /// Saves pending state changes. `wait` false (on the loop): one non-blocking try at the lock;
   /// false when another process holds it (retried every kFlushRetryMs).
   bool flush_state(bool wait);
