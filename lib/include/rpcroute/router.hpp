@@ -15,6 +15,7 @@
 #include "rpcroute/jsonrpc.hpp"
 #include "rpcroute/outcome.hpp"
 #include "rpcroute/state.hpp"
+#include "rpcroute/sticky.hpp"
 #include "rpcroute/strategy.hpp"
 #include "rpcroute/transport.hpp"
 
@@ -57,6 +58,8 @@ struct Plan {
   bool needs_archive = false;   // reads state older than head - archival_threshold, or `earliest`
   bool lag_fallback = false;    // every eligible provider lagged or was quarantined: they are tried anyway
   bool breaker_trial = false;   // every breaker was open: the open ones are tried, one trial each
+  StickyKey sticky;             // the sender or transaction this call stays with
+  bool sticky_first = false;    // the provider that served them lately was moved to the front
 };
 
 /// Attempts on their way, per provider. One that runs far beyond the provider's usual latency
@@ -156,6 +159,9 @@ class Router {
   /// into the answer. Raising an eth_blockNumber answer sets out.raised_from and out.result.
   void on_success(const Chain& chain, const Candidate& cand, Item& item, std::int64_t now, std::string_view result);
   [[nodiscard]] Classification scrubbed(const Classification& c) const;
+  /// Moves the provider that served this call's sender or transaction lately to the front.
+  void keep_sticky_first(const Chain& chain, Plan& plan, std::string_view method, std::string_view params,
+                         std::int64_t now);
   /// An attempt on `p` runs far beyond its usual latency for that method.
   [[nodiscard]] bool stalled(const Provider& p, const ProviderState* ps, std::int64_t now) const;
 
@@ -166,6 +172,7 @@ class Router {
   Random& rng_;
   std::map<std::string, int, std::less<>> half_open_in_flight_;
   AttemptsInFlight in_flight_;
+  StickyProviders sticky_;
   std::unordered_map<const Provider*, std::string> keys_;  // state keys, built once
   std::unordered_map<const Chain*, std::string> chain_keys_;
   int background_ = 0;                                      // broadcast sends still in flight

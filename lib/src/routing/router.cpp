@@ -425,7 +425,24 @@ Plan Router::plan(const Chain& chain, std::string_view method, std::string_view 
     in.rr_cursor = it->second.rr_cursor;
   }
   rank_candidates(plan.candidates, in);
+  keep_sticky_first(chain, plan, method, params, now);
   return plan;
+}
+
+void Router::keep_sticky_first(const Chain& chain, Plan& plan, std::string_view method, std::string_view params,
+                               std::int64_t now) {
+  // A sender's nonce lookups, sends and receipt polls go where its last ones went (one mempool),
+  // whatever the strategy drew, as long as that provider is in the best tier.
+  plan.sticky = sticky_key(method, params);
+  auto id = sticky_.find(chain.name, plan.sticky, now);
+  if (!id || plan.candidates.empty()) return;
+  auto& cands = plan.candidates;
+  auto it = std::find_if(cands.begin(), cands.end(), [&](const Candidate& c) { return c.provider->id == *id; });
+  if (it == cands.end() || it->tier != cands.front().tier) return;
+  std::rotate(cands.begin(), it, it + 1);
+  for (auto& c : cands) c.first_probability = 0;
+  cands.front().first_probability = 1.0;
+  plan.sticky_first = true;
 }
 
 void Router::finish_unavailable(Item& item, const Chain& chain, std::string_view why) {
@@ -531,6 +548,14 @@ void Router::on_success(const Chain& chain, const Candidate& cand, Item& item, s
   }
   if (item.plan.needs_archive && !cand.provider->archival) {
     store_.record(ArchivalEvent{std::string(cand.key), ArchivalSeen{true, now}}, profile_.health);
+  }
+  if (!item.plan.sticky.empty()) {
+    sticky_.stick(chain.name, item.plan.sticky, cand.provider->id, now);
+    if (is_transaction_send(call.method)) {
+      if (auto hash = json_string_value(result)) {
+        sticky_.stick(chain.name, StickyKey{StickyKey::Kind::transaction, *hash}, cand.provider->id, now);
+      }
+    }
   }
 }
 
