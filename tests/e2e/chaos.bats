@@ -5,8 +5,8 @@
 # CHAOS_SECONDS=60 bats tests/e2e/chaos.bats). A node is only killed while another one is up with its
 # breaker closed (per /metrics), so every request must be answered with a result: no HTTP error, no
 # JSON-RPC error, no socket error, no timeout. (Up is not enough: a node restarted a moment ago may
-# still have an open breaker, and the router never sends to an open breaker, even the last one —
-# DESIGN.md sections 4 and 6 have no "panic mode".)
+# still have an open breaker, and while another provider is usable the router does not send to an
+# open breaker; only when none is usable does each open one admit a trial — devloop.bats.)
 #
 # The load: eth_blockNumber and eth_getBalance of anvil's first dev account, alternately, on 4
 # connections with a short pause between requests (bounded: a few hundred requests per second at
