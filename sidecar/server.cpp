@@ -1063,10 +1063,12 @@ bool Server::prepare(const Request& req, Reply& reply, RpcJob& job) {
           w.value(name);
           w.key("chain");
           w.value(chain.name);
+          // Open breakers let trials through when nothing else is usable; they are not usable.
+          const auto usable = plan.breaker_trial ? 0 : static_cast<std::int64_t>(plan.candidates.size());
           w.key("usable");
-          w.value(static_cast<std::int64_t>(plan.candidates.size()));
+          w.value(usable);
           w.end_object();
-          all_ok = all_ok && !plan.candidates.empty();
+          all_ok = all_ok && usable > 0;
         }
       }
       w.end_array();

@@ -389,12 +389,13 @@ open_f1_breaker() {
   assert_status 3
   run --separate-stderr rpcroute call --profile "$P" --json eth_blockNumber
   assert_status 3
-  # Open: nothing is tried, the exclusion says why.
+  # Open, and nothing else usable: the call goes through as a trial (issue 15); its failure leaves
+  # the breaker as it was, with no reopen and no new deadline.
   run --separate-stderr rpcroute call --profile "$P" --json eth_blockNumber
   assert_status 3
-  assert_jq '.meta.attempts == []'
-  assert_jq '[.meta.excluded[] | select(.provider == "f1") | .reason | test("breaker"; "i")] == [true]'
-  assert_equal "$(fake_requests f1)" 2 "f1 requests while open"
+  assert_jq '[.meta.attempts[].provider] == ["f1"]'
+  assert_equal "$(fake_requests f1)" 3 "f1 requests: one trial while open"
+  assert_json "$(state_entry f1)" '.breaker.state == "open" and .breaker.reopens == 0'
   fake_control f1 '{"mode":"ok","height":100}'
   sleep 4.5
   run --separate-stderr rpcroute call --profile "$P" --json eth_blockNumber
