@@ -43,7 +43,8 @@ void setup_serve(CLI::App& app, int& exit_code) {
   sub->add_option("--grace", opts->grace, "At SIGINT/SIGTERM, time to finish in-flight requests (default 10s)");
   sub->add_option("--read-timeout", opts->read_timeout, "Time a client has to send one request (default 10s)");
   sub->add_option("--idle-timeout", opts->idle_timeout, "Idle keep-alive connections close after this (default 60s)");
-  sub->add_flag("--no-probe", opts->no_probe, "No background polling of providers");
+  sub->add_flag("--no-probe", opts->no_probe,
+                "No background polling of providers, nor recovery probes of open breakers");
   sub->add_option("--port-file", opts->port_file, "Write the bound port to this file once listening");
   sub->callback([opts, &exit_code] { exit_code = run_serve(*opts); });
 }
