@@ -46,12 +46,12 @@ void setup_bench(CLI::App& app, int& exit_code) {
                       "eth_getLogs, eth_gasPrice)")
           ->delimiter(',');
   sub->add_option("--requests,-n", opts->requests, "Requests per provider and method (default 20)")
-      ->check(CLI::Range(1, 1'000'000'000));
+      ->check(whole_number(1, 1'000'000'000));
   sub->add_option("--duration,-d", opts->duration,
                   "Run each method for this long instead of --requests: 10 (seconds), 10s, 1500ms");
   sub->add_option("--concurrency,-k", opts->concurrency,
                   "Requests in flight per provider (default 4)")
-      ->check(CLI::Range(1, 10'000));
+      ->check(whole_number(1, 10'000));
   sub->add_option("--timeout,-t", opts->timeout,
                   "Per request: 5s, 2500ms or milliseconds (default: the provider's timeout_ms)");
   sub->add_option("--state", opts->state,
@@ -463,10 +463,7 @@ class Bench {
 /// A bare number is seconds here (--duration S); "1500ms", "10s", "1m" as elsewhere.
 std::optional<std::int64_t> parse_duration_s(std::string_view text) {
   if (!text.empty() && text.find_first_not_of("0123456789.") == std::string_view::npos) {
-    double v = 0;
-    auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-    if (ec != std::errc() || p != text.data() + text.size()) return std::nullopt;
-    return static_cast<std::int64_t>(v * 1000);
+    return parse_duration_ms(std::string(text) + "s");  // bounded there
   }
   return parse_duration_ms(text);
 }

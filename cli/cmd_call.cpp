@@ -25,7 +25,7 @@ void setup_call(CLI::App& app, int& exit_code) {
                   "load_balanced, round_robin, random, weighted, priority, fastest or latency_weighted");
   sub->add_option("--provider", opts->provider, "Use exactly this provider id (no fallback)");
   sub->add_option("--timeout,-t", opts->timeout, "Overall deadline: 30s, 2500ms or milliseconds (default: the profile's)");
-  sub->add_option("--max-attempts", opts->max_attempts, "Try at most N providers")->check(CLI::PositiveNumber);
+  sub->add_option("--max-attempts", opts->max_attempts, "Try at most N providers (1 to 1000)")->check(whole_number(1, 1000));
   sub->add_option("--state", opts->state, "State file (default: $RPCROUTE_STATE or $XDG_STATE_HOME/rpcroute/state.json)");
   sub->add_flag("--no-state", opts->no_state, "Neither read nor write the state file");
   sub->add_flag("--json", opts->json, "Print an envelope with result or error plus routing metadata");

@@ -20,7 +20,7 @@ void setup_probe(CLI::App& app, int& exit_code) {
   sub->add_option("--providers", opts->providers, "Only these provider ids, comma-separated");
   sub->add_option("--timeout,-t", opts->timeout, "Per request: 5s, 2500ms or milliseconds (default: the provider's)");
   sub->add_option("--min-healthy", opts->min_healthy, "Exit 0 only when at least N providers are healthy (default 1)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0, 10'000));
   sub->add_option("--state", opts->state, "State file (default: $RPCROUTE_STATE or $XDG_STATE_HOME/rpcroute/state.json)");
   sub->add_flag("--no-state", opts->no_state, "Neither read nor write the state file");
   sub->add_flag("--json", opts->json, "Print the results as JSON");

@@ -33,16 +33,21 @@ void setup_serve(CLI::App& app, int& exit_code) {
   sub->add_option("--token", opts->token, "Bearer token required on every route but /healthz (default: $RPCROUTE_TOKEN)");
   sub->add_option("--allow-origin", opts->allow_origins,
                   "Extra browser origin allowed (repeatable; '*' allows any). localhost and 127.0.0.1 are always allowed");
-  sub->add_option("--max-body", opts->max_body, "Largest request body in bytes (default 8 MiB; larger: 413)");
+  sub->add_option("--max-body", opts->max_body, "Largest request body in bytes, 1 to 1 GiB (default 8 MiB; larger: 413)")
+      ->check(whole_number(1, 1LL << 30));
   sub->add_option("--max-batch", opts->max_batch,
-                  "Batch items routed (default 1000, viem's batch size); each item beyond gets its own -32600");
+                  "Batch items routed, 1 to 1000000 (default 1000, viem's batch size); each item beyond gets its own -32600")
+      ->check(whole_number(1, 1'000'000));
   sub->add_option("--max-connections", opts->max_connections,
-                  "Client connections open at once (default 1024); more are answered 503 with Retry-After");
+                  "Client connections open at once, 1 to 1000000 (default 1024); more are answered 503 with Retry-After")
+      ->check(whole_number(1, 1'000'000));
   sub->add_option("--max-inflight-mb", opts->max_inflight_mb,
-                  "Request-body MiB held at once by all requests (default 256); a body past it: 503 with Retry-After");
+                  "Request-body MiB held at once by all requests, 1 to 1048576 (default 256); a body past it: 503 with Retry-After")
+      ->check(whole_number(1, 1LL << 20));
   sub->add_option("--grace", opts->grace, "At SIGINT/SIGTERM, time to finish in-flight requests (default 10s)");
-  sub->add_option("--read-timeout", opts->read_timeout, "Time a client has to send one request (default 10s)");
-  sub->add_option("--idle-timeout", opts->idle_timeout, "Idle keep-alive connections close after this (default 60s)");
+  sub->add_option("--read-timeout", opts->read_timeout, "Time a client has to send one request, more than 0 (default 10s)");
+  sub->add_option("--idle-timeout", opts->idle_timeout,
+                  "Idle keep-alive connections close after this, more than 0 (default 60s)");
   sub->add_flag("--no-probe", opts->no_probe,
                 "No background polling of providers, nor recovery probes of open breakers");
   sub->add_option("--port-file", opts->port_file, "Write the bound port to this file once listening");
@@ -92,12 +97,14 @@ int run_serve(const ServeOptions& options) {
   config.verbose = options.verbose;
   config.json_logs = options.log_format == "json";
   config.background_probes = !options.no_probe;
-  for (auto [text, target, name] : {std::tuple{&options.grace, &config.grace_ms, "--grace"},
-                                    std::tuple{&options.read_timeout, &config.read_timeout_ms, "--read-timeout"},
-                                    std::tuple{&options.idle_timeout, &config.idle_timeout_ms, "--idle-timeout"}}) {
+  // A grace of 0 stops at once; a zero read or idle timeout would close every connection unread.
+  for (auto [text, target, name, min_ms] :
+       {std::tuple{&options.grace, &config.grace_ms, "--grace", 0},
+        std::tuple{&options.read_timeout, &config.read_timeout_ms, "--read-timeout", 1},
+        std::tuple{&options.idle_timeout, &config.idle_timeout_ms, "--idle-timeout", 1}}) {
     auto ms = parse_duration_ms(*text);
-    if (!ms) {
-      print_error(fmt::format("bad {} '{}' (use e.g. 10s or 2500ms)", name, *text));
+    if (!ms || *ms < min_ms) {
+      print_error(fmt::format("bad {} '{}' (use e.g. 10s or 2500ms{})", name, *text, min_ms > 0 ? ", more than 0" : ""));
       return 2;
     }
     *target = *ms;

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <optional>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <simdjson.h>
 
@@ -158,10 +159,26 @@ std::optional<std::int64_t> parse_duration_ms(std::string_view text) {
   auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   if (ec != std::errc() || v < 0) return std::nullopt;
   std::string_view unit(p, static_cast<std::size_t>(text.data() + text.size() - p));
-  if (unit.empty() || unit == "ms") return static_cast<std::int64_t>(v);
-  if (unit == "s") return static_cast<std::int64_t>(v * 1000);
-  if (unit == "m") return static_cast<std::int64_t>(v * 60'000);
-  return std::nullopt;
+  double scale = 0;
+  if (unit.empty() || unit == "ms") scale = 1;
+  else if (unit == "s") scale = 1000;
+  else if (unit == "m") scale = 60'000;
+  else return std::nullopt;
+  // "inf", "nan" and 1e300 parse as doubles: converting them to an integer is undefined.
+  const double ms = v * scale;
+  if (!(ms <= static_cast<double>(kMaxDurationMs))) return std::nullopt;
+  return static_cast<std::int64_t>(ms);
+}
+
+CLI::Validator whole_number(std::int64_t min, std::int64_t max) {
+  auto check = [min, max](std::string& input) -> std::string {
+    std::int64_t v = 0;
+    const char* end = input.data() + input.size();
+    auto [p, ec] = std::from_chars(input.data(), end, v);
+    if (!input.empty() && ec == std::errc() && p == end && v >= min && v <= max) return {};
+    return fmt::format("{} is not a whole number from {} to {}", input, min, max);
+  };
+  return CLI::Validator(check, fmt::format("INT in [{} - {}]", min, max));
 }
 
 namespace {

@@ -10,6 +10,10 @@
 #include "rpcroute/config.hpp"
 #include "rpcroute/error.hpp"
 
+namespace CLI {
+class Validator;
+}
+
 namespace rpcroute::cli {
 
 /// "rpcroute: error: ..." on stderr, one line.
@@ -51,8 +55,15 @@ class Table {
 /// --state / --no-state / $RPCROUTE_STATE / XDG rules.
 [[nodiscard]] std::optional<std::filesystem::path> resolve_state_path(const std::string& flag, bool no_state);
 
-/// Duration "250", "250ms", "2s", "1.5s" → milliseconds.
+/// Duration "250", "250ms", "2s", "1.5s" → milliseconds; nullopt for anything else, negative or
+/// longer than kMaxDurationMs.
 [[nodiscard]] std::optional<std::int64_t> parse_duration_ms(std::string_view text);
+inline constexpr std::int64_t kMaxDurationMs = 365LL * 86'400'000;
+
+/// The check of an integer option: a decimal whole number in [min, max]. Unlike CLI::Range and
+/// CLI::PositiveNumber it refuses "-1" for an unsigned option (CLI11 would wrap it), "0x10" and
+/// "1e3", and its message names the range: "--max-batch: 0 is not a whole number from 1 to 1000000".
+[[nodiscard]] CLI::Validator whole_number(std::int64_t min, std::int64_t max);
 
 /// Writes all of `text` to stdout. A failure (a full disk, a closed pipe) is remembered and
 /// reported by finish_stdout().

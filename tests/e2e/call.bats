@@ -536,3 +536,56 @@ open_f1_breaker() {
   assert_status 1
   assert_jq '.id == "x1" and .error.code == 3'
 }
+
+# ---------------------------------------------------------------------------------------------------
+# Hostile input and output: options, argv, what a provider says
+
+# Runs rpcroute ARGS (bounded: an option that is wrongly accepted may start a server) and checks it
+# refused them: exit 2, one short "rpcroute: error:" line naming OPTION, nothing on stdout.
+refused() { # OPTION ARGS...
+  local option=$1
+  shift
+  run --separate-stderr timeout 10 "$RPCROUTE_BIN" "$@"
+  if [[ $status != 2 || -n $output || ${#stderr_lines[@]} != 1 || ${#stderr} -gt 160 ||
+    $stderr != "rpcroute: error: "*"$option"* ]]; then
+    echo "expected a one-line refusal (exit 2) naming $option from: $*" >&2
+    _dump_run
+    return 1
+  fi
+}
+
+@test "options: negative, zero and malformed counts, limits and durations are refused (exit 2, a short line)" {
+  dead_port d1
+  write_profile "$P" d1
+  local v
+  for v in 0 -1 -5 abc 1e3 0x10 99999999999999999999; do
+    refused --max-attempts call -p "$P" --max-attempts "$v" eth_blockNumber
+  done
+  # The message names the range in plain digits (CLI::PositiveNumber printed a double's 300 digits).
+  refused --max-attempts call -p "$P" --max-attempts 0 eth_blockNumber
+  [[ $stderr == *"0 is not a whole number from 1 to 1000"* ]] || { _dump_run; false; }
+  for v in 0 -1 1.5; do refused --requests bench -p "$P" --requests "$v"; done
+  for v in 0 -3; do refused --concurrency bench -p "$P" --concurrency "$v"; done
+  refused --min-healthy probe -p "$P" --min-healthy -1
+  for v in -1 0 18446744073709551615 0x100; do
+    refused --max-body serve -p "$P" --no-state --no-probe --listen 127.0.0.1:0 --max-body "$v"
+  done
+  for v in -5 0; do refused --max-batch serve -p "$P" --no-state --no-probe --listen 127.0.0.1:0 --max-batch "$v"; done
+  for v in 0 0ms nan; do
+    refused --read-timeout serve -p "$P" --no-state --no-probe --listen 127.0.0.1:0 --read-timeout "$v"
+    refused --idle-timeout serve -p "$P" --no-state --no-probe --listen 127.0.0.1:0 --idle-timeout "$v"
+  done
+  refused --grace serve -p "$P" --no-state --no-probe --listen 127.0.0.1:0 --grace -1
+  # Durations that are not finite, or overflow milliseconds.
+  for v in nan inf 1e400 1e300s -1 0; do
+    refused --timeout call -p "$P" --timeout "$v" eth_blockNumber
+    refused --timeout probe -p "$P" --timeout "$v"
+    refused --timeout bench -p "$P" --timeout "$v"
+  done
+  for v in nan inf 1e300 0; do refused --duration bench -p "$P" --duration "$v"; done
+  # The bounds themselves are accepted.
+  run --separate-stderr rpcroute probe -p "$P" --no-state --min-healthy 0 --timeout 1s
+  assert_status 0
+  run --separate-stderr rpcroute call -p "$P" --no-state --max-attempts 1000 eth_blockNumber
+  assert_status 3
+}
