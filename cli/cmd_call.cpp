@@ -208,7 +208,22 @@ int run_call(const CallOptions& options) {
     }
     body = std::move(*parsed);
   } else {
-    body.calls.push_back(jsonrpc::Call{"1", options.method, params_json(options.params), {}});
+    // Words from argv get the checks a body sent to the sidecar gets: a call the node would refuse
+    // as unreadable (-32700) must not reach it, nor count against its breaker.
+    for (std::size_t i = 0; i <= options.params.size(); ++i) {
+      const std::string& word = i == 0 ? options.method : options.params[i - 1];
+      if (!simdjson::validate_utf8(word.data(), word.size())) {
+        print_error(i == 0 ? std::string("the method is not valid UTF-8")
+                           : fmt::format("parameter {} is not valid UTF-8", i));
+        return 2;
+      }
+    }
+    auto parsed = jsonrpc::parse_body(jsonrpc::make_call("1", options.method, params_json(options.params)));
+    if (!parsed || !parsed->calls.front().valid()) {
+      print_error(fmt::format("bad call: {}", parsed ? parsed->calls.front().invalid_reason : parsed.error().message));
+      return 2;
+    }
+    body = std::move(*parsed);
   }
 
   SystemClock clock;

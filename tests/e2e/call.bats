@@ -589,3 +589,29 @@ refused() { # OPTION ARGS...
   run --separate-stderr rpcroute call -p "$P" --no-state --max-attempts 1000 eth_blockNumber
   assert_status 3
 }
+
+@test "call: invalid UTF-8 in the method or a parameter is refused (exit 2) and nothing is sent" {
+  start_fake f1 --height 100
+  write_profile "$P" f1
+  run --separate-stderr rpcroute call -p "$P" eth_getBalance $'\xff\xfe' latest
+  assert_status 2
+  assert_equal "$stderr" "rpcroute: error: parameter 1 is not valid UTF-8"
+  run --separate-stderr rpcroute call -p "$P" eth_getBalance "$DEV_ACCOUNT" $'lat\xc3'
+  assert_status 2
+  assert_equal "$stderr" "rpcroute: error: parameter 2 is not valid UTF-8"
+  run --separate-stderr rpcroute call -p "$P" $'eth_\xed\xa0\x80x'
+  assert_status 2
+  assert_equal "$stderr" "rpcroute: error: the method is not valid UTF-8"
+  # A parameter that parses as JSON is no way around it.
+  run --separate-stderr rpcroute call -p "$P" eth_call $'{"data":"\xff"}' latest
+  assert_status 2
+  run --separate-stderr rpcroute_stdin $'{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["\xff","latest"]}' \
+    call -p "$P" --raw
+  assert_status 2
+  assert_jq '.error.code == -32700'
+  assert_equal "$(fake_requests f1)" 0 "requests sent upstream"
+  # Valid UTF-8 beyond ASCII goes through.
+  run --separate-stderr rpcroute call -p "$P" web3_clientVersion 'héllo ✓'
+  assert_status 0
+  assert_equal "$(fake_requests f1)" 1 "requests sent upstream"
+}
