@@ -320,7 +320,9 @@ int run_call(const CallOptions& options) {
     case CallOutcome::Status::rpc_error:
     case CallOutcome::Status::invalid:
       if (!options.json) write_stdout(o.error + "\n");
-      fmt::print(stderr, "rpcroute: {} answered with an error: {}\n", o.provider.empty() ? "the router" : o.provider, o.error);
+      // stdout carries the node's error as sent; this line is our report of it.
+      fmt::print(stderr, "rpcroute: {} answered with an error: {}\n", o.provider.empty() ? "the router" : o.provider,
+                 report_text(o.error));
       break;
     case CallOutcome::Status::unavailable:
       print_unavailable(o, options.method, *chain);

@@ -615,3 +615,63 @@ refused() { # OPTION ARGS...
   assert_status 0
   assert_equal "$(fake_requests f1)" 1 "requests sent upstream"
 }
+
+# Makes fake NAME answer every call with JSON-RPC error CODE whose message is the contents of FILE
+# (any size: the control body goes through a file, not the command line).
+fake_error_message_file() { # NAME CODE FILE
+  local url body=$BATS_TEST_TMPDIR/control.json
+  url=$(node_url "$1")
+  jq -Rs --argjson code "$2" '{mode: "rpc_error", code: $code, message: .}' <"$3" >"$body"
+  curl -sf --max-time 5 -X POST -H 'content-type: application/json' --data-binary "@$body" "$url/_control" >/dev/null
+}
+
+@test "call: a node's 200 KB error reaches stdout whole; the stderr report of it is cut to 512 bytes" {
+  start_fake f1 --height 100
+  write_profile "$P" f1
+  local msg=$BATS_TEST_TMPDIR/msg
+  { printf 'execution reverted: '; head -c 200000 /dev/zero | tr '\0' 'x'; } >"$msg"
+  fake_error_message_file f1 3 "$msg"
+  run --separate-stderr rpcroute call -p "$P" eth_call '{"to":"0x0000000000000000000000000000000000000001"}' latest
+  assert_status 1
+  # stdout: the node's error object, every byte of the message.
+  assert_jq '.code == 3 and (.message | length) == 200020'
+  # stderr: one line, cut, saying how long the whole was.
+  assert_stderr_lines 1
+  ((${#stderr} < 700)) || { echo "stderr is ${#stderr} bytes" >&2; false; }
+  # The error object: {"code":3,"message":"…"} around the 200020 bytes.
+  [[ $stderr == 'rpcroute: f1 answered with an error: {"code":3,"message":"execution reverted: xxx'*"… ($((200020 + 23)) bytes)" ]] ||
+    { _dump_run; false; }
+  # -v and --json: the attempt's message is our report, cut the same way; the error stays whole.
+  run --separate-stderr rpcroute call -p "$P" -v --json eth_call '{"to":"0x0000000000000000000000000000000000000001"}' latest
+  assert_status 1
+  assert_jq '(.error.message | length) == 200020'
+  assert_jq '.meta.attempts[0].message | (utf8bytelength <= 600) and endswith("… (200023 bytes)")'
+  ((${#stderr} < 2000)) || { echo "stderr is ${#stderr} bytes" >&2; false; }
+}
+
+@test "call: control characters in a provider's error are escaped on stderr, JSON-escaped in --json" {
+  start_fake f1 --height 100
+  write_profile "$P" f1
+  # ESC sequences, a line break that would forge an "rpcroute:" line, BEL, CR, DEL, C1 CSI.
+  fake_control f1 '{"mode":"rpc_error","code":-32603,"message":"\u001b[31mred\u001b[0m\nrpcroute: error: forged\u0007\r\u007f\u009b2J"}'
+  run --separate-stderr rpcroute call -p "$P" -v eth_blockNumber
+  assert_status 3
+  local raw=$BATS_TEST_TMPDIR/stderr
+  printf '%s' "$stderr" >"$raw"
+  if LC_ALL=C grep -qP '[\x01-\x09\x0b-\x1f\x7f]|\xc2[\x80-\x9f]' "$raw"; then
+    echo "control characters on stderr:" >&2
+    od -c "$raw" | head -20 >&2
+    false
+  fi
+  assert_equal "$(grep -c '^rpcroute:' "$raw")" 2 "lines starting rpcroute: (the -v line and the failure)"
+  [[ $stderr == *'f1: rpc_error (provider_failure) after '*': -32603: \x1b[31mred\x1b[0m\nrpcroute: error: forged\x07\r\x7f\xc2\x9b2J'* ]] ||
+    { _dump_run; false; }
+  run --separate-stderr rpcroute call -p "$P" --json eth_blockNumber
+  assert_status 3
+  printf '%s' "$output" >"$raw"
+  if LC_ALL=C grep -qP '[\x01-\x09\x0b-\x1f\x7f]|\xc2[\x80-\x9f]' "$raw"; then
+    echo "control characters in --json" >&2
+    false
+  fi
+  assert_jq '.meta.attempts[0].message | startswith("-32603: \\x1b[31mred")'
+}

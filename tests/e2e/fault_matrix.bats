@@ -47,7 +47,7 @@ load helpers
 STRATEGIES=(load_balanced round_robin random weighted priority fastest latency_weighted)
 ROWS=(dead_port reset close hang slow_over slow_body slow_under slow_body_under http_503 http_502_html html_200
   rpc_32603 malformed truncated wrong_id huge http_429_retry_after http_429_date http_429_plain
-  rpc_32005 rpc_backoff rpc_compute_units lagging lying_height wrong_chain)
+  rpc_32005 rpc_backoff rpc_compute_units lagging lying_height wrong_chain rpc_huge_message rpc_control_chars)
 MAX_REQUESTS=${FAULT_MATRIX_MAX_REQUESTS:-40}
 BALANCE=0xde0b6b3a7640000 # the fake's eth_getBalance answer
 HUGE_BYTES=5242880
@@ -88,6 +88,12 @@ row_spec() { # ROW
     rpc_compute_units)
       HOW='{"mode":"rpc_error","code":429,"message":"Your app has exceeded its compute units per second capacity. If you have retries enabled, you can safely ignore this message."}'
       KIND=limit LIMIT_MS=30000 EXPLICIT=0
+      ;;
+    # Hostile messages (MESSAGE_ROWS): a provider failure whose text rpcroute must not print raw.
+    rpc_huge_message) HOW='{"mode":"rpc_error","code":-32603,"message":"huge"}' OUTCOME=rpc_error ;; # 200 KB: row_prepare
+    rpc_control_chars)
+      HOW='{"mode":"rpc_error","code":-32603,"message":"\u001b[31mred\u001b[0m\nrpcroute: error: forged\u0007\r\u007f\u009b2J"}'
+      OUTCOME=rpc_error
       ;;
     # Excluded for lag; once behind for longer than lag_trip_ms (30 s: a slow run gets there)
     # the breaker opens with reason lag instead. Either keeps F out.
@@ -443,6 +449,29 @@ if length != 1 then "FAIL \(length) JSON documents" else .[0] as $r
   ] | verdict
 end'
 
+# Rows whose provider's error message is hostile: what rpcroute reports of it (F's attempt in the
+# answer's error data; the plain call's stderr) is escaped and cut to 512 bytes plus "… (N bytes)".
+MESSAGE_ROWS=" rpc_huge_message rpc_control_chars "
+JQ_MESSAGE='
+([.error.data.attempts[]? | select(.provider == "F")] | first | .message // "") as $m
+| [ (if ($m | utf8bytelength) > 600 then "F'"'"'s message is \($m | utf8bytelength) bytes" else empty end),
+    (if $m | test("[\u0001-\u001f\u007f-\u009f]") then "control characters in F'"'"'s message" else empty end),
+    (if $row == "rpc_huge_message" and ($m | test("… \\(2000[0-9][0-9] bytes\\)$") | not) then "not cut: \($m[-60:])" else empty end),
+    (if $row == "rpc_control_chars" and ($m | contains("\\x1b[31mred\\x1b[0m\\nrpcroute: error: forged\\x07\\r\\x7f\\xc2\\x9b2J") | not)
+     then "not escaped: \($m)" else empty end)
+  ] | if length == 0 then "ok" else "FAIL " + join("; ") end'
+
+# The plain call's stderr ERR for a MESSAGE_ROWS row: short, no control character, no forged line.
+message_stderr_checks() { # ERR
+  local size
+  size=$(wc -c <"$1")
+  ((size < 4000)) || fail_cell "plain call: $size bytes on stderr"
+  if LC_ALL=C grep -qP '[\x01-\x09\x0b-\x1f\x7f]|\xc2[\x80-\x9f]' "$1"; then
+    fail_cell "plain call: control characters on stderr: $(head -c 600 "$1" | od -c | head -12)"
+  fi
+  [[ $(grep -c '^rpcroute:' "$1") == 1 ]] || fail_cell "plain call: more than one rpcroute: line: $(head -c 1500 "$1")"
+}
+
 # No healthy provider: F and a dead port D.
 call_none_cell() {
   local prof st
@@ -455,6 +484,9 @@ call_none_cell() {
   cli_call "$prof" "$st" load_balanced 1
   [[ $CALL_RC == 3 ]] || fail_cell "exit $CALL_RC, expected 3: $(head -c 1500 "$CALL_ERR")"
   verdict "no healthy provider" "$CALL_OUT" -rs "${JQ_ARGS[@]}" --arg phase first "$JQ_NONE" "$CALL_OUT"
+  if [[ $MESSAGE_ROWS == *" $ROW "* ]]; then
+    verdict "F's message" "$CALL_OUT" -r "${JQ_ARGS[@]}" "$JQ_MESSAGE" "$CALL_OUT"
+  fi
   [[ $KIND != exclude ]] || return 0
   # Without --json: nothing on stdout, the reason and one line per attempt on stderr.
   local rc=0 out=$CELL/plain.out err=$CELL/plain.err text
@@ -468,6 +500,7 @@ call_none_cell() {
   [[ $OUTCOME != timeout ]] || re=$'\n''  excluded F: circuit breaker open \(timeout\)'
   [[ $text =~ $re ]] || fail_cell "plain call: no F attempt line: $text"
   [[ $text == *$'\n  D: connect_failed (provider_failure)'* ]] || fail_cell "plain call: no D attempt line: $text"
+  [[ $MESSAGE_ROWS != *" $ROW "* ]] || message_stderr_checks "$err"
   if [[ $KIND == fail ]]; then
     # Two failures each: both breakers are open; each is tried as a trial.
     cli_call "$prof" "$st" load_balanced 3
@@ -607,6 +640,9 @@ serve_none_cell() {
   serve_post "$sc" "$path" "$ROW-none-1" 503
   t1=$(ms_now)
   verdict "503" "$RESP.body" -rs "${JQ_ARGS[@]}" --arg phase first "$JQ_NONE" "$RESP.body"
+  if [[ $MESSAGE_ROWS == *" $ROW "* ]]; then
+    verdict "F's message in the 503" "$RESP.body" -r "${JQ_ARGS[@]}" "$JQ_MESSAGE" "$RESP.body"
+  fi
   [[ $KIND != exclude ]] || return 0
   [[ $ATTEMPTS == 2 ]] || fail_cell "X-Rpcroute-Attempts $ATTEMPTS, expected 2"
   if [[ $KIND == limit && $EXPLICIT == 1 ]]; then
@@ -633,6 +669,14 @@ serve_none_cell() {
 
 # Per row, before its cells.
 row_prepare() { # ROW
+  if [[ $1 == rpc_huge_message ]]; then
+    # A 200 KB message: too long for a command line, so the control body goes through a file.
+    local body=$BATS_FILE_TMPDIR/huge_message.json
+    head -c 200000 /dev/zero | tr '\0' 'x' |
+      jq -Rs '{paths: {"/rpc_huge_message": {mode: "rpc_error", code: -32603, message: .}}}' >"$body"
+    curl -sf --max-time 5 -X POST -H 'content-type: application/json' --data-binary "@$body" \
+      "http://127.0.0.1:$(port_of fx)/_control" >/dev/null
+  fi
   if [[ $1 == http_429_date ]]; then
     # Retry-After as an HTTP date 45 s ahead (whole seconds; 45 s tells it apart from the 30 s default).
     local at_s=$(($(date +%s) + 45))
@@ -741,6 +785,8 @@ row_test_excluded() { # call|serve ROW
 @test "call: JSON-RPC -32005 limit exceeded" { row_test call rpc_32005; }
 @test "call: JSON-RPC -32005 with backoff_seconds in its data" { row_test call rpc_backoff; }
 @test "call: JSON-RPC 429 compute units" { row_test call rpc_compute_units; }
+@test "call: a 200 KB error message" { row_test call rpc_huge_message; }
+@test "call: control characters in an error message" { row_test call rpc_control_chars; }
 @test "call: lagging height (seen by rpcroute probe)" { row_test_excluded call lagging; }
 @test "call: lying height (seen by rpcroute probe)" { row_test_excluded call lying_height; }
 @test "call: wrong chain id (seen by rpcroute probe)" { row_test_excluded call wrong_chain; }
@@ -767,6 +813,8 @@ row_test_excluded() { # call|serve ROW
 @test "serve: JSON-RPC -32005 limit exceeded" { row_test serve rpc_32005; }
 @test "serve: JSON-RPC -32005 with backoff_seconds in its data" { row_test serve rpc_backoff; }
 @test "serve: JSON-RPC 429 compute units" { row_test serve rpc_compute_units; }
+@test "serve: a 200 KB error message" { row_test serve rpc_huge_message; }
+@test "serve: control characters in an error message" { row_test serve rpc_control_chars; }
 @test "serve: lagging height (seen by the sidecar's probes)" { row_test_excluded serve lagging; }
 @test "serve: lying height (seen by the sidecar's probes)" { row_test_excluded serve lying_height; }
 @test "serve: wrong chain id (seen by the sidecar's probes)" { row_test_excluded serve wrong_chain; }

@@ -80,6 +80,15 @@ struct CodeRule {
 /// Classifies a transport failure.
 [[nodiscard]] Classification classify_transport(TransportError e, std::string message);
 
+/// What we print of a provider's text (an error message, a body) in our own reports: control
+/// characters, DEL, C1 controls and bytes that are not UTF-8 become escapes ("\n", "\x1b"), so the
+/// text can neither drive a terminal nor forge a line; longer than kMaxReportBytes, it is cut on a
+/// character boundary and ends "… (N bytes)". The node's own JSON-RPC error, relayed to a client,
+/// is never passed through this.
+///   report_text("bad\x1b[2J") == "bad\\x1b[2J"
+[[nodiscard]] std::string report_text(std::string_view upstream_text);
+inline constexpr std::size_t kMaxReportBytes = 512;
+
 /// Classifies an HTTP answer that is not 2xx (429 → rate limited, else provider failure unless the
 /// body is a rate-limit error).
 [[nodiscard]] Classification classify_http_status(long status, std::string_view body,

@@ -212,6 +212,64 @@ std::int64_t retry_after_ms(std::string_view header, std::string_view message, s
   return -1;
 }
 
+namespace {
+
+/// Length of the UTF-8 sequence at the start of `s` (1 to 4), or 0 when it is not one (a stray
+/// continuation byte, an overlong form, a surrogate, past U+10FFFF, or cut short).
+std::size_t utf8_length(std::string_view s) {
+  const auto b = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
+  const auto cont = [&](std::size_t i) { return i < s.size() && (b(i) & 0xC0) == 0x80; };
+  const unsigned char c = b(0);
+  if (c < 0x80) return 1;
+  if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
+  if (c >= 0xE0 && c <= 0xEF) {
+    if (!cont(1) || !cont(2)) return 0;
+    if ((c == 0xE0 && b(1) < 0xA0) || (c == 0xED && b(1) > 0x9F)) return 0;
+    return 3;
+  }
+  if (c >= 0xF0 && c <= 0xF4) {
+    if (!cont(1) || !cont(2) || !cont(3)) return 0;
+    if ((c == 0xF0 && b(1) < 0x90) || (c == 0xF4 && b(1) > 0x8F)) return 0;
+    return 4;
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::string report_text(std::string_view text) {
+  std::string out;
+  out.reserve(std::min(text.size(), kMaxReportBytes));
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const std::size_t n = utf8_length(text.substr(i));
+    const auto c = static_cast<unsigned char>(text[i]);
+    // C1 controls (U+0080 to U+009F, "\xc2\x9b" is CSI) steer terminals as ESC does.
+    const bool control = n == 0 || c < 0x20 || c == 0x7F || (n == 2 && c == 0xC2 && static_cast<unsigned char>(text[i + 1]) < 0xA0);
+    std::string piece;
+    if (!control) {
+      piece.assign(text.substr(i, n));
+    } else if (c == '\n' && n == 1) {
+      piece = "\\n";
+    } else if (c == '\r' && n == 1) {
+      piece = "\\r";
+    } else if (c == '\t' && n == 1) {
+      piece = "\\t";
+    } else {
+      for (std::size_t k = 0; k < std::max<std::size_t>(n, 1); ++k) {
+        piece += fmt::format("\\x{:02x}", static_cast<unsigned char>(text[i + k]));
+      }
+    }
+    if (out.size() + piece.size() > kMaxReportBytes) {
+      out += fmt::format("… ({} bytes)", text.size());
+      return out;
+    }
+    out += piece;
+    i += std::max<std::size_t>(n, 1);
+  }
+  return out;
+}
+
 Classification classify_transport(TransportError e, std::string message) {
   Classification c;
   c.cls = C::provider_failure;

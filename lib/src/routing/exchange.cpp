@@ -149,6 +149,12 @@ Exchange classify_exchange(HttpResponse http, std::size_t n, std::int64_t now_ms
     }
   }
 
+  // Every message quotes the provider (its error, its status body, an id it sent): scrubbed of
+  // secrets, then escaped and cut, once, before anything prints or stores it.
+  for (auto& c : ex.per_call) {
+    if (!c.message.empty()) c.message = report_text(profile.scrub(std::move(c.message)));
+  }
+
   ex.overall.cls = overall_class(std::span<const Classification>(ex.per_call.data(), ex.per_call.size()));
   for (const auto& c : ex.per_call) {
     if (c.cls == ex.overall.cls) {

@@ -330,3 +330,38 @@ TEST_CASE("outcome names round-trip", "[classify]") {
   CHECK_FALSE(parse_outcome("exploded").has_value());
   CHECK_FALSE(parse_outcome("").has_value());
 }
+
+TEST_CASE("report_text: control characters, DEL and C1 controls from a provider become visible escapes",
+          "[classify][report]") {
+  CHECK(report_text("plain text, é and ✓ stay") == "plain text, é and ✓ stay");
+  CHECK(report_text("\x1b[31mred\x1b[0m") == "\\x1b[31mred\\x1b[0m");
+  CHECK(report_text("one\nrpcroute: error: forged\r\tx") == "one\\nrpcroute: error: forged\\r\\tx");
+  CHECK(report_text(std::string("nul\0bel\x07" "del\x7f", 12)) == "nul\\x00bel\\x07del\\x7f");
+  CHECK(report_text("csi \xc2\x9b" "2J, nbsp \xc2\xa0") == "csi \\xc2\\x9b2J, nbsp \xc2\xa0");
+  // Not UTF-8: a stray continuation byte, a cut sequence, an overlong form, a surrogate.
+  CHECK(report_text("a\x80z") == "a\\x80z");
+  CHECK(report_text("cut \xe2\x9c") == "cut \\xe2\\x9c");
+  CHECK(report_text("over \xc0\xaf") == "over \\xc0\\xaf");
+  CHECK(report_text("sur \xed\xa0\x80") == "sur \\xed\\xa0\\x80");
+  // Whatever comes out is printable: nothing below 0x20, no DEL.
+  std::string all;
+  for (int c = 0; c < 256; ++c) all.push_back(static_cast<char>(c));
+  for (unsigned char c : report_text(all)) CHECK((c >= 0x20 && c != 0x7f));
+}
+
+TEST_CASE("report_text: a long message is cut to 512 bytes on a character boundary, saying how long it was",
+          "[classify][report]") {
+  CHECK(report_text(std::string(512, 'a')) == std::string(512, 'a'));
+  const std::string huge(200'000, 'x');
+  auto cut = report_text(huge);
+  CHECK(cut == std::string(512, 'x') + "… (200000 bytes)");
+  // A 3-byte character that would straddle the limit is left out whole.
+  std::string wide = std::string(511, 'a') + "✓✓";
+  auto w = report_text(wide);
+  CHECK(w == std::string(511, 'a') + "… (517 bytes)");
+  // Escapes count as what is printed: 200 ESC bytes print as 800.
+  auto e = report_text(std::string(200, '\x1b'));
+  CHECK(e.rfind("… (200 bytes)") == e.size() - std::string("… (200 bytes)").size());
+  CHECK(e.size() <= 512 + std::string("… (200 bytes)").size());
+  CHECK(e.substr(0, 8) == "\\x1b\\x1b");
+}

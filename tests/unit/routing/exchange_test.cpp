@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include "rpcroute/exchange.hpp"
 #include "rpcroute/jsonrpc.hpp"
@@ -220,4 +221,28 @@ TEST_CASE("record_exchange: a trial's success closes an open breaker before its 
   // ... a trial's does.
   record_exchange(store, health, "p/c/n#f", calls, ok, clock.now_ms(), 0.0, {.trial = true});
   CHECK(store.state().providers.at("p/c/n#f").breaker.effective_state(clock.now_ms()) == BreakerState::closed);
+}
+
+TEST_CASE("classify_exchange: a provider's message is scrubbed, escaped and cut before anyone prints it",
+          "[exchange]") {
+  Profile p;
+  p.secrets = {"sk_live_0123456789abcdef"};
+  const std::string message = "bad key sk_live_0123456789abcdef\x1b[2J\nrpcroute: forged" + std::string(300'000, 'z');
+  const std::string body = R"({"jsonrpc":"2.0","id":0,"error":{"code":-32603,"message":")" +
+                           std::string("bad key sk_live_0123456789abcdef\\u001b[2J\\nrpcroute: forged") +
+                           std::string(300'000, 'z') + R"("}})";
+  auto ex = classify_exchange(answer(200, body), 1, 0, p);
+  REQUIRE(ex.per_call[0].outcome == Outcome::rpc_error);
+  const auto& m = ex.per_call[0].message;
+  CHECK(m.starts_with("-32603: bad key ***\\x1b[2J\\nrpcroute: forged"));
+  CHECK(m.ends_with(fmt::format("… ({} bytes)", std::string("-32603: bad key ***").size() + message.size() -
+                                                    std::string("bad key sk_live_0123456789abcdef").size())));
+  CHECK(m.size() < 600);
+  CHECK(ex.overall.message == m);
+  // The node's own error stays whole for the client.
+  REQUIRE(ex.replies[0] != nullptr);
+  CHECK(ex.replies[0]->error->message == message);
+  // An HTTP error's text gets the same treatment.
+  auto h = classify_exchange(answer(503, R"({"jsonrpc":"2.0","id":0,"error":{"code":-32603,"message":"down\u0007"}})"), 1, 0, p);
+  CHECK(h.per_call[0].message == "HTTP 503: down\\x07");
 }
