@@ -293,3 +293,74 @@ EOF
   assert_jq '.meta.provider == "keyed" and .result == "0x64"'
   refute_output_contains "$SECRET"
 }
+
+# ---------------------------------------------------------------------------------------------------
+# Hostile profiles: size, file kind, alias expansion, depth
+
+# Runs rpcroute ARGS bounded in time (a FIFO nobody writes to would hang a reader) and checks the
+# one-line usage error naming WORD.
+refuses_profile() { # WORD ARGS...
+  local word=$1
+  shift
+  run --separate-stderr timeout 10 "$RPCROUTE_BIN" "$@"
+  assert_usage_error "$word"
+}
+
+@test "a FIFO, /dev/zero or a profile over 1 MiB is refused at once (exit 2), by call and profiles validate" {
+  local fifo=$BATS_TEST_TMPDIR/fifo.yaml big=$BATS_TEST_TMPDIR/big.yaml
+  mkfifo "$fifo"
+  refuses_profile "not a regular file" call -p "$fifo" eth_blockNumber
+  refuses_profile "not a regular file" profiles validate "$fifo"
+  refuses_profile "not a regular file" call -p /dev/zero eth_blockNumber
+  refuses_profile "not a regular file" profiles show /dev/zero
+  # By name, the search path passes over it.
+  mkfifo "$RPCROUTE_PROFILES/piped.yaml"
+  refuses_profile "unknown profile 'piped'" call -p piped eth_blockNumber
+  # Valid YAML (a comment pads it) just over the bound.
+  write_profile "$big" f1
+  { printf '#'; head -c $((1024 * 1024)) /dev/zero | tr '\0' 'x'; printf '\n'; } >>"$big"
+  refuses_profile "larger than 1024 KiB" profiles validate "$big"
+  refuses_profile "larger than 1024 KiB" call -p "$big" eth_blockNumber
+  # Under it, the same profile loads.
+  write_profile "$big" f1
+  { printf '#'; head -c $((1000 * 1000)) /dev/zero | tr '\0' 'x'; printf '\n'; } >>"$big"
+  run --separate-stderr rpcroute profiles validate "$big"
+  assert_status 0
+}
+
+@test "aliases that expand past 100 000 nodes or 4 MiB of text are refused with file:line:column" {
+  # A billion laughs: 10 levels of 10 aliases, under 1 KB of YAML.
+  write_profile "$P.base" f1
+  {
+    cat "$P.base"
+    echo 'x0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]'
+    local i
+    for i in 1 2 3 4 5 6 7 8 9; do
+      echo "x$i: &a$i [*a$((i - 1)), *a$((i - 1)), *a$((i - 1)), *a$((i - 1)), *a$((i - 1)), *a$((i - 1)), *a$((i - 1)), *a$((i - 1)), *a$((i - 1)), *a$((i - 1))]"
+    done
+  } >"$P"
+  ((($(wc -c <"$P")) < 2000))
+  refuses_profile "nodes once aliases are expanded" profiles validate "$P"
+  [[ $stderr =~ $P:[0-9]+:[0-9]+:\  ]] || { _dump_run; false; }
+  refuses_profile "nodes once aliases are expanded" call -p "$P" eth_blockNumber
+  # One 512 KiB string read through ten aliases.
+  {
+    printf 's: &s %s\n' "$(head -c $((512 * 1024)) /dev/zero | tr '\0' 'm')"
+    cat "$P.base"
+    echo 'x: [*s, *s, *s, *s, *s, *s, *s, *s, *s, *s]'
+  } >"$P"
+  refuses_profile "MiB of text once aliases are expanded" profiles validate "$P"
+}
+
+@test "nesting too deep gets a real message with file:line:column, not \"bad file\"" {
+  local deep
+  write_profile "$P.base" f1
+  deep=$(printf '%*s' 3000 '' | tr ' ' '[')
+  { cat "$P.base"; echo "x: $deep"; } >"$P"
+  refuses_profile "nested more than 64 levels deep" profiles validate "$P"
+  [[ $stderr =~ $P:[0-9]+:[0-9]+:\  ]] || { _dump_run; false; }
+  [[ $stderr != *"bad file"* ]] || { _dump_run; false; }
+  deep=$(printf '%*s' 100 '' | tr ' ' '[')$(printf '%*s' 100 '' | tr ' ' ']')
+  { cat "$P.base"; echo "x: $deep"; } >"$P"
+  refuses_profile "nested more than 64 levels deep" call -p "$P" eth_blockNumber
+}

@@ -165,7 +165,12 @@ struct Profile {
 using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
 [[nodiscard]] EnvLookup process_env();
 
-/// Parses and validates a profile. Errors read "source:line:column: message".
+/// Profiles are a few KiB; a bigger file is refused before it is parsed.
+inline constexpr std::size_t kMaxProfileBytes = 1 << 20;
+
+/// Parses and validates a profile. Errors read "source:line:column: message". Refused: more than
+/// kMaxProfileBytes, nesting deeper than 64 levels, more than 100 000 nodes or 4 MiB of text once
+/// aliases are expanded. A file must be a regular file.
 [[nodiscard]] Result<Profile> load_profile_text(std::string_view yaml, const std::string& source,
                                                 const EnvLookup& env = process_env());
 [[nodiscard]] Result<Profile> load_profile_file(const std::filesystem::path& path,

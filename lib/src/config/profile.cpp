@@ -1,13 +1,20 @@
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <unordered_map>
 #include <cctype>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
 
 #include <curl/curl.h>
 #include <fmt/format.h>
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <array>
@@ -204,9 +211,14 @@ class Loader {
     YAML::Node root;
     try {
       root = YAML::Load(std::string(text));
+    } catch (const YAML::DeepRecursion& e) {
+      // yaml-cpp's own message for this is "bad file".
+      throw ProfileError{at(e.mark, fmt::format("nested more than {} levels deep", kMaxDepth))};
     } catch (const YAML::ParserException& e) {
-      throw ProfileError{fmt::format("{}:{}:{}: {}", source_, e.mark.line + 1, e.mark.column + 1, e.msg)};
+      throw ProfileError{at(e.mark, e.msg)};
     }
+    Expansion expansion;
+    check_expansion(root, 0, expansion);
     if (!root.IsMap()) throw error(root, "a profile must be a mapping with a 'chains' key");
     check_keys(root, {"name", "description", "chains", "routing", "health", "strategies"}, "profile");
 
@@ -316,6 +328,43 @@ class Loader {
   }
 
  private:
+  // yaml-cpp loads an alias as a second handle on the anchored node, but whatever reads the tree
+  // (this loader, yaml-cpp's conversions) walks and copies it once per alias: 1 MB of nested
+  // aliases would expand to gigabytes. The walk below counts what reading would see, and stops at
+  // the first node over a bound (so its time is bounded too, cycles included).
+  static constexpr int kMaxDepth = 64;
+  static constexpr std::size_t kMaxNodes = 100'000;
+  static constexpr std::size_t kMaxScalarBytes = 4 << 20;
+  struct Expansion {
+    std::size_t nodes = 0;
+    std::size_t scalar_bytes = 0;
+  };
+
+  void check_expansion(const YAML::Node& n, int depth, Expansion& e) const {
+    if (depth > kMaxDepth) throw error(n, fmt::format("nested more than {} levels deep", kMaxDepth));
+    if (++e.nodes > kMaxNodes) {
+      throw error(n, fmt::format("more than {} nodes once aliases are expanded", kMaxNodes));
+    }
+    if (n.IsScalar()) {
+      e.scalar_bytes += n.Scalar().size();
+      if (e.scalar_bytes > kMaxScalarBytes) {
+        throw error(n, fmt::format("more than {} MiB of text once aliases are expanded", kMaxScalarBytes >> 20));
+      }
+    } else if (n.IsSequence()) {
+      for (const auto& item : n) check_expansion(item, depth + 1, e);
+    } else if (n.IsMap()) {
+      for (auto it = n.begin(); it != n.end(); ++it) {
+        check_expansion(it->first, depth + 1, e);
+        check_expansion(it->second, depth + 1, e);
+      }
+    }
+  }
+
+  std::string at(const YAML::Mark& m, std::string_view msg) const {
+    return m.is_null() ? fmt::format("{}: {}", source_, msg)
+                       : fmt::format("{}:{}:{}: {}", source_, m.line + 1, m.column + 1, msg);
+  }
+
   ProfileError error(const YAML::Node& n, std::string_view msg) const {
     auto m = n.Mark();
     std::string text = m.is_null() ? fmt::format("{}: {}", source_, msg)
@@ -585,6 +634,10 @@ std::optional<std::string> home_relative(const EnvLookup& env, const char* xdg, 
 }  // namespace
 
 Result<Profile> load_profile_text(std::string_view yaml, const std::string& source, const EnvLookup& env) {
+  if (yaml.size() > kMaxProfileBytes) {
+    return fail(fmt::format("{}: a profile may hold at most {} KiB ({} bytes here)", source, kMaxProfileBytes >> 10,
+                            yaml.size()));
+  }
   try {
     Loader loader(source, env);
     return loader.load(yaml);
@@ -595,12 +648,56 @@ Result<Profile> load_profile_text(std::string_view yaml, const std::string& sour
   }
 }
 
+namespace {
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  [[nodiscard]] int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+/// The whole file, if it is a regular file of at most kMaxProfileBytes. Opened without blocking
+/// and checked once open: a FIFO (or a device such as /dev/zero) is refused, even one put in place
+/// after a check by name.
+Result<std::string> read_profile_bytes(const std::filesystem::path& path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (fd.get() < 0) return fail(fmt::format("cannot read profile {}: {}", path.string(), std::strerror(errno)));
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) {
+    return fail(fmt::format("cannot read profile {}: {}", path.string(), std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) return fail(fmt::format("profile {} is not a regular file", path.string()));
+  auto too_big = [&] {
+    return fail(fmt::format("profile {} is larger than {} KiB", path.string(), kMaxProfileBytes >> 10));
+  };
+  if (static_cast<std::uintmax_t>(st.st_size) > kMaxProfileBytes) return too_big();
+  std::string text;
+  char buf[16384];
+  for (;;) {  // a file growing while read is still bounded
+    const auto n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail(fmt::format("cannot read profile {}: {}", path.string(), std::strerror(errno)));
+    if (n == 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+    if (text.size() > kMaxProfileBytes) return too_big();
+  }
+  return text;
+}
+
+}  // namespace
+
 Result<Profile> load_profile_file(const std::filesystem::path& path, const EnvLookup& env) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return fail(fmt::format("cannot read profile {}", path.string()));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto p = load_profile_text(ss.str(), path.string(), env);
+  auto text = read_profile_bytes(path);
+  if (!text) return tl::unexpected(text.error());
+  auto p = load_profile_text(*text, path.string(), env);
   if (p) p->name = path.stem().string();
   return p;
 }

@@ -1,6 +1,10 @@
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <string>
+
+#include <fmt/format.h>
 
 #include "../support/temp_dir.hpp"
 #include "rpcroute/config.hpp"
@@ -857,4 +861,78 @@ TEST_CASE("load_profile_file reads a file and names the profile by its stem", "[
   auto missing = load_profile_file(dir / "none.yml", kNoEnv);
   REQUIRE_FALSE(missing.has_value());
   CHECK(missing.error().message.find("cannot read profile") != std::string::npos);
+}
+
+TEST_CASE("load_profile_file refuses what is not a regular file: a FIFO does not hang, /dev/zero is not read",
+          "[config][hostile]") {
+  TempDir dir;
+  const auto fifo = dir / "fifo.yaml";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  auto f = load_profile_file(fifo, kNoEnv);  // nobody writes to it: reading would block forever
+  REQUIRE_FALSE(f.has_value());
+  CHECK(f.error().message == fmt::format("profile {} is not a regular file", fifo.string()));
+  auto z = load_profile_file("/dev/zero", kNoEnv);
+  REQUIRE_FALSE(z.has_value());
+  CHECK(z.error().message == "profile /dev/zero is not a regular file");
+  auto d = load_profile_file(dir.path(), kNoEnv);
+  REQUIRE_FALSE(d.has_value());
+  CHECK(d.error().message.find("not a regular file") != std::string::npos);
+  // By path through find_profile too.
+  auto by_path = find_profile(fifo.string(), kNoEnv);
+  REQUIRE_FALSE(by_path.has_value());
+  CHECK(by_path.error().message.find("not a regular file") != std::string::npos);
+}
+
+TEST_CASE("a profile over 1 MiB is refused before it is parsed", "[config][hostile]") {
+  TempDir dir;
+  // Valid YAML all the way: a comment pads it past the bound.
+  const std::string big = provider_with({"url: http://h"}) + "#" + std::string(kMaxProfileBytes, 'x') + "\n";
+  write_file(dir / "big.yaml", big);
+  auto p = load_profile_file(dir / "big.yaml", kNoEnv);
+  REQUIRE_FALSE(p.has_value());
+  CHECK(p.error().message == fmt::format("profile {} is larger than 1024 KiB", (dir / "big.yaml").string()));
+  CHECK(load_error(big).find("at most 1024 KiB") != std::string::npos);
+  // Just under the bound loads.
+  const std::string fits = provider_with({"url: http://h"}) + "#" +
+                           std::string(kMaxProfileBytes - provider_with({"url: http://h"}).size() - 2, 'x') + "\n";
+  REQUIRE(fits.size() == kMaxProfileBytes);
+  write_file(dir / "fits.yaml", fits);
+  CHECK(load_profile_file(dir / "fits.yaml", kNoEnv).has_value());
+}
+
+TEST_CASE("aliases that expand past the bound are refused with file, line and column", "[config][hostile]") {
+  // A billion laughs: ten levels of ten aliases each, 10^10 nodes once expanded, from 600 bytes.
+  std::string laughs = "x0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n";
+  for (int i = 1; i <= 9; ++i) {
+    laughs += fmt::format("x{}: &a{} [", i, i);
+    for (int k = 0; k < 10; ++k) laughs += fmt::format("{}*a{}", k == 0 ? "" : ", ", i - 1);
+    laughs += "]\n";
+  }
+  auto y = load_error(laughs);
+  CHECK(y.starts_with("t.yaml:"));
+  CHECK(y.find("more than 100000 nodes once aliases are expanded") != std::string::npos);
+  // A long string quoted through aliases: 300 KiB of text, read 20 times, is 6 MiB.
+  std::string wide = provider_with({"url: http://h", "methods: { allow: [*s, *s, *s, *s, *s, *s, *s, *s, *s, *s, "
+                                                     "*s, *s, *s, *s, *s, *s, *s, *s, *s, *s] }"});
+  wide = "s: &s " + std::string(300 * 1024, 'm') + "\n" + wide;
+  auto w = load_error(wide);
+  CHECK(w.find("more than 4 MiB of text once aliases are expanded") != std::string::npos);
+  // A few aliases are fine.
+  CHECK(load_profile_text(provider_with({"url: http://h", "methods: &m { deny: [\"debug_*\"] }"}) +
+                              "      - { id: b, url: \"http://i\", methods: *m }\n",
+                          "t.yaml", kNoEnv)
+            .has_value());
+}
+
+TEST_CASE("nesting too deep is an error with file, line and column, not yaml-cpp's \"bad file\"",
+          "[config][hostile]") {
+  // Past yaml-cpp's own depth guard.
+  auto deep = load_error("a: " + std::string(5000, '[') + std::string(5000, ']') + "\n");
+  CHECK(deep.find("bad file") == std::string::npos);
+  CHECK(deep.starts_with("t.yaml:1:"));
+  CHECK(deep.find("nested more than 64 levels deep") != std::string::npos);
+  // Within it, past ours.
+  auto mid = load_error("a: " + std::string(100, '[') + std::string(100, ']') + "\n");
+  CHECK(mid.find("t.yaml:1:") == 0);
+  CHECK(mid.find("nested more than 64 levels deep") != std::string::npos);
 }
