@@ -403,3 +403,49 @@ EOF
   drive 0 rr state show --json
   assert_no_secret "$ALL" "$RPCROUTE_STATE"
 }
+
+@test "a key pasted literally into a URL (path, ?apikey=), echoed by the upstream, appears in no output" {
+  start_fake f1 --height 100
+  # A provider failure (-32603) whose message quotes the request-target, keys and all.
+  fake_control f1 '{"mode":"rpc_error","code":-32603,"message":"no such project at {target}"}'
+  local port qkey=q${SECRET_HEX:0:7} echoed
+  port=$(node_port f1)
+  # The fake does echo what it was sent.
+  echoed=$(curl -s --max-time 5 -d '{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}' "http://127.0.0.1:$port/v2/abc?apikey=x1")
+  [[ $echoed == *'"no such project at /v2/abc?apikey=x1"'* ]] || { echo "no echo: $echoed" >&2; false; }
+  # No ${VAR}: the keys are written into the profile as they were pasted.
+  cat >"$P" <<EOF2
+name: pasted
+chains:
+  local:
+    chain_id: 31337
+    block_time_ms: 1000
+    providers:
+      - id: pathkey
+        url: "http://127.0.0.1:$port/v2/$SECRET_HEX"
+      - id: querykey
+        url: "http://127.0.0.1:$port/rpc?apikey=$qkey&chain=local"
+routing:
+  default_strategy: priority
+EOF2
+  drive 3 rr call -p "$P" -v eth_blockNumber
+  drive 3 rr call -p "$P" --json eth_blockNumber
+  assert_jq '.meta.attempts | length == 2 and all(.message | startswith("-32603: no such project at /") and contains("***"))'
+  drive 3 rr call -p "$P" -v --provider querykey eth_blockNumber
+  drive 3 rr probe -p "$P"
+  drive 3 rr probe -p "$P" --json
+  drive 0,3 rr bench -p "$P" --requests 2 --methods eth_blockNumber
+  drive 0,3 rr bench -p "$P" --requests 2 --methods eth_blockNumber --json
+  # Its own state: the calls above opened both breakers in $RPCROUTE_STATE.
+  sidecar_start sc -p "$P" --no-state --no-probe -v
+  sidecar_post /rpc/local '{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}'
+  assert_equal "$code" 503 "sidecar status"
+  { printf '=== sidecar 503\n'; cat "$SC_HDRS"; printf '%s\n' "$body"; } >>"$ALL"
+  [[ $body == *'no such project at /v2/***'* ]] || { echo "the 503 lost the report: $body" >&2; false; }
+  sidecar_stop sc
+  assert_no_secret "$ALL" "$SC_LOG" "$RPCROUTE_STATE"
+  if grep -aFn "$qkey" "$ALL" "$SC_LOG" "$RPCROUTE_STATE" >&2; then
+    echo "the query key $qkey appears above" >&2
+    false
+  fi
+}

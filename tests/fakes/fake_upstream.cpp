@@ -16,7 +16,9 @@
 //   --retry-after VALUE  add "Retry-After: VALUE" to every answer on the JSON-RPC path
 //   --body TEXT          status, malformed, html modes: the body to send instead of the default
 //   --code N             rpc_error mode: error code (default -32603)
-//   --message TEXT       rpc_error mode: error message (default "internal error")
+//   --message TEXT       rpc_error mode: error message (default "internal error"); its first
+//                        "{target}" becomes the request-target (path and query), as echoed by
+//                        providers that quote the URL (and its key) in their errors
 //   --data JSON          rpc_error mode: error "data" member, any JSON value (default none)
 //   --huge-bytes N       huge mode: length of the result string (default 5242880)
 //   --drip-ms N          drip mode: pause before each byte of the body (default 100)
@@ -1016,7 +1018,11 @@ class Connection {
 
   asio::awaitable<bool> serve_rpc(Request& request) {
     const std::string_view path = target_path(request);
-    const Behaviour behaviour = upstream_.next_behaviour(path);
+    Behaviour behaviour = upstream_.next_behaviour(path);
+    // Providers that echo the request URL in their errors (with the key in it).
+    if (auto at = behaviour.message.find("{target}"); at != std::string::npos) {
+      behaviour.message.replace(at, 8, request.target().data(), request.target().size());
+    }
     const RpcRequest rpc = upstream_.reader.read(request.body());
     upstream_.stats.record(rpc, path);
 

@@ -144,12 +144,15 @@ struct Profile {
   HealthConfig health;
   StrategyParams strategies;
   std::vector<std::string> secrets;  // substituted values; scrubbed from any text we print
+  // Each provider URL's path and query ("/v2/KEY?x=1"): scrubbed too, as an upstream that echoes
+  // its request line shows them whole, key-looking or not.
+  std::vector<std::string> url_paths;
 
   /// By name or decimal chain id.
   [[nodiscard]] const Chain* find_chain(std::string_view name_or_id) const;
   /// The first override whose pattern matches, merged over defaults.
   [[nodiscard]] MethodPolicy policy_for(std::string_view method) const;
-  /// Replaces every secret in `text` with "***".
+  /// Replaces every secret and URL path in `text` with "***".
   [[nodiscard]] std::string scrub(std::string text) const;
 };
 
@@ -201,6 +204,18 @@ inline constexpr std::string_view kDefaultProfile = "public";
 /// "https://eth-mainnet.g.alchemy.com/v2/KEY" -> "https://eth-mainnet.g.alchemy.com/***".
 /// User info is dropped; a bare origin is shown as is.
 [[nodiscard]] std::string redact_url(std::string_view url);
+
+/// A URL path segment or query value that looks like a key: 16 characters or more of letters,
+/// digits and -_.~+=%:, with a digit or both cases ("v2", "mainnet", "eth-mainnet-archive" do not).
+[[nodiscard]] bool looks_like_credential(std::string_view text);
+/// What of a URL is secret, as it may be echoed back (raw and percent-decoded): the user info, and
+/// each path segment or query value that looks like a credential or whose parameter name says it
+/// is one (apikey=, token=, ...). The loader adds them to Profile::secrets, so a key pasted into a
+/// URL is scrubbed like one given as ${VAR}.
+///   url_credentials("https://h/v2/abcdef0123456789xyz?apikey=k1") == {"abcdef0123456789xyz", "k1"}
+[[nodiscard]] std::vector<std::string> url_credentials(std::string_view url);
+/// "https://h/v2/KEY?x=1#f" -> "/v2/KEY?x=1"; empty for "https://h" and "https://h/".
+[[nodiscard]] std::string url_path_and_query(std::string_view url);
 
 /// Short, stable, non-reversible fingerprint of a URL (hex).
 [[nodiscard]] std::string url_fingerprint(std::string_view url);

@@ -182,7 +182,7 @@ struct Router::Item {
 Classification Router::scrubbed(const Classification& c) const {
   // A provider may echo the URL (and its key) in an error message: our report never repeats it.
   Classification out = c;
-  if (!profile_.secrets.empty()) out.message = profile_.scrub(std::move(out.message));
+  if (!profile_.secrets.empty() || !profile_.url_paths.empty()) out.message = profile_.scrub(std::move(out.message));
   return out;
 }
 

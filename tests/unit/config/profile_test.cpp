@@ -936,3 +936,48 @@ TEST_CASE("nesting too deep is an error with file, line and column, not yaml-cpp
   CHECK(mid.find("t.yaml:1:") == 0);
   CHECK(mid.find("nested more than 64 levels deep") != std::string::npos);
 }
+
+TEST_CASE("url_credentials: key-looking path segments and query values, credential parameters, user info",
+          "[config][secrets]") {
+  using V = std::vector<std::string>;
+  CHECK(url_credentials("https://eth-mainnet.g.alchemy.com/v2/Ab3dEfGh1jKlMn0pQrStUvWxYz012345") ==
+        V{"Ab3dEfGh1jKlMn0pQrStUvWxYz012345"});
+  CHECK(url_credentials("https://mainnet.infura.io/v3/0123456789abcdef0123456789abcdef?x=1") ==
+        V{"0123456789abcdef0123456789abcdef"});
+  CHECK(url_credentials("https://h/rpc?apikey=short1&chain=mainnet") == V{"short1"});
+  CHECK(url_credentials("https://h/?access_token=tok%2Bvalue99") == V{"tok%2Bvalue99", "tok+value99"});
+  CHECK(url_credentials("https://user:pw-1234@h/") == V{"pw-1234"});
+  CHECK(url_credentials("https://KEYKEYKEY12@h") == V{"KEYKEYKEY12"});
+  // Nothing that reads as a word: versions, chain names, an archive path.
+  CHECK(url_credentials("https://1rpc.io/eth").empty());
+  CHECK(url_credentials("https://h/v2/eth-mainnet-archive/rpc?chain=ethereum").empty());
+  CHECK(url_credentials("http://127.0.0.1:8545").empty());
+  CHECK(looks_like_credential("0123456789abcdef"));
+  CHECK(looks_like_credential("AbcdefghIjklmnop"));
+  CHECK_FALSE(looks_like_credential("abcdefghijklmnopqrstuvwxyz"));
+  CHECK_FALSE(looks_like_credential("0123456789abcde"));  // 15
+  CHECK(url_path_and_query("https://h/v2/KEY?x=1#frag") == "/v2/KEY?x=1");
+  CHECK(url_path_and_query("https://h/").empty());
+  CHECK(url_path_and_query("https://h").empty());
+}
+
+TEST_CASE("a key pasted into a URL is a secret: scrub() hides it wherever it is echoed", "[config][secrets]") {
+  const std::string key = "Zq8RtW2xYb5vN7mK3pL9";
+  auto p = load_profile_text(provider_with({fmt::format("url: https://h.example/v2/{}?apikey=qk-991&net=main", key)}) +
+                                 "      - { id: b, url: \"https://i.example/rpc/eth\" }\n",
+                             "t.yaml", kNoEnv);
+  REQUIRE(p.has_value());
+  CHECK(std::find(p->secrets.begin(), p->secrets.end(), key) != p->secrets.end());
+  CHECK(std::find(p->secrets.begin(), p->secrets.end(), "qk-991") != p->secrets.end());
+  CHECK(p->scrub(fmt::format("invalid key {} (apikey qk-991)", key)) == "invalid key *** (apikey ***)");
+  CHECK(p->scrub(fmt::format("POST /v2/{}?apikey=qk-991&net=main 401", key)) ==
+        "POST /v2/***?apikey=***&net=main 401");
+  // A key that does not look like one is hidden with the whole path around it.
+  auto q = load_profile_text(provider_with({"url: https://h.example/v1/shortkey"}), "t.yaml", kNoEnv);
+  REQUIRE(q.has_value());
+  CHECK(q->secrets.empty());
+  CHECK(q->scrub("POST /v1/shortkey: 401") == "POST ***: 401");
+  // A path without a key is only hidden where the whole of it is echoed: words stay words.
+  CHECK(p->scrub("no route for /rpc/eth on eth") == "no route for *** on eth");
+  CHECK(p->scrub("header not found on main") == "header not found on main");
+}
