@@ -1005,7 +1005,9 @@ bool Server::prepare(const Request& req, Reply& reply, RpcJob& job) {
   const Route route = route_cache_;
   if (!config_.token.empty() && route.kind != RouteKind::healthz) {
     std::string_view auth = req.authorization;
-    if (!constant_time_equal(auth, "Bearer " + config_.token)) {
+    // The scheme is case-insensitive (RFC 9110 section 11.1); the token is not.
+    if (auth.size() < 7 || !beast::iequals(beast::string_view(auth.data(), 7), "Bearer ") ||
+        !constant_time_equal(auth.substr(7), config_.token)) {
       error(http::status::unauthorized, "missing or wrong bearer token");
       reply.header("WWW-Authenticate", "Bearer");
       return false;

@@ -1000,6 +1000,25 @@ PY
   assert_code 200
 }
 
+@test "safety: the token's scheme is case-insensitive ('bearer', 'BEARER'), the token itself is not" {
+  start_fake f1 --height 100
+  write_profile "$P" f1
+  start_sidecar -p "$P" --no-probe --allow-remote --token T0k3n-e2e
+  local scheme
+  for scheme in bearer BEARER bEaReR Bearer; do
+    sc_post /rpc/local "$BN" -H "Authorization: $scheme T0k3n-e2e"
+    assert_code 200
+    assert_body_jq '.result == "0x64"'
+  done
+  sc_post /rpc/local "$BN" -H 'Authorization: bearer t0k3n-e2e'
+  assert_code 401
+  sc_post /rpc/local "$BN" -H 'Authorization: Basic T0k3n-e2e'
+  assert_code 401
+  sc_post /rpc/local "$BN" -H 'Authorization: bearer'
+  assert_code 401
+  assert_equal "$(fake_requests f1)" 4 "requests sent upstream"
+}
+
 # ---------------------------------------------------------------------------------------------------
 # 7. SIGTERM during load
 
