@@ -113,7 +113,7 @@ void check_exchange(const Input& in) {
   http.body = std::string(in.body);
   http.retry_after = in.retry_after;
   Profile profile;
-  Exchange ex = classify_exchange(std::move(http), in.calls, kNowMs, profile);
+  Exchange ex = classify_exchange(std::move(http), UpstreamIds{0, in.calls}, kNowMs, profile);
 
   FUZZ_CHECK(ex.per_call.size() == in.calls);
   FUZZ_CHECK(ex.replies.size() == in.calls);

@@ -38,6 +38,7 @@ struct Quota {
 struct ProviderLimits {
   std::optional<std::uint64_t> max_block_range;
   std::optional<std::size_t> max_batch;
+  std::optional<std::uint64_t> max_response_bytes;  // limits.max_response_mb
 };
 
 /// allow/deny lists of method globs ("debug_*"). Deny wins; an empty allow list allows all.
@@ -84,6 +85,7 @@ struct MethodPolicy {
   std::optional<Strategy> strategy;
   std::vector<std::string> providers;  // restrict to these ids, in this order of preference
   std::optional<std::int64_t> timeout_ms;
+  std::optional<std::uint64_t> max_response_bytes;  // max_response_mb: wins over the provider's
   bool broadcast = false;
 };
 

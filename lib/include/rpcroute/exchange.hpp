@@ -18,12 +18,23 @@
 
 namespace rpcroute {
 
-/// One call sent upstream. Upstream ids are the calls' positions (0, 1, …), so answers are matched
+/// One call sent upstream. Upstream ids are the router's own, not the client's: answers are matched
 /// whatever ids the client used.
 struct UpstreamCall {
   std::string_view method;
   std::string_view params;
 };
+
+/// The ids of one upstream request's calls: first, first + 1, …, first + count - 1. Unique in the
+/// process, so that an answer left over on a keep-alive connection (an unsolicited extra response,
+/// a late answer) never passes for the answer to a later request.
+struct UpstreamIds {
+  std::uint64_t first = 0;
+  std::size_t count = 0;
+};
+
+/// Reserves `count` fresh upstream ids.
+[[nodiscard]] UpstreamIds reserve_upstream_ids(std::size_t count);
 
 /// One HTTP exchange with one provider, classified per call (DESIGN.md section 7). The router,
 /// `bench` and `probe` all go through this, so they judge answers the same way.
@@ -55,14 +66,25 @@ struct Exchange {
 /// without a copy. `ex.response` must not be used after. Copies when the buffer has no room.
 [[nodiscard]] std::string take_as_response(Exchange& ex, std::string_view result, std::string_view id);
 
-/// A single call is sent as an object, several as a batch.
-[[nodiscard]] std::string upstream_body(std::span<const UpstreamCall> calls);
+/// A single call is sent as an object, several as a batch; call i gets the id ids.first + i.
+[[nodiscard]] std::string upstream_body(std::span<const UpstreamCall> calls, UpstreamIds ids);
 
-/// Classifies a provider's HTTP answer to `call_count` calls sent with upstream_body(). With the
-/// calls, a head answer (eth_blockNumber) that is not a quantity ("0x", "-0x1", a JSON number) is a
-/// provider failure (bad_response), not a result.
-[[nodiscard]] Exchange classify_exchange(HttpResponse http, std::size_t call_count, std::int64_t now_ms,
+/// Classifies a provider's HTTP answer to the calls sent with upstream_body(calls, ids). An answer
+/// must carry exactly the ids sent (the same token: 7, not 7.0), each once, in the shape sent (an
+/// object for one call); anything else is not the answer to this request (a provider failure).
+/// With the calls, a head answer (eth_blockNumber) that is not a quantity ("0x", "-0x1", a JSON
+/// number) is a provider failure (bad_response), not a result.
+[[nodiscard]] Exchange classify_exchange(HttpResponse http, UpstreamIds ids, std::int64_t now_ms,
                                          const Profile& profile, std::span<const UpstreamCall> calls = {});
+
+/// Whether an exchange's answer shows its connection out of step (an answer to another request, or
+/// not an answer at all): the connection is then closed rather than reused.
+[[nodiscard]] bool connection_suspect(const Exchange& exchange);
+
+/// The response cap for calls to one provider: the largest of the calls' methods' caps (their
+/// method overrides' max_response_mb, else the provider's limits.max_response_mb, else the default).
+[[nodiscard]] std::uint64_t max_response_bytes(std::span<const UpstreamCall> calls, const Provider& provider,
+                                               const Profile& profile);
 
 /// Sends calls to one provider and classifies the answer.
 [[nodiscard]] asio::awaitable<Exchange> send_exchange(Engine& engine, const Provider& provider,

@@ -31,7 +31,11 @@ enum class Outcome {
   http_error,       // HTTP status other than 2xx and 429
   bad_response,     // not JSON, truncated, not a JSON-RPC response
   wrong_id,         // an answer for another request
+  too_large,        // the answer outgrew the response cap (max_response_mb): abandoned
+  out_of_memory,    // this process ran out of memory taking the answer: that attempt failed
 };
+/// The last Outcome, for code that walks them all.
+inline constexpr Outcome kLastOutcome = Outcome::out_of_memory;
 
 [[nodiscard]] std::string_view outcome_name(Outcome o);
 [[nodiscard]] std::string_view class_name(OutcomeClass c);
@@ -39,7 +43,9 @@ enum class Outcome {
 
 /// Transport-level failure kinds, independent of curl.
 /// cancelled: the caller abandoned the transfer (Cancellation); says nothing about the provider.
-enum class TransportError { none, connect, dns, timeout, tls, reset, truncated, other, cancelled };
+/// too_large: over HttpRequest::max_response_bytes; encoded: a Content-Encoding nobody asked for
+/// (both clients ask for identity); out_of_memory: an allocation failed while taking the answer.
+enum class TransportError { none, connect, dns, timeout, tls, reset, truncated, other, cancelled, too_large, encoded, out_of_memory };
 
 /// One classified attempt result.
 struct Classification {

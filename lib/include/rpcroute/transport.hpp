@@ -11,11 +11,17 @@
 
 namespace rpcroute {
 
+/// The default cap on one answer's body (issue 14): far above any real JSON-RPC answer, far below
+/// what an endless or lying body would take. Profiles change it per provider and per method.
+inline constexpr std::uint64_t kDefaultMaxResponseBytes = std::uint64_t{128} << 20;
+
 struct HttpRequest {
   std::string url;
   std::string body;
   const std::vector<Header>* headers = nullptr;  // extra headers; must outlive perform()
   std::int64_t timeout_ms = 10'000;
+  /// Larger answers are abandoned (TransportError::too_large), whatever their framing.
+  std::uint64_t max_response_bytes = kDefaultMaxResponseBytes;
   Cancellation* cancel = nullptr;  // request() stops the transfer: TransportError::cancelled
 };
 
@@ -23,6 +29,13 @@ struct HttpRequest {
 /// parsed in place, and room for the router to turn a result into the client's response in place
 /// (the envelope with a client id of up to ~200 bytes) instead of copying a large body.
 inline constexpr std::size_t kBodySlack = 256;
+
+/// Which pooled connection carried an answer: what Engine::close_connection needs to drop it.
+struct ConnectionRef {
+  enum class Client : std::uint8_t { none, native, curl };
+  Client client = Client::none;  // none: the connection was not kept
+  std::uint64_t id = 0;          // the client's serial of the connection
+};
 
 struct HttpResponse {
   TransportError error = TransportError::none;
@@ -32,6 +45,7 @@ struct HttpResponse {
   std::string retry_after;  // Retry-After header, if any
   std::int64_t latency_us = 0;  // from the start of the request to the last byte
   std::int64_t connect_us = 0;  // time spent connecting (0 on a reused connection)
+  ConnectionRef connection;     // the keep-alive connection it came on, if it was kept
 };
 
 /// The HTTP client: one curl multi handle driven by the io_context (DESIGN.md section 2).
@@ -47,6 +61,10 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   [[nodiscard]] asio::awaitable<HttpResponse> perform(HttpRequest request);
+
+  /// Drops the keep-alive connection an answer came on, if it is still idle in the pool: an answer
+  /// that is not the one asked for means the connection is out of step with its requests.
+  void close_connection(const ConnectionRef& connection);
 
   /// Number of transfers in flight.
   [[nodiscard]] std::size_t in_flight() const;

@@ -407,10 +407,11 @@ class Loader {
           // A copy (a Node is a handle): it->second lives in a proxy that dies with the statement.
           const YAML::Node v = it->second;
           require_map(v, "method override");
-          check_keys(v, {"strategy", "providers", "timeout_ms", "broadcast"}, "method override");
+          check_keys(v, {"strategy", "providers", "timeout_ms", "broadcast", "max_response_mb"}, "method override");
           if (auto s = v["strategy"]) o.policy.strategy = strategy(s);
           if (auto t = opt_int(v, "timeout_ms", 1)) o.policy.timeout_ms = *t;
           if (auto b = v["broadcast"]) o.policy.broadcast = boolean(b);
+          if (auto m = opt_int(v, "max_response_mb", 1)) o.policy.max_response_bytes = response_cap(v, *m);
           if (auto ps = v["providers"]) {
             o.policy.providers = string_list(ps, "providers");
             for (std::size_t i = 0; i < o.policy.providers.size(); ++i) {
@@ -524,6 +525,12 @@ class Loader {
     }
     if (v < min) throw error(n, fmt::format("'{}' must be at least {}", key, min));
     return v;
+  }
+
+  /// max_response_mb (already at least 1) in bytes; above 4096 MiB a cap bounds nothing.
+  std::uint64_t response_cap(const YAML::Node& map, std::int64_t mb) const {
+    if (mb > 4096) throw error(map["max_response_mb"], "'max_response_mb' must be at most 4096");
+    return static_cast<std::uint64_t>(mb) << 20;
   }
 
   std::optional<double> opt_double(const YAML::Node& map, const char* key, double lo, double hi) const {
@@ -711,9 +718,10 @@ class Loader {
     }
     if (auto l = n["limits"]) {
       require_map(l, "limits");
-      check_keys(l, {"max_block_range", "max_batch"}, "limits");
+      check_keys(l, {"max_block_range", "max_batch", "max_response_mb"}, "limits");
       if (auto r = opt_int(l, "max_block_range", 1)) p.limits.max_block_range = static_cast<std::uint64_t>(*r);
       if (auto b = opt_int(l, "max_batch", 1)) p.limits.max_batch = static_cast<std::size_t>(*b);
+      if (auto m = opt_int(l, "max_response_mb", 1)) p.limits.max_response_bytes = response_cap(l, *m);
     }
     if (auto t = opt_int(n, "timeout_ms", 1)) {
       p.timeout_ms = *t;

@@ -23,12 +23,14 @@ std::string_view outcome_name(Outcome o) {
     case Outcome::http_error: return "http_error";
     case Outcome::bad_response: return "bad_response";
     case Outcome::wrong_id: return "wrong_id";
+    case Outcome::too_large: return "too_large";
+    case Outcome::out_of_memory: return "out_of_memory";
   }
   return "?";
 }
 
 std::optional<Outcome> parse_outcome(std::string_view name) {
-  for (int i = 0; i <= static_cast<int>(Outcome::wrong_id); ++i) {
+  for (int i = 0; i <= static_cast<int>(kLastOutcome); ++i) {
     if (outcome_name(static_cast<Outcome>(i)) == name) return static_cast<Outcome>(i);
   }
   return std::nullopt;
@@ -280,7 +282,11 @@ Classification classify_transport(TransportError e, std::string message) {
     case TransportError::dns: c.outcome = Outcome::dns_failed; break;
     case TransportError::timeout: c.outcome = Outcome::timeout; break;
     case TransportError::tls: c.outcome = Outcome::tls_failed; break;
-    case TransportError::truncated: c.outcome = Outcome::bad_response; break;
+    case TransportError::truncated:
+    case TransportError::encoded: c.outcome = Outcome::bad_response; break;
+    // Charged to the provider: its answer is what outgrew the cap or the memory left.
+    case TransportError::too_large: c.outcome = Outcome::too_large; break;
+    case TransportError::out_of_memory: c.outcome = Outcome::out_of_memory; break;
     case TransportError::reset:
     case TransportError::other: c.outcome = Outcome::transport_error; break;
     // Our side gave up (the client left): nothing to hold against the provider. The router does

@@ -393,12 +393,21 @@ namespace {
 
 simdjson::error_code parse_reply(od::object obj, od::document& doc, const PaddedInput& input, Reply& reply,
                                  std::string& why) {
+  // A member given twice makes the answer ambiguous (which id did it answer?): not a response.
+  bool seen_id = false, seen_result = false, seen_error = false;
+  auto once = [&](bool& seen, std::string_view key) {
+    if (seen && why.empty()) why = fmt::format("{} given twice", key);
+    seen = true;
+  };
   for (auto field : obj) {
     std::string_view key;
     if (auto e = field.unescaped_key().get(key)) return e;
     od::value v;
     if (auto e = field.value().get(v)) return e;
     std::string_view raw;
+    if (key == "id") once(seen_id, key);
+    else if (key == "result") once(seen_result, key);
+    else if (key == "error") once(seen_error, key);
     if (key == "id") {
       if (auto e = raw_of(v, doc, raw)) return e;
       reply.id.assign(raw);

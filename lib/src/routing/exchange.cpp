@@ -1,6 +1,8 @@
 #include "rpcroute/exchange.hpp"
 
 #include <algorithm>
+#include <cassert>
+#include <atomic>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -83,20 +85,43 @@ std::string take_as_response(Exchange& ex, std::string_view result, std::string_
   return out;
 }
 
-std::string upstream_body(std::span<const UpstreamCall> calls) {
-  if (calls.size() == 1) return jsonrpc::make_call("0", calls[0].method, calls[0].params);
+UpstreamIds reserve_upstream_ids(std::size_t count) {
+  // Process-wide (the sidecar's threads share the counter); starts at 1 so that no upstream call
+  // carries the 0 every call used to have.
+  static std::atomic<std::uint64_t> next{1};
+  return UpstreamIds{next.fetch_add(count, std::memory_order_relaxed), count};
+}
+
+std::string upstream_body(std::span<const UpstreamCall> calls, UpstreamIds ids) {
+  assert(ids.count == calls.size());
+  if (calls.size() == 1) return jsonrpc::make_call(std::to_string(ids.first), calls[0].method, calls[0].params);
   std::string body;
   body.push_back('[');
   for (std::size_t i = 0; i < calls.size(); ++i) {
     if (i > 0) body.push_back(',');
-    jsonrpc::append_call(body, std::to_string(i), calls[i].method, calls[i].params);
+    jsonrpc::append_call(body, std::to_string(ids.first + i), calls[i].method, calls[i].params);
   }
   body.push_back(']');
   return body;
 }
 
-Exchange classify_exchange(HttpResponse http, std::size_t n, std::int64_t now_ms, const Profile& profile,
+namespace {
+
+/// Our ids are plain decimal integers: an answer's id is ours only as that exact token (no 7.0,
+/// no "7"). Whitespace around a raw token is not part of it.
+bool is_our_id(std::string_view token, std::string_view want) {
+  while (!token.empty() && (token.front() == ' ' || token.front() == '\t' || token.front() == '\n' || token.front() == '\r'))
+    token.remove_prefix(1);
+  while (!token.empty() && (token.back() == ' ' || token.back() == '\t' || token.back() == '\n' || token.back() == '\r'))
+    token.remove_suffix(1);
+  return token == want;
+}
+
+}  // namespace
+
+Exchange classify_exchange(HttpResponse http, UpstreamIds ids, std::int64_t now_ms, const Profile& profile,
                            std::span<const UpstreamCall> calls) {
+  const std::size_t n = ids.count;
   Exchange ex;
   ex.http = std::move(http);
   ex.http.body.reserve(ex.http.body.size() + 64);  // simdjson's padding: parse in place
@@ -121,14 +146,20 @@ Exchange classify_exchange(HttpResponse http, std::size_t n, std::int64_t now_ms
       } else {
         all(failure(Outcome::bad_response, "a single answer to a batch"));
       }
+    } else if (ex.response->batch && n == 1) {
+      // A single call is sent as an object: a batch back answers something else.
+      all(failure(Outcome::bad_response, "a batch answer to a single call"));
     } else {
       for (std::size_t i = 0; i < n; ++i) {
-        auto want = std::to_string(i);
+        const auto want = std::to_string(ids.first + i);
         for (const auto& r : replies) {
-          if (jsonrpc::same_id(r.id, want)) {
-            ex.replies[i] = &r;
+          if (!is_our_id(r.id, want)) continue;
+          if (ex.replies[i] != nullptr) {  // two answers for one call: neither can be trusted
+            ex.replies[i] = nullptr;
+            ex.per_call[i] = failure(Outcome::bad_response, "two answers for one call in the batch");
             break;
           }
+          ex.replies[i] = &r;
         }
         if (ex.replies[i] != nullptr) {
           ex.per_call[i] = reply_class(*ex.replies[i], h.retry_after, now_ms);
@@ -139,6 +170,8 @@ Exchange classify_exchange(HttpResponse http, std::size_t n, std::int64_t now_ms
             ex.per_call[i] = failure(Outcome::bad_response,
                                      fmt::format("eth_blockNumber answered {}, not a block number", profile.scrub(shown)));
           }
+        } else if (ex.per_call[i].outcome == Outcome::bad_response) {
+          continue;
         } else if (n == 1 && replies.size() == 1) {
           ex.per_call[i] = failure(Outcome::wrong_id, fmt::format("answer has id {} instead of {}",
                                                                   replies[0].id.empty() ? "none" : replies[0].id, want));
@@ -165,12 +198,29 @@ Exchange classify_exchange(HttpResponse http, std::size_t n, std::int64_t now_ms
   return ex;
 }
 
+bool connection_suspect(const Exchange& ex) {
+  return std::any_of(ex.per_call.begin(), ex.per_call.end(), [](const Classification& c) {
+    return c.outcome == Outcome::wrong_id || c.outcome == Outcome::bad_response;
+  });
+}
+
+std::uint64_t max_response_bytes(std::span<const UpstreamCall> calls, const Provider& provider, const Profile& profile) {
+  const std::uint64_t base = provider.limits.max_response_bytes.value_or(kDefaultMaxResponseBytes);
+  std::uint64_t cap = 0;
+  for (const auto& c : calls) cap = std::max(cap, profile.policy_for(c.method).max_response_bytes.value_or(base));
+  return cap == 0 ? base : cap;
+}
+
 asio::awaitable<Exchange> send_exchange(Engine& engine, const Provider& provider, std::span<const UpstreamCall> calls,
                                         std::int64_t timeout_ms, const Clock& clock, const Profile& profile) {
   // A named request: g++ 12 destroys temporaries inside a co_await expression twice.
-  HttpRequest request{provider.url, upstream_body(calls), &provider.headers, timeout_ms};
+  const UpstreamIds ids = reserve_upstream_ids(calls.size());
+  HttpRequest request{provider.url, upstream_body(calls, ids), &provider.headers, timeout_ms,
+                      max_response_bytes(calls, provider, profile)};
   HttpResponse http = co_await engine.perform(std::move(request));
-  co_return classify_exchange(std::move(http), calls.size(), clock.now_ms(), profile, calls);
+  Exchange ex = classify_exchange(std::move(http), ids, clock.now_ms(), profile, calls);
+  if (connection_suspect(ex)) engine.close_connection(ex.http.connection);
+  co_return ex;
 }
 
 void record_exchange(StateStore& store, const HealthConfig& health, std::string_view key,

@@ -787,7 +787,9 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
     const std::span<const UpstreamCall> upstream_calls(upstream.data(), upstream.size());
     // send_exchange's steps, in this frame: a coroutine level less per attempt. Named locals: g++ 12
     // destroys temporaries inside a co_await expression twice.
-    HttpRequest request{provider.url, upstream_body(upstream_calls), &provider.headers, attempt_timeout};
+    const UpstreamIds ids = reserve_upstream_ids(upstream_calls.size());
+    HttpRequest request{provider.url, upstream_body(upstream_calls, ids), &provider.headers, attempt_timeout,
+                        max_response_bytes(upstream_calls, provider, profile_)};
     request.cancel = options.cancel;
     HttpResponse answer = co_await engine_.perform(std::move(request));
     // Abandoned, not failed: nothing is learned or held against the provider (the loop's top ends
@@ -796,7 +798,8 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
       if (trial) --half_open_in_flight_[std::string(cand.key)];
       continue;
     }
-    Exchange ex = classify_exchange(std::move(answer), upstream_calls.size(), clock_.now_ms(), profile_, upstream_calls);
+    Exchange ex = classify_exchange(std::move(answer), ids, clock_.now_ms(), profile_, upstream_calls);
+    if (connection_suspect(ex)) engine_.close_connection(ex.http.connection);
     refuse_doubtful_heads(store_, profile_, chain, provider, cand.key, upstream_calls, ex, clock_.now_ms());
     if (trial) --half_open_in_flight_[std::string(cand.key)];
     in_flight_.finish(&provider, started_ms);

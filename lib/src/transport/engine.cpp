@@ -1,6 +1,12 @@
 #include <algorithm>
 #include <charconv>
+#include <new>
+#include <cstring>
 #include <unordered_map>
+#include <unordered_set>
+
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <curl/curl.h>
 #include <fmt/format.h>
@@ -76,6 +82,15 @@ TransportError transport_error_of(CURLcode code) {
 
 struct Transfer;
 
+static std::string abandoned_message(TransportError why, std::uint64_t cap) {
+  switch (why) {
+    case TransportError::too_large:
+      return fmt::format("answer larger than the response cap ({} bytes)", cap);
+    case TransportError::out_of_memory: return "out of memory while receiving the answer";
+    default: return "transfer abandoned";
+  }
+}
+
 struct Engine::Core : std::enable_shared_from_this<Engine::Core> {
   explicit Core(asio::io_context& io) : io(io), timer(io) {}
 
@@ -85,6 +100,12 @@ struct Engine::Core : std::enable_shared_from_this<Engine::Core> {
   asio::steady_timer timer;
   std::unordered_map<curl_socket_t, std::shared_ptr<SocketWatch>> sockets;
   std::vector<EasyHandle> idle_easy;
+  // Every socket curl has open, with a serial of its own: a ConnectionRef names a connection by
+  // it, so that a socket number curl has since closed (and the system reused) is never touched.
+  std::unordered_map<curl_socket_t, std::uint64_t> curl_sockets;
+  std::uint64_t next_socket_serial = 1;
+  // Serials of the plain http:// (HTTP/1, no TLS) connections curl kept: checked before reuse.
+  std::unordered_set<std::uint64_t> plain_http;
   std::size_t in_flight = 0;
   std::uint64_t timer_generation = 0;
   bool timer_armed = false;
@@ -123,8 +144,18 @@ struct Engine::Core : std::enable_shared_from_this<Engine::Core> {
     }
   }
 
-  static int on_socket(CURL*, curl_socket_t fd, int what, void* userp, void*) {
-    auto* core = static_cast<Core*>(userp);
+  // Every callback curl calls catches everything: an exception must never unwind through libcurl's
+  // C frames (it would leave the multi handle in an undefined state, or end the process). -1 makes
+  // curl fail the transfers concerned, which then finish like any failed transfer.
+  static int on_socket(CURL*, curl_socket_t fd, int what, void* userp, void*) noexcept {
+    try {
+      return watch_socket(static_cast<Core*>(userp), fd, what);
+    } catch (...) {
+      return -1;
+    }
+  }
+
+  static int watch_socket(Core* core, curl_socket_t fd, int what) {
     if (what == CURL_POLL_REMOVE) {
       if (auto it = core->sockets.find(fd); it != core->sockets.end()) {
         it->second->release();
@@ -139,8 +170,15 @@ struct Engine::Core : std::enable_shared_from_this<Engine::Core> {
     return 0;
   }
 
-  static int on_timer(CURLM*, long timeout_ms, void* userp) {
-    auto* core = static_cast<Core*>(userp);
+  static int on_timer(CURLM*, long timeout_ms, void* userp) noexcept {
+    try {
+      return set_timer(static_cast<Core*>(userp), timeout_ms);
+    } catch (...) {
+      return -1;
+    }
+  }
+
+  static int set_timer(Core* core, long timeout_ms) {
     ++core->timer_generation;  // a new callback replaces the previous timeout
     if (timeout_ms < 0) {
       if (core->timer_armed) core->timer.cancel();
@@ -168,6 +206,57 @@ struct Engine::Core : std::enable_shared_from_this<Engine::Core> {
       c->socket_action(CURL_SOCKET_TIMEOUT, 0);
     });
     return 0;
+  }
+
+  static int on_sockopt(void* userp, curl_socket_t fd, curlsocktype) noexcept {
+    try {
+      auto* core = static_cast<Core*>(userp);
+      core->curl_sockets[fd] = core->next_socket_serial++;
+    } catch (...) {
+      return CURL_SOCKOPT_ERROR;
+    }
+    return CURL_SOCKOPT_OK;
+  }
+
+  static int on_close_socket(void* userp, curl_socket_t fd) noexcept {
+    auto* core = static_cast<Core*>(userp);
+    if (auto it = core->curl_sockets.find(fd); it != core->curl_sockets.end()) {
+      core->plain_http.erase(it->second);
+      core->curl_sockets.erase(it);
+    }
+    return ::close(fd);
+  }
+
+  /// Shuts a kept HTTP/1 connection down while it sits idle in curl's cache: curl's check before
+  /// reuse then finds it at its end and closes it. One in use by a transfer (watched) is left
+  /// alone. What was received on it is dropped first: curl 7.88 takes a connection with unread
+  /// bytes for alive, and would read them as the next answer.
+  void close_connection(std::uint64_t serial) {
+    for (const auto& [fd, s] : curl_sockets) {
+      if (s != serial) continue;
+      if (sockets.find(fd) == sockets.end()) retire(fd);
+      return;
+    }
+  }
+
+  static void retire(curl_socket_t fd) {
+    ::shutdown(fd, SHUT_RDWR);
+    char sink[4096];
+    while (::recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0) {
+    }
+  }
+
+  /// Before curl may pick an idle plain http:// connection for a new transfer: one holding bytes
+  /// nobody asked for (an extra answer, a late one) or the server's FIN is retired. (Over TLS,
+  /// unread bytes are TLS's own records, and a desync still shows as a wrong id.)
+  void retire_unclean_idle() {
+    if (plain_http.empty()) return;
+    for (const auto& [fd, serial] : curl_sockets) {
+      if (plain_http.find(serial) == plain_http.end() || sockets.find(fd) != sockets.end()) continue;
+      char byte;
+      const auto n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n >= 0) retire(fd);
+    }
   }
 
   EasyHandle acquire() {
@@ -209,26 +298,86 @@ struct Transfer {
   std::int64_t started_us = 0;
   char error_buffer[CURL_ERROR_SIZE] = {};
 
-  static std::size_t on_write(char* data, std::size_t size, std::size_t n, void* userp) {
-    auto* t = static_cast<Transfer*>(userp);
-    t->response.body.append(data, size * n);
-    return size * n;
+  // Why the transfer was abandoned from a callback (returning a short count makes curl stop it
+  // with CURLE_WRITE_ERROR): the answer's real failure, reported instead of curl's.
+  TransportError abandoned = TransportError::none;
+  bool encoded = false;  // a Content-Encoding other than identity: the body is not read
+
+  void abandon(TransportError why) {
+    if (abandoned == TransportError::none) abandoned = why;
   }
 
-  static std::size_t on_header(char* data, std::size_t size, std::size_t n, void* userp) {
+  static std::size_t on_write(char* data, std::size_t size, std::size_t n, void* userp) noexcept {
     auto* t = static_cast<Transfer*>(userp);
-    std::string_view line(data, size * n);
+    try {
+      if (t->encoded) return 0;
+      if (t->response.body.size() + size * n > t->request.max_response_bytes) {
+        t->abandon(TransportError::too_large);
+        return 0;
+      }
+      detail::check_body_capacity(t->response.body.size() + size * n);
+      t->response.body.append(data, size * n);
+      return size * n;
+    } catch (const std::bad_alloc&) {
+      t->abandon(TransportError::out_of_memory);
+    } catch (...) {
+      t->abandon(TransportError::other);
+    }
+    return 0;
+  }
+
+  static std::size_t on_header(char* data, std::size_t size, std::size_t n, void* userp) noexcept {
+    auto* t = static_cast<Transfer*>(userp);
+    try {
+      return t->header(std::string_view(data, size * n)) ? size * n : 0;
+    } catch (const std::bad_alloc&) {
+      t->abandon(TransportError::out_of_memory);
+    } catch (...) {
+      t->abandon(TransportError::other);
+    }
+    return 0;
+  }
+
+  /// One header line; false abandons the transfer.
+  bool header(std::string_view line) {
+    auto field_is = [&](std::string_view key) {
+      return line.size() > key.size() && std::equal(key.begin(), key.end(), line.begin(), [](char a, char b) {
+               return a == std::tolower(static_cast<unsigned char>(b));
+             });
+    };
+    auto value_of = [&](std::string_view key) {
+      auto v = line.substr(key.size());
+      while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+      while (!v.empty() && (v.back() == '\r' || v.back() == '\n' || v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+      return v;
+    };
+    if (line.starts_with("HTTP/")) encoded = false;  // a new answer (after an interim one)
+    constexpr std::string_view encoding_key = "content-encoding:";
+    if (field_is(encoding_key)) {
+      // Identity was asked for (Accept-Encoding: identity): anything else is not read at all, so
+      // no decoder ever inflates a provider's bytes (a gzip bomb).
+      const auto v = value_of(encoding_key);
+      std::string lower(v);
+      for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if (!lower.empty() && lower != "identity") encoded = true;
+      return true;
+    }
     constexpr std::string_view length_key = "content-length:";
-    if (line.size() > length_key.size() && std::equal(length_key.begin(), length_key.end(), line.begin(), [](char a, char b) {
-          return a == std::tolower(static_cast<unsigned char>(b));
-        })) {
+    if (field_is(length_key)) {
       // Reserve the whole body once (plus kBodySlack): no regrowth, no copies.
       auto v = line.substr(length_key.size());
       while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
       std::size_t length = 0;
       auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), length);
-      if (ec == std::errc() && length <= (std::size_t{1} << 31)) t->response.body.reserve(length + kBodySlack);
-      return size * n;
+      if (ec == std::errc() && length > request.max_response_bytes) {
+        abandon(TransportError::too_large);  // not one byte of it is read
+        return false;
+      }
+      if (ec == std::errc() && length <= (std::size_t{1} << 31)) {
+        detail::check_body_capacity(length + kBodySlack);
+        response.body.reserve(length + kBodySlack);
+      }
+      return true;
     }
     constexpr std::string_view key = "retry-after:";
     if (line.size() > key.size()) {
@@ -243,10 +392,10 @@ struct Transfer {
         auto v = line.substr(key.size());
         while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
         while (!v.empty() && (v.back() == '\r' || v.back() == '\n' || v.back() == ' ')) v.remove_suffix(1);
-        t->response.retry_after.assign(v);
+        response.retry_after.assign(v);
       }
     }
-    return size * n;
+    return true;
   }
 };
 
@@ -264,6 +413,39 @@ void Engine::Core::check_done() {
       r.error_message = t->error_buffer[0] != '\0' ? std::string(t->error_buffer) : curl_easy_strerror(code);
     }
     curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &r.status);
+    if (t->abandoned != TransportError::none) {
+      r.error = t->abandoned;
+      r.error_message = abandoned_message(t->abandoned, t->request.max_response_bytes);
+      r.body.clear();
+    } else if (t->encoded) {
+      // An error status keeps its meaning (a 429 is still a rate limit); its body is not read.
+      r.body.clear();
+      if (r.status >= 200 && r.status <= 299) {
+        r.error = TransportError::encoded;
+        r.error_message = "answer has a Content-Encoding other than the identity asked for";
+      } else {
+        r.error = TransportError::none;
+        r.error_message.clear();
+      }
+    }
+    if (code == CURLE_OK && r.error == TransportError::none) {
+      // An HTTP/1 connection curl kept can be named for close_connection (HTTP/2 streams carry
+      // their own ids: an answer there cannot come out of step).
+      long version = 0;
+      curl_socket_t fd = CURL_SOCKET_BAD;
+      curl_easy_getinfo(msg->easy_handle, CURLINFO_HTTP_VERSION, &version);
+      curl_easy_getinfo(msg->easy_handle, CURLINFO_ACTIVESOCKET, &fd);
+      if (version != CURL_HTTP_VERSION_2_0 && fd != CURL_SOCKET_BAD) {
+        if (auto it = curl_sockets.find(fd); it != curl_sockets.end()) {
+          r.connection = ConnectionRef{ConnectionRef::Client::curl, it->second};
+          const char* scheme = nullptr;
+          curl_easy_getinfo(msg->easy_handle, CURLINFO_SCHEME, &scheme);
+          if (scheme != nullptr && (scheme[0] == 'h' || scheme[0] == 'H') && std::strlen(scheme) == 4) {
+            plain_http.insert(it->second);  // "http", not "https"
+          }
+        }
+      }
+    }
     curl_off_t connect = 0;
     curl_off_t start = 0;
     curl_easy_getinfo(msg->easy_handle, CURLINFO_CONNECT_TIME_T, &connect);
@@ -305,6 +487,14 @@ Engine::~Engine() {
   core_->multi.reset();
 }
 
+void Engine::close_connection(const ConnectionRef& connection) {
+  switch (connection.client) {
+    case ConnectionRef::Client::none: break;
+    case ConnectionRef::Client::native: core_->native->close_connection(connection.id); break;
+    case ConnectionRef::Client::curl: core_->close_connection(connection.id); break;
+  }
+}
+
 std::size_t Engine::in_flight() const { return core_->in_flight + core_->native->in_flight(); }
 
 // Not a coroutine itself: the native client's transfer is handed back as it is (one coroutine
@@ -330,6 +520,7 @@ asio::awaitable<HttpResponse> Engine::perform_curl(HttpRequest request) {
   curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(t->request.body.size()));
   curl_slist* list = curl_slist_append(nullptr, "Content-Type: application/json");
   list = curl_slist_append(list, "Accept: application/json");
+  list = curl_slist_append(list, "Accept-Encoding: identity");  // as the native client (DECISIONS.md)
   list = curl_slist_append(list, "Expect:");  // no 100-continue round trip on large bodies
   if (t->request.headers != nullptr) {
     for (const auto& h : *t->request.headers) {
@@ -353,10 +544,14 @@ asio::awaitable<HttpResponse> Engine::perform_curl(HttpRequest request) {
   curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
   curl_easy_setopt(e, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_2TLS);
   curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
-  curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");
+  curl_easy_setopt(e, CURLOPT_SOCKOPTFUNCTION, &Engine::Core::on_sockopt);
+  curl_easy_setopt(e, CURLOPT_SOCKOPTDATA, core_.get());
+  curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, &Engine::Core::on_close_socket);
+  curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, core_.get());
   curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
 
+  core_->retire_unclean_idle();
   t->started_us = steady_us();
   t->done_signal.expires_at(asio::steady_timer::time_point::max());
   if (curl_multi_add_handle(core_->multi.get(), e) != CURLM_OK) {

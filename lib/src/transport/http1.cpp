@@ -221,7 +221,8 @@ bool parse_fields(const char*& p, const char* end, Message& out, bool& has_lengt
         }
         break;
       case 16:
-        if (name_is(name, "proxy-connection")) return false;
+        // A coded body (the native client asks for identity) is Beast's path to judge and refuse.
+        if (name_is(name, "proxy-connection") || name_is(name, "content-encoding")) return false;
         break;
       case 17:
         if (name_is(name, "transfer-encoding")) return false;

@@ -13,6 +13,12 @@
 
 namespace rpcroute::detail {
 
+/// Test hook for both clients: with RPCROUTE_TEST_ALLOC_LIMIT=BYTES in the environment, an answer's
+/// body that would need more than BYTES fails with std::bad_alloc, as if memory had run out, so
+/// that tests drive the out-of-memory paths deterministically (in every build: sanitizer builds
+/// replace operator new with their own). Called before each growth of a body; read once.
+void check_body_capacity(std::size_t bytes);
+
 class NativeHttp : public std::enable_shared_from_this<NativeHttp> {
  public:
   struct Target;
@@ -31,13 +37,17 @@ class NativeHttp : public std::enable_shared_from_this<NativeHttp> {
   /// Closes the idle keep-alive connections (engine shutdown).
   void close_idle();
 
+  /// Closes the idle connection with this serial (Engine::close_connection), if it is still idle.
+  void close_connection(std::uint64_t serial);
+
   [[nodiscard]] std::size_t idle_connections() const { return idle_count_; }
   /// Transfers in flight (each perform() frame counts itself).
   [[nodiscard]] std::size_t in_flight() const { return in_flight_; }
 
  private:
   std::unique_ptr<Conn> take_idle(const std::string& key);
-  void give_back(const std::string& key, std::unique_ptr<Conn> conn);
+  ConnectionRef give_back(const std::string& key, std::unique_ptr<Conn> conn);
+  static bool quiet(Conn& conn);
 
   asio::io_context& io_;
   bool enabled_ = true;
@@ -45,6 +55,7 @@ class NativeHttp : public std::enable_shared_from_this<NativeHttp> {
   std::unordered_map<std::string, std::vector<std::unique_ptr<Conn>>> idle_;
   std::size_t idle_count_ = 0;
   std::size_t in_flight_ = 0;
+  std::uint64_t next_serial_ = 1;
 };
 
 }  // namespace rpcroute::detail

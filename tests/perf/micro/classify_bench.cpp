@@ -35,7 +35,7 @@ void classify_bench(benchmark::State& st, const HttpResponse& proto, OutcomeClas
       next = 0;
       st.ResumeTiming();
     }
-    auto ex = classify_exchange(std::move(pool[next++]), 1, perf::kNowMs, profile);
+    auto ex = classify_exchange(std::move(pool[next++]), UpstreamIds{0, 1}, perf::kNowMs, profile);
     if (ex.overall.cls != expect) {
       st.SkipWithError("unexpected class");
       break;

@@ -253,6 +253,9 @@ TEST_CASE("classify_transport maps every transport failure", "[classify]") {
       {TransportError::reset, Outcome::transport_error, false},
       {TransportError::truncated, Outcome::bad_response, false},
       {TransportError::other, Outcome::transport_error, false},
+      {TransportError::too_large, Outcome::too_large, false},
+      {TransportError::encoded, Outcome::bad_response, false},
+      {TransportError::out_of_memory, Outcome::out_of_memory, false},
   };
   for (const auto& row : rows) {
     auto c = classify_transport(row.e, "boom");
@@ -321,7 +324,7 @@ TEST_CASE(
 }
 
 TEST_CASE("outcome names round-trip", "[classify]") {
-  for (int i = 0; i <= static_cast<int>(Outcome::wrong_id); ++i) {
+  for (int i = 0; i <= static_cast<int>(kLastOutcome); ++i) {
     auto o = static_cast<Outcome>(i);
     INFO(outcome_name(o));
     CHECK(outcome_name(o) != "?");

@@ -332,6 +332,21 @@ TEST_CASE("parse_response: anything else is an error", "[jsonrpc]") {
   CHECK(html.error().find("invalid JSON") != std::string::npos);
 }
 
+TEST_CASE("parse_response: a member given twice makes an answer ambiguous, not a response", "[jsonrpc]") {
+  const char* bad[] = {
+      R"({"jsonrpc":"2.0","id":1,"id":2,"result":"0x1"})",
+      R"({"jsonrpc":"2.0","id":1,"result":"0x1","result":"0x2"})",
+      R"({"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"x"},"error":{"code":2,"message":"y"}})",
+      R"([{"jsonrpc":"2.0","id":1,"result":"0x1","id":3}])",
+  };
+  for (const char* body : bad) {
+    INFO(body);
+    auto r = parse_response(body);
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().find("given twice") != std::string::npos);
+  }
+}
+
 TEST_CASE("parse_response: an error code beyond 64 bits is clamped", "[jsonrpc]") {
   // Found by a fuzz seed under UBSan: casting 1e300 to int64 is undefined behaviour.
   auto r = parse_response(R"({"jsonrpc":"2.0","id":0,"error":{"code":1e300,"message":"x"}})");

@@ -24,16 +24,90 @@ HttpResponse answer(long status, std::string body, std::string retry_after = {})
 
 }  // namespace
 
-TEST_CASE("upstream_body: one call is an object with id 0, several a batch with ids 0..n-1", "[exchange]") {
+TEST_CASE("upstream_body: one call is an object, several a batch, with the ids given", "[exchange]") {
   std::vector<UpstreamCall> one{{"eth_blockNumber", "[]"}};
-  CHECK(upstream_body(one) == R"({"jsonrpc":"2.0","id":0,"method":"eth_blockNumber","params":[]})");
+  CHECK(upstream_body(one, {41, 1}) == R"({"jsonrpc":"2.0","id":41,"method":"eth_blockNumber","params":[]})");
   std::vector<UpstreamCall> two{{"a", "[]"}, {"b", "[1]"}};
-  CHECK(upstream_body(two) ==
-        R"([{"jsonrpc":"2.0","id":0,"method":"a","params":[]},{"jsonrpc":"2.0","id":1,"method":"b","params":[1]}])");
+  CHECK(upstream_body(two, {7, 2}) ==
+        R"([{"jsonrpc":"2.0","id":7,"method":"a","params":[]},{"jsonrpc":"2.0","id":8,"method":"b","params":[1]}])");
+}
+
+TEST_CASE("reserve_upstream_ids: every upstream call in the process gets an id of its own", "[exchange]") {
+  const auto a = reserve_upstream_ids(1);
+  const auto b = reserve_upstream_ids(3);
+  const auto c = reserve_upstream_ids(1);
+  CHECK(a.first > 0);  // never the 0 every call used to carry
+  CHECK(a.count == 1);
+  CHECK(b.first >= a.first + 1);
+  CHECK(c.first >= b.first + 3);
+}
+
+TEST_CASE("classify_exchange: an answer to an earlier request on the connection is a wrong id", "[exchange]") {
+  // The keep-alive desync of issue 14: a provider sent one answer too many, so the next request
+  // read the previous one's answer. Its id is the earlier call's, never this one's.
+  auto ex = classify_exchange(answer(200, R"({"jsonrpc":"2.0","id":41,"result":"0xdeadbeef"})"), UpstreamIds{42, 1}, 0,
+                              empty_profile());
+  CHECK(ex.per_call[0].outcome == Outcome::wrong_id);
+  CHECK(ex.per_call[0].cls == OutcomeClass::provider_failure);
+  CHECK(ex.replies[0] == nullptr);
+  CHECK(connection_suspect(ex));
+  auto ok = classify_exchange(answer(200, R"({"jsonrpc":"2.0","id":42,"result":"0x1"})"), UpstreamIds{42, 1}, 0,
+                              empty_profile());
+  CHECK(ok.per_call[0].cls == OutcomeClass::success);
+  CHECK_FALSE(connection_suspect(ok));
+}
+
+TEST_CASE("classify_exchange: answers that are not the answer to our request are provider failures", "[exchange]") {
+  const std::pair<const char*, Outcome> rows[] = {
+      // the same number in another spelling is another token
+      {R"({"jsonrpc":"2.0","id":42.0,"result":"0x1"})", Outcome::wrong_id},
+      {R"({"jsonrpc":"2.0","id":4.2e1,"result":"0x1"})", Outcome::wrong_id},
+      {R"({"jsonrpc":"2.0","id":"42","result":"0x1"})", Outcome::wrong_id},
+      // two ids: which one answered?
+      {R"({"jsonrpc":"2.0","id":42,"id":41,"result":"0x1"})", Outcome::bad_response},
+      {R"({"jsonrpc":"2.0","id":41,"id":42,"result":"0x1"})", Outcome::bad_response},
+      {R"({"jsonrpc":"2.0","id":42,"result":"0x1","result":"0x2"})", Outcome::bad_response},
+      // a batch of one for a call sent as an object
+      {R"([{"jsonrpc":"2.0","id":42,"result":"0x1"}])", Outcome::bad_response},
+  };
+  for (const auto& [body, outcome] : rows) {
+    INFO(body);
+    auto ex = classify_exchange(answer(200, body), UpstreamIds{42, 1}, 0, empty_profile());
+    CHECK(ex.per_call[0].outcome == outcome);
+    CHECK(ex.per_call[0].cls == OutcomeClass::provider_failure);
+    CHECK(ex.replies[0] == nullptr);
+  }
+}
+
+TEST_CASE("classify_exchange: two answers for one call in a batch are a bad response", "[exchange]") {
+  auto ex = classify_exchange(answer(200, R"([{"jsonrpc":"2.0","id":5,"result":"0x1"},)"
+                                          R"({"jsonrpc":"2.0","id":5,"result":"0x2"},)"
+                                          R"({"jsonrpc":"2.0","id":6,"result":"0x3"}])"),
+                              UpstreamIds{5, 2}, 0, empty_profile());
+  CHECK(ex.per_call[0].outcome == Outcome::bad_response);
+  CHECK(ex.replies[0] == nullptr);
+  CHECK(ex.per_call[1].cls == OutcomeClass::success);
+}
+
+TEST_CASE("max_response_bytes: method override, else provider limit, else the default", "[exchange]") {
+  Profile profile;
+  Provider provider;
+  const std::vector<UpstreamCall> logs{{"eth_getLogs", "[]"}};
+  const std::vector<UpstreamCall> both{{"eth_blockNumber", "[]"}, {"eth_getLogs", "[]"}};
+  CHECK(max_response_bytes(logs, provider, profile) == kDefaultMaxResponseBytes);
+  provider.limits.max_response_bytes = 2 << 20;
+  CHECK(max_response_bytes(logs, provider, profile) == (2u << 20));
+  MethodOverride o;
+  o.pattern = "eth_getLogs";
+  o.policy.max_response_bytes = 512u << 20;
+  profile.routing.method_overrides.push_back(o);
+  CHECK(max_response_bytes(logs, provider, profile) == (512u << 20));
+  CHECK(max_response_bytes(both, provider, profile) == (512u << 20));  // a batch gets its largest
 }
 
 TEST_CASE("classify_exchange: a result is a success and keeps the reply", "[exchange]") {
-  auto ex = classify_exchange(answer(200, R"({"jsonrpc":"2.0","id":0,"result":"0x10"})"), 1, 0, empty_profile());
+  auto ex = classify_exchange(answer(200, R"({"jsonrpc":"2.0","id":0,"result":"0x10"})"),
+                              UpstreamIds{0, 1}, 0, empty_profile());
   REQUIRE(ex.per_call.size() == 1);
   CHECK(ex.per_call[0].cls == OutcomeClass::success);
   REQUIRE(ex.replies[0] != nullptr);
@@ -47,7 +121,7 @@ TEST_CASE("take_as_response: the client's response is built in the answer's buff
   auto fresh = [&](std::string envelope_head) {
     HttpResponse r = answer(200, envelope_head + result + "}");
     r.body.reserve(r.body.size() + kBodySlack);  // as the transports receive bodies
-    return classify_exchange(std::move(r), 1, 0, empty_profile());
+    return classify_exchange(std::move(r), UpstreamIds{0, 1}, 0, empty_profile());
   };
   for (std::string id : {"7", "12345", R"("a-much-longer-client-id-string")", "", "null"}) {
     auto ex = fresh(R"({"jsonrpc":"2.0","id":0,"result":)");
@@ -65,14 +139,16 @@ TEST_CASE("take_as_response: the client's response is built in the answer's buff
     CHECK(response.data() == buffer);
   }
   SECTION("no room in the buffer: a copy, still right") {
-    auto ex = classify_exchange(answer(200, R"({"jsonrpc":"2.0","id":0,"result":[1,2]})"), 1, 0, empty_profile());
+    auto ex = classify_exchange(answer(200, R"({"jsonrpc":"2.0","id":0,"result":[1,2]})"),
+                              UpstreamIds{0, 1}, 0, empty_profile());
     auto id = std::string(ex.http.body.capacity(), '9');  // a longer envelope than the buffer holds
     CHECK(take_as_response(ex, *ex.replies[0]->result, id) == jsonrpc::make_result(id, "[1,2]"));
   }
 }
 
 TEST_CASE("classify_exchange: a wrong id is a provider failure", "[exchange]") {
-  auto ex = classify_exchange(answer(200, R"({"jsonrpc":"2.0","id":1000,"result":"0x10"})"), 1, 0, empty_profile());
+  auto ex = classify_exchange(answer(200, R"({"jsonrpc":"2.0","id":1000,"result":"0x10"})"),
+                              UpstreamIds{0, 1}, 0, empty_profile());
   CHECK(ex.per_call[0].outcome == Outcome::wrong_id);
   CHECK(ex.per_call[0].cls == OutcomeClass::provider_failure);
   CHECK(ex.overall.counts_for_breaker());
@@ -81,7 +157,7 @@ TEST_CASE("classify_exchange: a wrong id is a provider failure", "[exchange]") {
 TEST_CASE("classify_exchange: invalid JSON, HTML and truncation are bad responses", "[exchange]") {
   for (const char* body : {R"({"jsonrpc":"2.0","id":0,"result":0x12)", "<html>Checking your browser</html>",
                            R"({"jsonrpc":"2.0","id":0,"result":{"a":tru}})"}) {
-    auto ex = classify_exchange(answer(200, body), 1, 0, empty_profile());
+    auto ex = classify_exchange(answer(200, body), UpstreamIds{0, 1}, 0, empty_profile());
     INFO(body);
     CHECK(ex.per_call[0].outcome == Outcome::bad_response);
     CHECK(ex.per_call[0].cls == OutcomeClass::provider_failure);
@@ -89,7 +165,7 @@ TEST_CASE("classify_exchange: invalid JSON, HTML and truncation are bad response
 }
 
 TEST_CASE("classify_exchange: HTTP 429 with Retry-After is rate limited with that delay", "[exchange]") {
-  auto ex = classify_exchange(answer(429, "Too Many Requests", "7"), 1, 0, empty_profile());
+  auto ex = classify_exchange(answer(429, "Too Many Requests", "7"), UpstreamIds{0, 1}, 0, empty_profile());
   CHECK(ex.per_call[0].cls == OutcomeClass::rate_limited);
   CHECK(ex.overall.retry_after_ms == 7000);
   CHECK_FALSE(ex.overall.counts_for_breaker());
@@ -101,7 +177,7 @@ TEST_CASE("classify_exchange: transport errors carry their kind and are scrubbed
   HttpResponse r;
   r.error = TransportError::connect;
   r.error_message = "Failed to connect to sekrit-key-123.example port 443";
-  auto ex = classify_exchange(std::move(r), 1, 0, p);
+  auto ex = classify_exchange(std::move(r), UpstreamIds{0, 1}, 0, p);
   CHECK(ex.per_call[0].outcome == Outcome::connect_failed);
   CHECK(ex.per_call[0].never_sent());
   CHECK(ex.per_call[0].message.find("sekrit") == std::string::npos);
@@ -112,7 +188,7 @@ TEST_CASE("classify_exchange: batch answers are matched by id, in any order", "[
       answer(200,
              R"([{"jsonrpc":"2.0","id":2,"error":{"code":3,"message":"execution reverted"}},)"
              R"({"jsonrpc":"2.0","id":0,"result":"0x1"}])"),
-      3, 0, empty_profile());
+      UpstreamIds{0, 3}, 0, empty_profile());
   CHECK(ex.per_call[0].cls == OutcomeClass::success);
   CHECK(ex.per_call[1].cls == OutcomeClass::provider_failure);  // missing from the batch
   CHECK(ex.per_call[2].cls == OutcomeClass::deterministic);
@@ -121,8 +197,8 @@ TEST_CASE("classify_exchange: batch answers are matched by id, in any order", "[
 
 TEST_CASE("classify_exchange: one error object for a whole batch applies to every call", "[exchange]") {
   auto ex = classify_exchange(
-      answer(200, R"({"jsonrpc":"2.0","id":null,"error":{"code":-32601,"message":"batch requests not supported"}})"), 2,
-      0, empty_profile());
+      answer(200, R"({"jsonrpc":"2.0","id":null,"error":{"code":-32601,"message":"batch requests not supported"}})"),
+      UpstreamIds{0, 2}, 0, empty_profile());
   CHECK(ex.per_call[0].cls == OutcomeClass::capability);
   CHECK(ex.per_call[1].cls == OutcomeClass::capability);
 }
@@ -132,7 +208,7 @@ TEST_CASE("classify_exchange: a rate-limit error in a 200 answer outranks the ot
       answer(200,
              R"([{"jsonrpc":"2.0","id":0,"result":"0x1"},)"
              R"({"jsonrpc":"2.0","id":1,"error":{"code":-32005,"message":"limit exceeded, try again in 3 seconds"}}])"),
-      2, 0, empty_profile());
+      UpstreamIds{0, 2}, 0, empty_profile());
   CHECK(ex.overall.cls == OutcomeClass::rate_limited);
   CHECK(ex.overall.retry_after_ms == 3000);
 }
@@ -147,7 +223,7 @@ TEST_CASE("record_exchange: one attempt for the breaker and one sample per call"
   HttpResponse r;
   r.error = TransportError::timeout;
   r.latency_us = 2000;
-  auto ex = classify_exchange(std::move(r), 2, clock.now_ms(), Profile{});
+  auto ex = classify_exchange(std::move(r), UpstreamIds{0, 2}, clock.now_ms(), Profile{});
   record_exchange(store, health, "p/c/x#f", calls, ex, clock.now_ms(), 0.0);
   const auto& ps = store.state().providers.at("p/c/x#f");
   CHECK(ps.breaker.state == BreakerState::open);  // one exchange, one failure: threshold 1 opens it

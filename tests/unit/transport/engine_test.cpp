@@ -1,0 +1,263 @@
+// Both HTTP clients behind Engine (the native one for http://IP, curl with RPCROUTE_HTTP_CLIENT=curl)
+// against a scripted server: a keep-alive connection is never reused with bytes nobody asked for,
+// close_connection drops a pooled one, answers over the response cap are abandoned whatever their
+// framing, and a coded answer (identity is all either client asks for) is never decoded.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "rpcroute/transport.hpp"
+
+using namespace rpcroute;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+std::string answer_of(std::string_view body, std::string_view more_head = {}) {
+  return "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + std::string(more_head) +
+         "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + std::string(body);
+}
+
+/// Answers request n (1-based, counted over all connections) with `answer(n)`; `later(n)`, when
+/// not empty, is written `later_ms` after it on the same connection; `endless` then streams
+/// filler until the client leaves.
+struct ScriptedServer {
+  explicit ScriptedServer(asio::io_context& io) : acceptor(io, {asio::ip::make_address("127.0.0.1"), 0}) {}
+  tcp::acceptor acceptor;
+  std::function<std::string(int)> answer = [](int n) { return answer_of("answer " + std::to_string(n)); };
+  std::function<std::string(int)> later = [](int) { return std::string(); };
+  int later_ms = 0;
+  bool endless = false;
+  int connections = 0;
+  int requests = 0;
+  std::vector<std::string> heads;
+
+  [[nodiscard]] std::string url() const {
+    return "http://127.0.0.1:" + std::to_string(acceptor.local_endpoint().port()) + "/";
+  }
+
+  asio::awaitable<void> serve(tcp::socket socket) {
+    std::string in;
+    for (;;) {
+      boost::system::error_code ec;
+      auto n = co_await asio::async_read_until(socket, asio::dynamic_buffer(in), "\r\n\r\n",
+                                               asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) co_return;
+      std::string head = in.substr(0, n);
+      heads.push_back(head);
+      std::size_t length = 0;
+      if (auto p = head.find("Content-Length: "); p != std::string::npos) length = std::stoul(head.substr(p + 16));
+      if (in.size() < n + length) {
+        co_await asio::async_read(socket, asio::dynamic_buffer(in), asio::transfer_exactly(n + length - in.size()),
+                                  asio::redirect_error(asio::use_awaitable, ec));
+        if (ec) co_return;
+      }
+      in.erase(0, n + length);
+      const int number = ++requests;
+      const std::string out = answer(number);
+      co_await asio::async_write(socket, asio::buffer(out), asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) co_return;
+      if (endless) {
+        const std::string filler(64 * 1024, 'a');
+        while (!ec) co_await asio::async_write(socket, asio::buffer(filler), asio::redirect_error(asio::use_awaitable, ec));
+        co_return;
+      }
+      if (const std::string extra = later(number); !extra.empty()) {
+        asio::steady_timer t(socket.get_executor());
+        t.expires_after(std::chrono::milliseconds(later_ms));
+        co_await t.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        co_await asio::async_write(socket, asio::buffer(extra), asio::redirect_error(asio::use_awaitable, ec));
+        if (ec) co_return;
+      }
+    }
+  }
+
+  asio::awaitable<void> run() {
+    for (;;) {
+      boost::system::error_code ec;
+      auto socket = co_await acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) co_return;
+      ++connections;
+      asio::co_spawn(acceptor.get_executor(), serve(std::move(socket)), asio::detached);
+    }
+  }
+};
+
+/// An Engine whose http:// transfers go to the client named (the native one, or curl).
+struct Client {
+  explicit Client(asio::io_context& io, const std::string& name) {
+    if (name == "curl") ::setenv("RPCROUTE_HTTP_CLIENT", "curl", 1);
+    engine = std::make_unique<Engine>(io);
+    ::unsetenv("RPCROUTE_HTTP_CLIENT");
+  }
+  std::unique_ptr<Engine> engine;
+};
+
+/// Runs `body` on a fresh io_context with the server up; gives up after a generous bound.
+void run(asio::io_context& io, ScriptedServer& server, std::function<asio::awaitable<void>()> body) {
+  asio::co_spawn(io, server.run(), asio::detached);
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        co_await body();
+        server.acceptor.close();
+      },
+      asio::detached);
+  io.run_for(std::chrono::seconds(30));
+}
+
+asio::awaitable<void> sleep_ms(int ms) {
+  asio::steady_timer t(co_await asio::this_coro::executor);
+  t.expires_after(std::chrono::milliseconds(ms));
+  co_await t.async_wait(asio::use_awaitable);
+}
+
+const std::string kBody = R"({"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]})";
+
+// A function's result, not a braced temporary: g++ 12 destroys temporaries inside a co_await
+// expression twice.
+HttpRequest request_to(const ScriptedServer& server, std::uint64_t cap = kDefaultMaxResponseBytes) {
+  return HttpRequest{server.url(), kBody, nullptr, 20'000, cap};
+}
+const std::string kExtra = answer_of(R"({"jsonrpc":"2.0","id":1,"result":"0xdeadbeef"})");
+
+}  // namespace
+
+TEST_CASE("engine: an extra answer glued to the real one never answers the next request", "[transport]") {
+  const std::string client = GENERATE("native", "curl");
+  INFO(client);
+  asio::io_context io;
+  ScriptedServer server(io);
+  server.answer = [](int n) { return answer_of("answer " + std::to_string(n)) + (n == 1 ? kExtra : ""); };
+  Client c(io, client);
+  std::vector<HttpResponse> got;
+  run(io, server, [&]() -> asio::awaitable<void> {
+    for (int i = 0; i < 2; ++i) got.push_back(co_await c.engine->perform(request_to(server)));
+  });
+  REQUIRE(got.size() == 2);
+  CHECK(got[0].body == "answer 1");
+  CHECK(got[1].error == TransportError::none);
+  CHECK(got[1].body == "answer 2");  // not the 0xdeadbeef left on the first connection
+  CHECK(server.connections == 2);
+}
+
+TEST_CASE("engine: bytes that arrive on an idle connection retire it", "[transport]") {
+  const std::string client = GENERATE("native", "curl");
+  INFO(client);
+  asio::io_context io;
+  ScriptedServer server(io);
+  server.later = [](int n) { return n == 1 ? kExtra : std::string(); };
+  server.later_ms = 20;
+  Client c(io, client);
+  std::vector<HttpResponse> got;
+  run(io, server, [&]() -> asio::awaitable<void> {
+    got.push_back(co_await c.engine->perform(request_to(server)));
+    co_await sleep_ms(300);  // the extra answer is in the idle connection's socket by now
+    got.push_back(co_await c.engine->perform(request_to(server)));
+    got.push_back(co_await c.engine->perform(request_to(server)));
+  });
+  REQUIRE(got.size() == 3);
+  CHECK(got[1].body == "answer 2");
+  CHECK(got[2].body == "answer 3");
+  CHECK(server.connections == 2);  // the third request reused the second connection
+}
+
+TEST_CASE("engine: close_connection drops the pooled connection an answer came on", "[transport]") {
+  const std::string client = GENERATE("native", "curl");
+  INFO(client);
+  asio::io_context io;
+  ScriptedServer server(io);
+  Client c(io, client);
+  std::vector<HttpResponse> got;
+  std::vector<int> connections;
+  run(io, server, [&]() -> asio::awaitable<void> {
+    got.push_back(co_await c.engine->perform(request_to(server)));
+    got.push_back(co_await c.engine->perform(request_to(server)));
+    connections.push_back(server.connections);
+    c.engine->close_connection(got.back().connection);
+    got.push_back(co_await c.engine->perform(request_to(server)));
+    connections.push_back(server.connections);
+  });
+  REQUIRE(got.size() == 3);
+  CHECK(got[1].connection.client != ConnectionRef::Client::none);
+  CHECK(got[2].body == "answer 3");
+  CHECK(got[2].error == TransportError::none);
+  CHECK(connections == std::vector<int>{1, 2});
+}
+
+TEST_CASE("engine: an answer over the response cap is abandoned, whatever its framing", "[transport]") {
+  const std::string client = GENERATE("native", "curl");
+  INFO(client);
+  struct Row {
+    const char* what;
+    std::string head;  // the answer's head; the body follows without end
+  };
+  const Row rows[] = {
+      {"Content-Length over the cap", "HTTP/1.1 200 OK\r\nContent-Length: 1099511627776\r\n\r\n"},
+      {"chunked", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffff\r\n"},
+      {"read to the end of the connection", "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n"},
+  };
+  for (const auto& row : rows) {
+    INFO(row.what);
+    asio::io_context io;
+    ScriptedServer server(io);
+    server.answer = [&](int) { return row.head; };
+    server.endless = true;
+    Client c(io, client);
+    std::vector<HttpResponse> got;
+    run(io, server, [&]() -> asio::awaitable<void> {
+      got.push_back(co_await c.engine->perform(request_to(server, 1 << 20)));
+    });
+    REQUIRE(got.size() == 1);
+    CHECK(got[0].error == TransportError::too_large);
+    CHECK(got[0].body.empty());
+    CHECK(got[0].error_message.find("response cap") != std::string::npos);
+  }
+  SECTION("an answer within the cap is whole") {
+    asio::io_context io;
+    ScriptedServer server(io);
+    const std::string big(1 << 20, 'b');
+    server.answer = [&](int) { return answer_of(big); };
+    Client c(io, client);
+    std::vector<HttpResponse> got;
+    run(io, server, [&]() -> asio::awaitable<void> {
+      got.push_back(co_await c.engine->perform(request_to(server, 1 << 20)));
+    });
+    REQUIRE(got.size() == 1);
+    CHECK(got[0].error == TransportError::none);
+    CHECK(got[0].body == big);
+  }
+}
+
+TEST_CASE("engine: both clients ask for identity and never decode a coded answer", "[transport]") {
+  const std::string client = GENERATE("native", "curl");
+  INFO(client);
+  asio::io_context io;
+  ScriptedServer server(io);
+  // A real gzip member of "{}": a client that inflated it would see valid JSON.
+  const std::string gzip_of_braces("\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\xab\xae\x05\x00\x43\xbf\xa6\xa3\x02\x00\x00\x00", 22);
+  server.answer = [&](int n) {
+    if (n == 1) return answer_of(gzip_of_braces, "Content-Encoding: gzip\r\n");
+    return "HTTP/1.1 429 Too Many Requests\r\nContent-Encoding: gzip\r\nRetry-After: 9\r\nContent-Length: " +
+           std::to_string(gzip_of_braces.size()) + "\r\n\r\n" + gzip_of_braces;
+  };
+  Client c(io, client);
+  std::vector<HttpResponse> got;
+  run(io, server, [&]() -> asio::awaitable<void> {
+    got.push_back(co_await c.engine->perform(request_to(server)));
+    got.push_back(co_await c.engine->perform(request_to(server)));
+  });
+  REQUIRE(got.size() == 2);
+  REQUIRE(!server.heads.empty());
+  CHECK(server.heads[0].find("\r\nAccept-Encoding: identity\r\n") != std::string::npos);
+  CHECK(got[0].error == TransportError::encoded);
+  CHECK(got[0].body.empty());
+  // An error status keeps its meaning; its coded body is not read.
+  CHECK(got[1].error == TransportError::none);
+  CHECK(got[1].status == 429);
+  CHECK(got[1].retry_after == "9");
+  CHECK(got[1].body.empty());
+}
