@@ -47,7 +47,8 @@ load helpers
 STRATEGIES=(load_balanced round_robin random weighted priority fastest latency_weighted)
 ROWS=(dead_port reset close hang slow_over slow_body slow_under slow_body_under http_503 http_502_html html_200
   rpc_32603 malformed truncated wrong_id huge http_429_retry_after http_429_date http_429_plain
-  rpc_32005 rpc_backoff rpc_compute_units lagging lying_height wrong_chain rpc_huge_message rpc_control_chars)
+  rpc_32005 rpc_backoff rpc_compute_units lagging lying_height wrong_chain rpc_huge_message rpc_control_chars
+  endless_chunked endless_length gzip_bomb extra_glued extra_late)
 MAX_REQUESTS=${FAULT_MATRIX_MAX_REQUESTS:-40}
 BALANCE=0xde0b6b3a7640000 # the fake's eth_getBalance answer
 HUGE_BYTES=5242880
@@ -57,9 +58,11 @@ HUGE_BYTES=5242880
 # fake of its own), OUTCOME (ERE on F's attempt outcome), CLASS (its class), LIMIT_MS (rate-limit
 # deadline from the answer's time; 0: the absolute one in $BATS_FILE_TMPDIR/limit_at_ms), EXPLICIT
 # (0 when the answer gave no deadline: 30 s by default), REASON (ERE on the exclusion reason),
-# TIMEOUT_F (F's timeout_ms: generous where F must answer), BLOCK_TIME (the chain's block_time_ms).
+# TIMEOUT_F (F's timeout_ms: generous where F must answer), BLOCK_TIME (the chain's block_time_ms),
+# LIMITS_F (F's limits: mapping, flow style, or empty).
 row_spec() { # ROW
   KIND=fail HOW="" OUTCOME="" CLASS=provider_failure LIMIT_MS=0 EXPLICIT=1 REASON="" TIMEOUT_F=500 BLOCK_TIME=1000
+  LIMITS_F=""
   case $1 in
     dead_port) HOW=dead OUTCOME=connect_failed ;;
     reset) HOW='{"mode":"reset"}' OUTCOME=transport_error ;;
@@ -101,6 +104,16 @@ row_spec() { # ROW
     # Over-reporting its head: not believed (the honest H is not "lagging" behind it), quarantined.
     lying_height) HOW='fake --height 20000000' KIND=exclude REASON='height 20000000 is not believed' ;;
     wrong_chain) HOW='fake --chain-id 5' KIND=exclude REASON='wrong chain id 5' ;;
+    # Memory bombs (issue 14): an endless body is abandoned at F's response cap (1 MiB here, so
+    # the cap and not the timeout ends it), a coded answer is refused unread (identity was asked).
+    endless_chunked) HOW='{"mode":"endless"}' OUTCOME=too_large LIMITS_F='{max_response_mb: 1}' ;;
+    endless_length) HOW='{"mode":"endless_length"}' OUTCOME=too_large LIMITS_F='{max_response_mb: 1}' ;;
+    gzip_bomb) HOW='{"mode":"gzip_bomb","gzip_bytes":1048576}' OUTCOME=bad_response ;;
+    # An unsolicited extra answer after F's real one, glued to it or 50 ms later on the idle
+    # connection: F's answer is returned, and the extra one never answers a later request (the
+    # fault fake serves every row on one host:port, so the sidecar's pooled connections are shared).
+    extra_glued) HOW='{"mode":"extra","extra_ms":0}' KIND=serve TIMEOUT_F=3000 ;;
+    extra_late) HOW='{"mode":"extra","extra_ms":50}' KIND=serve TIMEOUT_F=3000 ;;
     *)
       echo "unknown fault row $1" >&2
       return 1
@@ -128,11 +141,13 @@ need_tries() { # S
 
 profiles_dir() { echo "$BATS_FILE_TMPDIR/profiles"; }
 
-# Writes a profile with providers F (url F_URL, timeout_ms F_TIMEOUT, priority 1) and ID (url URL,
-# timeout_ms 3000, priority 2). Builtins only: setup_file writes about 200 of them.
-fm_profile() { # FILE STRATEGY THRESHOLD F_URL F_TIMEOUT ID URL BLOCK_TIME_MS
+# Writes a profile with providers F (url F_URL, timeout_ms F_TIMEOUT, priority 1, limits F_LIMITS if
+# given) and ID (url URL, timeout_ms 3000, priority 2). Builtins only: setup_file writes about 200.
+fm_profile() { # FILE STRATEGY THRESHOLD F_URL F_TIMEOUT ID URL BLOCK_TIME_MS [F_LIMITS]
+  local f_limits=()
+  [[ -z ${9:-} ]] || f_limits=("        limits: $9")
   printf '%s\n' "name: e2e" "chains:" "  local:" "    chain_id: 31337" "    block_time_ms: $8" "    providers:" \
-    "      - id: F" "        url: $4" "        priority: 1" "        timeout_ms: $5" \
+    "      - id: F" "        url: $4" "        priority: 1" "        timeout_ms: $5" "${f_limits[@]}" \
     "      - id: $6" "        url: $7" "        priority: 2" "        timeout_ms: 3000" \
     "routing:" "  default_strategy: $2" \
     "health: {circuit_breaker: {failure_threshold: $3, recovery_timeout_ms: 300000, max_recovery_timeout_ms: 300000}}" >"$1"
@@ -191,14 +206,14 @@ setup_file() {
       [[ $KIND != exclude ]] || t=$dir/probe/${row}_$s.yaml
       th=2
       [[ $s != latency_weighted ]] || th=1
-      fm_profile "$t" "$s" "$th" "${url_f[$row]}" "$TIMEOUT_F" H "$url_h" "$BLOCK_TIME"
+      fm_profile "$t" "$s" "$th" "${url_f[$row]}" "$TIMEOUT_F" H "$url_h" "$BLOCK_TIME" "$LIMITS_F"
     done
   done
   for row in "${ROWS[@]}"; do
     row_spec "$row"
     t=$dir/none/none_$row.yaml
     [[ $KIND != exclude ]] || t=$dir/probe/none_$row.yaml
-    fm_profile "$t" load_balanced 2 "${url_f[$row]}" "$TIMEOUT_F" D "$url_d" "$BLOCK_TIME"
+    fm_profile "$t" load_balanced 2 "${url_f[$row]}" "$TIMEOUT_F" D "$url_d" "$BLOCK_TIME" "$LIMITS_F"
   done
   # One sidecar per strategy (no background probes), one with probes for the exclude rows.
   local args
@@ -790,6 +805,11 @@ row_test_excluded() { # call|serve ROW
 @test "call: lagging height (seen by rpcroute probe)" { row_test_excluded call lagging; }
 @test "call: lying height (seen by rpcroute probe)" { row_test_excluded call lying_height; }
 @test "call: wrong chain id (seen by rpcroute probe)" { row_test_excluded call wrong_chain; }
+@test "call: endless chunked body" { row_test call endless_chunked; }
+@test "call: endless body under a 1 TiB Content-Length" { row_test call endless_length; }
+@test "call: gzip bomb" { row_test call gzip_bomb; }
+@test "call: extra answer glued to the real one" { row_test call extra_glued; }
+@test "call: extra answer later on the idle connection" { row_test call extra_late; }
 
 @test "serve: dead port" { row_test serve dead_port; }
 @test "serve: connection reset" { row_test serve reset; }
@@ -818,6 +838,11 @@ row_test_excluded() { # call|serve ROW
 @test "serve: lagging height (seen by the sidecar's probes)" { row_test_excluded serve lagging; }
 @test "serve: lying height (seen by the sidecar's probes)" { row_test_excluded serve lying_height; }
 @test "serve: wrong chain id (seen by the sidecar's probes)" { row_test_excluded serve wrong_chain; }
+@test "serve: endless chunked body" { row_test serve endless_chunked; }
+@test "serve: endless body under a 1 TiB Content-Length" { row_test serve endless_length; }
+@test "serve: gzip bomb" { row_test serve gzip_bomb; }
+@test "serve: extra answer glued to the real one" { row_test serve extra_glued; }
+@test "serve: extra answer later on the idle connection" { row_test serve extra_late; }
 
 # ---------------------------------------------------------------------------------------------------
 # Persistent lag trips the breaker (DESIGN.md section 8: lag_trip_ms, default 30 s)

@@ -22,6 +22,9 @@
 //   --data JSON          rpc_error mode: error "data" member, any JSON value (default none)
 //   --huge-bytes N       huge mode: length of the result string (default 5242880)
 //   --drip-ms N          drip mode: pause before each byte of the body (default 100)
+//   --extra-ms N         extra mode: 0 glues the extra answer to the real one (default), else it
+//                        follows N ms later on the idle connection
+//   --gzip-bytes N       gzip_bomb mode: the decoded size of the answer (default 268435456)
 // On start it prints "listening on HOST:PORT" to stdout. SIGINT and SIGTERM end it with status 0.
 //
 // Modes, applied to each POST to any path other than /_control and /_stats:
@@ -42,6 +45,16 @@
 //              --drip-ms (a slow body: first byte fast, last byte late)
 //   overclaim  a head claiming Content-Length 2000000000, the ok answer's bytes, then nothing
 //              more until the client leaves (a lying provider: memory must follow the bytes)
+//   extra      the ok answer, then one unsolicited extra answer on the same connection: HTTP 200
+//              {"jsonrpc":"2.0","id":<the same id>,"result":"0xdeadbeef"}, in the same write
+//              (--extra-ms 0) or --extra-ms later; the connection then serves on (a keep-alive
+//              desync: a client that reads it as the next request's answer is one answer behind)
+//   endless    HTTP 200, chunked, {"jsonrpc":"2.0","id":<id>,"result":"0xaaaa… without end, as
+//              fast as the client reads, until it leaves
+//   endless_length   the same with a head claiming Content-Length 1099511627776 (1 TiB)
+//   gzip_bomb  HTTP 200, Content-Encoding: gzip (whatever the request's Accept-Encoding), the ok
+//              answer's envelope around a result string of --gzip-bytes decoded bytes ("0xaaaa…"):
+//              about a thousandth of that on the wire
 // Methods known in ok mode: eth_blockNumber eth_chainId net_version web3_clientVersion eth_syncing
 // eth_gasPrice eth_getBalance eth_getTransactionCount eth_getCode eth_call eth_getLogs
 // eth_getBlockByNumber (null above the head) eth_sendRawTransaction eth_newFilter
@@ -55,7 +68,7 @@
 //   POST /_control  JSON object, every field optional; answers 200 {"ok":true}, or 400
 //                   {"ok":false,"error":"…"} (nothing applied) on an unknown field or bad value.
 //     "mode", "delay_ms", "status", "retry_after" (string or number), "body", "code", "message",
-//     "data" (any JSON), "huge_bytes", "drip_ms"
+//     "data" (any JSON), "huge_bytes", "drip_ms", "extra_ms", "gzip_bytes"
 //                                       change the default behaviour; giving "mode" resets the
 //                                       behaviour fields not given in the same body to defaults
 //     "height", "chain_id", "mine_per_sec"   change the chain ("height" restarts mining from there)
@@ -116,6 +129,7 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
+#include <zlib.h>
 
 namespace {
 
@@ -132,8 +146,9 @@ constexpr std::string_view kUsage = R"(usage: fake_upstream [options]
   --chain-id N         (default 31337)           --height N (default 100)
   --mine-per-sec R     (default 0)               --name NAME (default fake)
   --mode ok|delay|status|rpc_error|malformed|truncated|html|wrong_id|close|reset|hang|huge|drip|overclaim
+         |extra|endless|endless_length|gzip_bomb
   --delay-ms N  --status N  --retry-after VALUE  --body TEXT
-  --code N  --message TEXT  --data JSON  --huge-bytes N  --drip-ms N
+  --code N  --message TEXT  --data JSON  --huge-bytes N  --drip-ms N  --extra-ms N  --gzip-bytes N
 The control API and the modes are described at the top of tests/fakes/fake_upstream.cpp.
 )";
 
@@ -158,10 +173,14 @@ enum class Mode {
   hang,
   huge,
   drip,
-  overclaim
+  overclaim,
+  extra,
+  endless,
+  endless_length,
+  gzip_bomb
 };
 
-constexpr std::array<std::pair<Mode, std::string_view>, 14> kModeNames{{
+constexpr std::array<std::pair<Mode, std::string_view>, 18> kModeNames{{
     {Mode::ok, "ok"},
     {Mode::delay, "delay"},
     {Mode::status, "status"},
@@ -176,6 +195,10 @@ constexpr std::array<std::pair<Mode, std::string_view>, 14> kModeNames{{
     {Mode::huge, "huge"},
     {Mode::drip, "drip"},
     {Mode::overclaim, "overclaim"},
+    {Mode::extra, "extra"},
+    {Mode::endless, "endless"},
+    {Mode::endless_length, "endless_length"},
+    {Mode::gzip_bomb, "gzip_bomb"},
 }};
 
 std::optional<Mode> parse_mode(std::string_view name) {
@@ -203,6 +226,8 @@ struct Behaviour {
   std::optional<std::string> data;  // raw JSON
   std::uint64_t huge_bytes = 5 * 1024 * 1024;
   std::uint64_t drip_ms = 100;
+  std::uint64_t extra_ms = 0;
+  std::uint64_t gzip_bytes = std::uint64_t{256} << 20;
 };
 
 // Some fields of a Behaviour, from the command line or a control request.
@@ -217,6 +242,8 @@ struct BehaviourPatch {
   std::optional<std::string> data;
   std::optional<std::uint64_t> huge_bytes;
   std::optional<std::uint64_t> drip_ms;
+  std::optional<std::uint64_t> extra_ms;
+  std::optional<std::uint64_t> gzip_bytes;
 
   void apply_to(Behaviour& behaviour) const {
     if (mode) {
@@ -232,6 +259,8 @@ struct BehaviourPatch {
     if (data) behaviour.data = *data;
     if (huge_bytes) behaviour.huge_bytes = *huge_bytes;
     if (drip_ms) behaviour.drip_ms = *drip_ms;
+    if (extra_ms) behaviour.extra_ms = *extra_ms;
+    if (gzip_bytes) behaviour.gzip_bytes = *gzip_bytes;
   }
 };
 
@@ -826,6 +855,8 @@ Expected<bool> read_behaviour_field(std::string_view key, ondemand::value& value
   if (key == "data") return store(patch.data, read_raw(value, key));
   if (key == "huge_bytes") return store(patch.huge_bytes, read_value<std::uint64_t>(value, key));
   if (key == "drip_ms") return store(patch.drip_ms, read_value<std::uint64_t>(value, key));
+  if (key == "extra_ms") return store(patch.extra_ms, read_value<std::uint64_t>(value, key));
+  if (key == "gzip_bytes") return store(patch.gzip_bytes, read_value<std::uint64_t>(value, key));
   return false;
 }
 
@@ -1080,6 +1111,15 @@ class Connection {
       case Mode::overclaim:
         co_await send_overclaimed(render_answer(rpc, behaviour, upstream_.chain));
         co_return false;
+      case Mode::extra:
+        co_return co_await send_with_extra(request, render_answer(rpc, behaviour, upstream_.chain),
+                                           rpc, behaviour);
+      case Mode::endless:
+      case Mode::endless_length:
+        co_await send_endless(rpc, behaviour.mode == Mode::endless_length);
+        co_return false;
+      case Mode::gzip_bomb:
+        co_return co_await send_gzip_bomb(request, rpc, behaviour);
     }
     if (behaviour.retry_after) response.set(http::field::retry_after, *behaviour.retry_after);
     co_return co_await send(std::move(response));
@@ -1156,6 +1196,103 @@ class Connection {
       co_return false;
     }
     co_return true;
+  }
+
+  // The ok answer, then an answer nobody asked for: glued to it, or extra_ms later.
+  asio::awaitable<bool> send_with_extra(const Request& request, std::string body,
+                                        const RpcRequest& rpc, const Behaviour& behaviour) {
+    Response response = make_response(request, 200, "application/json", std::move(body));
+    response.prepare_payload();
+    std::string out = serialized(response);
+    const std::string id = rpc.calls.empty() ? "null" : rpc.calls.front().id;
+    const std::string extra_body = R"({"jsonrpc":"2.0","id":)" + id + R"(,"result":"0xdeadbeef"})";
+    const std::string extra = fmt::format(
+        "HTTP/1.1 200 OK\r\nServer: fake-upstream\r\nContent-Type: application/json\r\n"
+        "Content-Length: {}\r\n\r\n{}",
+        extra_body.size(), extra_body);
+    beast::error_code error;
+    if (behaviour.extra_ms == 0) {
+      out += extra;
+      co_await asio::async_write(stream_, asio::buffer(out), on_error(error));
+    } else {
+      co_await asio::async_write(stream_, asio::buffer(out), on_error(error));
+      asio::steady_timer timer(stream_.get_executor());
+      timer.expires_after(std::chrono::milliseconds(behaviour.extra_ms));
+      beast::error_code ignored;
+      co_await timer.async_wait(on_error(ignored));
+      if (!error) co_await asio::async_write(stream_, asio::buffer(extra), on_error(error));
+    }
+    co_return !error && response.keep_alive();
+  }
+
+  static std::string serialized(Response& response) {
+    std::string out;
+    http::serializer<false, http::string_body> writer(response);
+    beast::error_code error;
+    while (!error && !writer.is_done()) {
+      writer.next(error, [&](beast::error_code&, const auto& buffers) {
+        for (const auto& b : buffers) out.append(static_cast<const char*>(b.data()), b.size());
+        writer.consume(beast::buffer_bytes(buffers));
+      });
+    }
+    return out;
+  }
+
+  // An answer that never ends: chunked, or under a 1 TiB Content-Length.
+  asio::awaitable<void> send_endless(const RpcRequest& rpc, bool claim_length) {
+    const std::string id = rpc.calls.empty() ? "null" : rpc.calls.front().id;
+    const std::string start = R"({"jsonrpc":"2.0","id":)" + id + R"(,"result":"0x)";
+    std::string head =
+        "HTTP/1.1 200 OK\r\nServer: fake-upstream\r\nContent-Type: application/json\r\n";
+    head += claim_length ? "Content-Length: 1099511627776\r\n\r\n" : "Transfer-Encoding: chunked\r\n\r\n";
+    const std::string filler(64 * 1024, 'a');
+    std::string filler_chunk = claim_length ? filler : fmt::format("{:x}\r\n{}\r\n", filler.size(), filler);
+    head += claim_length ? start : fmt::format("{:x}\r\n{}\r\n", start.size(), start);
+    beast::error_code error;
+    co_await asio::async_write(stream_, asio::buffer(head), on_error(error));
+    while (!error) co_await asio::async_write(stream_, asio::buffer(filler_chunk), on_error(error));
+    close();
+  }
+
+  // A small gzip body that inflates to gzip_bytes: the ok answer's envelope around "0xaaaa…".
+  asio::awaitable<bool> send_gzip_bomb(const Request& request, const RpcRequest& rpc,
+                                       const Behaviour& behaviour) {
+    const std::string id = rpc.calls.empty() ? "null" : rpc.calls.front().id;
+    const std::string start = R"({"jsonrpc":"2.0","id":)" + id + R"(,"result":"0x)";
+    const std::string end = "\"}";
+    const std::uint64_t fill =
+        behaviour.gzip_bytes > start.size() + end.size() ? behaviour.gzip_bytes - start.size() - end.size() : 0;
+    Response response = make_response(request, 200, "application/json", gzip_of(start, fill, end));
+    response.set(http::field::content_encoding, "gzip");
+    co_return co_await send(std::move(response));
+  }
+
+  // gzip of `start`, `fill` bytes of 'a', then `end`. Z_RLE: runs are all there is to find.
+  static std::string gzip_of(std::string_view start, std::uint64_t fill, std::string_view end) {
+    z_stream z{};
+    deflateInit2(&z, Z_BEST_SPEED, Z_DEFLATED, 15 + 16, 9, Z_RLE);
+    std::string out;
+    std::array<unsigned char, 64 * 1024> buffer{};
+    const std::string filler(64 * 1024, 'a');
+    auto feed = [&](std::string_view in, int flush) {
+      z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+      z.avail_in = static_cast<uInt>(in.size());
+      do {
+        z.next_out = buffer.data();
+        z.avail_out = static_cast<uInt>(buffer.size());
+        deflate(&z, flush);
+        out.append(reinterpret_cast<const char*>(buffer.data()), buffer.size() - z.avail_out);
+      } while (z.avail_out == 0 || (flush == Z_FINISH && z.avail_in > 0));
+    };
+    feed(start, Z_NO_FLUSH);
+    for (std::uint64_t left = fill; left > 0;) {
+      const auto n = std::min<std::uint64_t>(left, filler.size());
+      feed(std::string_view(filler.data(), n), Z_NO_FLUSH);
+      left -= n;
+    }
+    feed(end, Z_FINISH);
+    deflateEnd(&z);
+    return out;
   }
 
   void close() {
@@ -1308,6 +1445,10 @@ Expected<Options> parse_options(int argc, char** argv) {
       if (!set_number(b.huge_bytes)) return bad();
     } else if (flag == "--drip-ms") {
       if (!set_number(b.drip_ms)) return bad();
+    } else if (flag == "--extra-ms") {
+      if (!set_number(b.extra_ms)) return bad();
+    } else if (flag == "--gzip-bytes") {
+      if (!set_number(b.gzip_bytes)) return bad();
     } else if (flag == "--retry-after") {
       b.retry_after = value;
     } else if (flag == "--body") {
