@@ -200,7 +200,7 @@ chains:
     HttpResponse r;
     r.status = 200;
     r.body = R"({"jsonrpc":"2.0","id":0,"result":)" + result + "}";
-    return classify_exchange(std::move(r), 1, clock.now_ms(), profile, calls);
+    return classify_exchange(std::move(r), UpstreamIds{0, 1}, clock.now_ms(), profile, calls);
   };
   const Provider& liar = *chain.find_provider("liar");
 

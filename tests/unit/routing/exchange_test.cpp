@@ -236,7 +236,7 @@ TEST_CASE("classify_exchange: a head answer that is not a quantity is a provider
           "[exchange]") {
   const std::vector<UpstreamCall> head{{"eth_blockNumber", "[]"}};
   for (std::string bad : {R"("0x")", R"("-0x1")", "5", R"("12")", "null", R"("0x1g")", R"("0x10000000000000000")"}) {
-    auto ex = classify_exchange(answer(200, R"({"jsonrpc":"2.0","id":0,"result":)" + bad + "}"), 1, 0,
+    auto ex = classify_exchange(answer(200, R"({"jsonrpc":"2.0","id":0,"result":)" + bad + "}"), UpstreamIds{0, 1}, 0,
                                 empty_profile(), head);
     INFO(bad);
     CHECK(ex.per_call[0].cls == OutcomeClass::provider_failure);
@@ -244,12 +244,12 @@ TEST_CASE("classify_exchange: a head answer that is not a quantity is a provider
     CHECK_THAT(ex.per_call[0].message, Catch::Contains("not a block number"));
     CHECK(ex.overall.cls == OutcomeClass::provider_failure);
   }
-  auto ok = classify_exchange(answer(200, R"({"jsonrpc":"2.0","id":0,"result":"0x10"})"), 1, 0, empty_profile(), head);
+  auto ok = classify_exchange(answer(200, R"({"jsonrpc":"2.0","id":0,"result":"0x10"})"), UpstreamIds{0, 1}, 0, empty_profile(), head);
   CHECK(ok.per_call[0].cls == OutcomeClass::success);
   // Other methods' results are theirs to shape; in a batch only the head call is judged.
   const std::vector<UpstreamCall> mixed{{"eth_getCode", "[]"}, {"eth_blockNumber", "[]"}};
   auto batch = classify_exchange(
-      answer(200, R"([{"jsonrpc":"2.0","id":0,"result":"0x"},{"jsonrpc":"2.0","id":1,"result":"0x"}])"), 2, 0,
+      answer(200, R"([{"jsonrpc":"2.0","id":0,"result":"0x"},{"jsonrpc":"2.0","id":1,"result":"0x"}])"), UpstreamIds{0, 2}, 0,
       empty_profile(), mixed);
   CHECK(batch.per_call[0].cls == OutcomeClass::success);
   CHECK(batch.per_call[1].cls == OutcomeClass::provider_failure);
@@ -264,7 +264,7 @@ TEST_CASE("record_exchange: a timeout opens the breaker at once, unless the over
   timed_out.error = TransportError::timeout;
   timed_out.error_message = "timed out";
   const std::vector<UpstreamCall> calls{{"eth_blockNumber", "[]"}};
-  auto ex = classify_exchange(std::move(timed_out), 1, clock.now_ms(), empty_profile());
+  auto ex = classify_exchange(std::move(timed_out), UpstreamIds{0, 1}, clock.now_ms(), empty_profile());
   REQUIRE(ex.overall.outcome == Outcome::timeout);
 
   record_exchange(store, health, "p/c/cut#f", calls, ex, clock.now_ms(), 0.0, {.timeout_trips = false});
@@ -283,13 +283,13 @@ TEST_CASE("record_exchange: a trial's success closes an open breaker before its 
   const std::vector<UpstreamCall> calls{{"eth_blockNumber", "[]"}};
   HttpResponse refused;
   refused.error = TransportError::connect;
-  auto fail = classify_exchange(std::move(refused), 1, clock.now_ms(), empty_profile());
+  auto fail = classify_exchange(std::move(refused), UpstreamIds{0, 1}, clock.now_ms(), empty_profile());
   for (int i = 0; i < health.circuit_breaker.failure_threshold; ++i) {
     record_exchange(store, health, "p/c/n#f", calls, fail, clock.now_ms(), 0.0);
   }
   REQUIRE(store.state().providers.at("p/c/n#f").breaker.state == BreakerState::open);
   clock.advance(500);
-  auto ok = classify_exchange(answer(200, R"({"jsonrpc":"2.0","id":0,"result":"0x1"})"), 1, clock.now_ms(),
+  auto ok = classify_exchange(answer(200, R"({"jsonrpc":"2.0","id":0,"result":"0x1"})"), UpstreamIds{0, 1}, clock.now_ms(),
                               empty_profile());
   // A late success of an ordinary request does not close it ...
   record_exchange(store, health, "p/c/n#f", calls, ok, clock.now_ms(), 0.0);
@@ -307,7 +307,7 @@ TEST_CASE("classify_exchange: a provider's message is scrubbed, escaped and cut 
   const std::string body = R"({"jsonrpc":"2.0","id":0,"error":{"code":-32603,"message":")" +
                            std::string("bad key sk_live_0123456789abcdef\\u001b[2J\\nrpcroute: forged") +
                            std::string(300'000, 'z') + R"("}})";
-  auto ex = classify_exchange(answer(200, body), 1, 0, p);
+  auto ex = classify_exchange(answer(200, body), UpstreamIds{0, 1}, 0, p);
   REQUIRE(ex.per_call[0].outcome == Outcome::rpc_error);
   const auto& m = ex.per_call[0].message;
   CHECK(m.starts_with("-32603: bad key ***\\x1b[2J\\nrpcroute: forged"));
@@ -319,6 +319,6 @@ TEST_CASE("classify_exchange: a provider's message is scrubbed, escaped and cut 
   REQUIRE(ex.replies[0] != nullptr);
   CHECK(ex.replies[0]->error->message == message);
   // An HTTP error's text gets the same treatment.
-  auto h = classify_exchange(answer(503, R"({"jsonrpc":"2.0","id":0,"error":{"code":-32603,"message":"down\u0007"}})"), 1, 0, p);
+  auto h = classify_exchange(answer(503, R"({"jsonrpc":"2.0","id":0,"error":{"code":-32603,"message":"down\u0007"}})"), UpstreamIds{0, 1}, 0, p);
   CHECK(h.per_call[0].message == "HTTP 503: down\\x07");
 }
