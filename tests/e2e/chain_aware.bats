@@ -780,9 +780,15 @@ EOF
   assert_jq '[.meta.attempts[].provider] == ["slow", "fast"] and .meta.attempts[0].outcome == "timeout"'
   assert_jq '.meta.attempts[0].latency_ms >= 4500 and .meta.attempts[0].latency_ms < 5990'
 
-  # The provider's own timeout_ms wins over the method default.
-  write_profile "$P" slow,timeout_ms=1500 fast --strategy priority
+  # A timeout opens the breaker at once (issue 15.3): the next call skips slow.
   run --separate-stderr rpcroute call -p "$P" --json eth_blockNumber
+  assert_status 0
+  assert_jq '.meta.provider == "fast" and (.meta.attempts | length) == 1'
+  assert_jq '[.meta.excluded[] | select(.provider == "slow" and .kind == "breaker")] | length == 1'
+
+  # The provider's own timeout_ms wins over the method default (a fresh state: no open breaker).
+  write_profile "$P" slow,timeout_ms=1500 fast --strategy priority
+  run --separate-stderr rpcroute call -p "$P" --no-state --json eth_blockNumber
   assert_status 0
   assert_jq '.meta.provider == "fast" and .meta.attempts[0].outcome == "timeout"'
   assert_jq '.meta.attempts[0].latency_ms >= 1000 and .meta.attempts[0].latency_ms < 4000'
