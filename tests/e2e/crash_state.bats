@@ -79,7 +79,7 @@ slot_profile() { # FILE ID...
   # Some history first on a few of them, so writers merge with existing content.
   for i in 01 02 03; do rpcroute call -p "$P" --provider "w$i" eth_blockNumber >/dev/null; done
   local cursor_before
-  cursor_before=$(jq '.chains["profile/local"].rr_cursor // 0' "$S")
+  cursor_before=$(jq '[.chains | to_entries[] | select(.key | startswith("profile/local#")) | .value.rr_cursor][0] // 0' "$S")
 
   # 64 writers, each on its own provider.
   local pids=() starts=() failed=0
@@ -122,7 +122,7 @@ slot_profile() { # FILE ID...
   have=$(jq -c --argjson t "$t_rr" '[.providers[] | {key: .provider, value: ([.methods.eth_blockNumber.samples[]? | select(.[0] >= $t)] | length)}
     | select(.value > 0)] | from_entries' "$S")
   assert_equal "$have" "$used" "new samples per provider vs providers the writers used"
-  assert_equal "$(jq '.chains["profile/local"].rr_cursor' "$S")" $((cursor_before + N)) "round-robin cursor"
+  assert_equal "$(jq '[.chains | to_entries[] | select(.key | startswith("profile/local#")) | .value.rr_cursor][0]' "$S")" $((cursor_before + N)) "round-robin cursor"
   jq -e '.version == 1' "$S" >/dev/null
   local leftovers
   leftovers=$(find "$(dirname "$S")" -maxdepth 1 -name 'state.json?*' ! -name '*.lock' | wc -l)
