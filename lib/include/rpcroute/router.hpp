@@ -59,7 +59,6 @@ struct Plan {
   bool lag_fallback = false;    // every eligible provider lagged or was quarantined: they are tried anyway
   bool breaker_trial = false;   // every breaker was open: the open ones are tried, one trial each
   StickyKey sticky;             // the sender or transaction this call stays with
-  bool sticky_first = false;    // the provider that served them lately was moved to the front
 };
 
 /// Attempts on their way, per provider. One that runs far beyond the provider's usual latency

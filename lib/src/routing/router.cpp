@@ -442,7 +442,6 @@ void Router::keep_sticky_first(const Chain& chain, Plan& plan, std::string_view 
   std::rotate(cands.begin(), it, it + 1);
   for (auto& c : cands) c.first_probability = 0;
   cands.front().first_probability = 1.0;
-  plan.sticky_first = true;
 }
 
 void Router::finish_unavailable(Item& item, const Chain& chain, std::string_view why) {
