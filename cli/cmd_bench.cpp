@@ -19,7 +19,7 @@
 
 #include "output.hpp"
 #include "rpcroute/clock.hpp"
-#include "rpcroute/exchange.hpp"
+#include "rpcroute/health/exchange.hpp"
 #include "rpcroute/json.hpp"
 #include "rpcroute/metrics.hpp"
 #include "rpcroute/state.hpp"

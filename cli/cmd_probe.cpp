@@ -8,6 +8,7 @@
 #include "rpcroute/blocks.hpp"
 #include "rpcroute/json.hpp"
 #include "rpcroute/probe.hpp"
+#include "rpcroute/state.hpp"
 
 namespace rpcroute::cli {
 

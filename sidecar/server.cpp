@@ -21,7 +21,7 @@
 #include "routes.hpp"
 #include "rpcroute/blocks.hpp"
 #include "rpcroute/edge_read.hpp"
-#include "rpcroute/exchange.hpp"
+#include "rpcroute/health/exchange.hpp"
 #include "rpcroute/http1.hpp"
 #include "rpcroute/json.hpp"
 #include "rpcroute/jsonrpc.hpp"

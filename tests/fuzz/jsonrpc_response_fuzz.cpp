@@ -20,7 +20,7 @@
 #include <string>
 
 #include "check.hpp"
-#include "rpcroute/exchange.hpp"
+#include "rpcroute/health/exchange.hpp"
 #include "rpcroute/jsonrpc.hpp"
 #include "rpcroute/outcome.hpp"
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "rpcroute/config.hpp"
-#include "rpcroute/state.hpp"
+#include "rpcroute/health/store.hpp"
 
 namespace rpcroute {
 
@@ -104,27 +104,27 @@ struct ChainHead {
 /// are fresh.
 [[nodiscard]] std::int64_t lag_behind(const Height& h, const Height& head, const Chain& chain);
 
-/// The claims of a chain's providers in `state` (in profile order). `with_open`: providers whose
+/// The claims of a chain's providers in `view` (in profile order). `with_open`: providers whose
 /// breaker is open count too (for the never-backwards mark: a dead provider's height still happened).
-void head_claims(std::vector<HeadClaim>& out, const State& state, const Profile& profile, const Chain& chain,
+void head_claims(std::vector<HeadClaim>& out, const HealthView& view, const Profile& profile, const Chain& chain,
                  std::int64_t now_ms, bool with_open);
 
 /// The best height known for a chain: chain_head() over the providers whose breaker is not open,
 /// else the fresh high-water mark; 0 when nothing is fresh.
-[[nodiscard]] std::uint64_t best_known_height(const State& state, const Profile& profile, const Chain& chain,
+[[nodiscard]] std::uint64_t best_known_height(const HealthView& view, const Profile& profile, const Chain& chain,
                                               std::int64_t now_ms);
 
 /// Whether the high-water mark is still where the providers are: within max_lag_blocks of the head
 /// of every fresh claim (open breakers included: a dead provider's height still happened). A mark
 /// they no longer reach — a restarted or reset chain, or a lone liar's height — is not raised to.
-[[nodiscard]] bool mark_supported(const State& state, const Profile& profile, const Chain& chain, const Height& mark,
+[[nodiscard]] bool mark_supported(const HealthView& view, const Profile& profile, const Chain& chain, const Height& mark,
                                   std::int64_t now_ms);
 
 /// Checks the eth_blockNumber answers in `ex` before anyone believes them: one that chain_head()
 /// would quarantine (absurd, a jump, unconfirmed) becomes a provider failure (bad_response), and its
 /// height is recorded so that the provider stays quarantined while the claim is fresh. `key`: the
 /// provider's state key. Returns whether an answer was refused.
-bool refuse_doubtful_heads(StateStore& store, const Profile& profile, const Chain& chain, const Provider& provider,
+bool refuse_doubtful_heads(HealthStore& store, const Profile& profile, const Chain& chain, const Provider& provider,
                            std::string_view key, std::span<const UpstreamCall> calls, Exchange& ex,
                            std::int64_t now_ms);
 
@@ -146,11 +146,11 @@ bool refuse_doubtful_heads(StateStore& store, const Profile& profile, const Chai
 /// longer than lag_trip_ms. A provider whose claim is not believed is not judged for lag.
 /// Every height a process learns (answers, probes, the sidecar's poll) goes through here.
 /// `key`: the provider's state key when the caller has it (the router does), else computed.
-void observe_height(StateStore& store, const Profile& profile, const Chain& chain, const Provider& provider,
+void observe_height(HealthStore& store, const Profile& profile, const Chain& chain, const Provider& provider,
                     const Height& height, double jitter, std::string_view key = {});
 /// The judgement half of observe_height() on the provider's latest known height, for callers that
 /// record several heights at once first (probe judges after every provider has answered).
-void judge_lag(StateStore& store, const Profile& profile, const Chain& chain, const Provider& provider, double jitter,
+void judge_lag(HealthStore& store, const Profile& profile, const Chain& chain, const Provider& provider, double jitter,
                std::string_view key = {});
 
 }  // namespace rpcroute

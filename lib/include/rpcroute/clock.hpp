@@ -5,13 +5,15 @@
 
 namespace rpcroute {
 
-/// Time as the routing code sees it; injected so tests advance time instead of sleeping.
+/// Time as the routing code sees it (wall and monotonic); injected so tests advance time instead of sleeping.
 /// Wall time (ms since the epoch) is what the state file stores, because it must mean the same
 /// thing to the next process.
 class Clock {
  public:
   virtual ~Clock() = default;
   [[nodiscard]] virtual std::int64_t now_ms() const = 0;
+  /// Monotonic microseconds, for deadlines and latency within one process.
+  [[nodiscard]] virtual std::int64_t mono_us() const = 0;
 };
 
 class SystemClock final : public Clock {
@@ -20,17 +22,27 @@ class SystemClock final : public Clock {
     using namespace std::chrono;
     return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
   }
+  [[nodiscard]] std::int64_t mono_us() const override {
+    using namespace std::chrono;
+    return duration_cast<microseconds>(steady_clock::now().time_since_epoch()).count();
+  }
 };
 
 class FakeClock final : public Clock {
  public:
   explicit FakeClock(std::int64_t start_ms = 1'700'000'000'000) : now_(start_ms) {}
   [[nodiscard]] std::int64_t now_ms() const override { return now_; }
-  void advance(std::int64_t ms) { now_ += ms; }
+  /// Starts at 1 s and moves with advance() (set() moves wall time only, as a clock change does).
+  [[nodiscard]] std::int64_t mono_us() const override { return mono_us_; }
+  void advance(std::int64_t ms) {
+    now_ += ms;
+    mono_us_ += ms * 1000;
+  }
   void set(std::int64_t ms) { now_ = ms; }
 
  private:
   std::int64_t now_;
+  std::int64_t mono_us_ = 1'000'000;
 };
 
 /// Source of randomness for the random strategies and breaker jitter.

@@ -8,7 +8,7 @@
 #include "rpcroute/asio_compat.hpp"
 #include "rpcroute/clock.hpp"
 #include "rpcroute/config.hpp"
-#include "rpcroute/state.hpp"
+#include "rpcroute/health/store.hpp"
 #include "rpcroute/transport.hpp"
 
 namespace rpcroute {
@@ -33,8 +33,8 @@ struct ProbeReport {
 
 /// Probes one provider. With a store, every exchange is recorded like live traffic (samples,
 /// breaker events), plus the height and the findings.
-[[nodiscard]] asio::awaitable<ProbeReport> probe_provider(Engine& engine, const Profile& profile, const Chain& chain,
-                                                          const Provider& provider, StateStore* store,
+[[nodiscard]] asio::awaitable<ProbeReport> probe_provider(Transport& transport, const Profile& profile, const Chain& chain,
+                                                          const Provider& provider, HealthStore* store,
                                                           const Clock& clock, Random& rng, std::int64_t timeout_ms);
 
 struct ProbeVerdict {

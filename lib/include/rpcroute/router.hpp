@@ -14,7 +14,7 @@
 #include "rpcroute/config.hpp"
 #include "rpcroute/jsonrpc.hpp"
 #include "rpcroute/outcome.hpp"
-#include "rpcroute/state.hpp"
+#include "rpcroute/health/store.hpp"
 #include "rpcroute/sticky.hpp"
 #include "rpcroute/strategy.hpp"
 #include "rpcroute/transport.hpp"
@@ -126,11 +126,11 @@ struct CallOutcome {
 
 /// The pipeline of DESIGN.md section 4: filter, rank, tier, execute with failover, record.
 ///
-///   Router router(profile, engine, store, clock, rng);
+///   Router router(profile, engine, store, clock, rng);  // Transport&, HealthStore&
 ///   auto answers = co_await router.route(chain, body.calls, {});
 class Router {
  public:
-  Router(const Profile& profile, Engine& engine, StateStore& store, const Clock& clock, Random& rng);
+  Router(const Profile& profile, Transport& transport, HealthStore& store, const Clock& clock, Random& rng);
 
   /// The candidates a call of `method` would try now, in order, and the exclusions with reasons.
   [[nodiscard]] Plan plan(const Chain& chain, std::string_view method, std::string_view params,
@@ -165,8 +165,8 @@ class Router {
   [[nodiscard]] bool stalled(const Provider& p, const ProviderState* ps, std::int64_t now) const;
 
   const Profile& profile_;
-  Engine& engine_;
-  StateStore& store_;
+  Transport& transport_;
+  HealthStore& store_;
   const Clock& clock_;
   Random& rng_;
   std::map<std::string, int, std::less<>> half_open_in_flight_;

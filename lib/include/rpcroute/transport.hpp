@@ -48,23 +48,31 @@ struct HttpResponse {
   ConnectionRef connection;     // the keep-alive connection it came on, if it was kept
 };
 
+/// How routing reaches providers: one HTTP exchange at a time. Engine is the real one; tests use a
+/// scripted fake (tests/unit/support/fake_transport.hpp); other transports (WebSocket) plug in here.
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  [[nodiscard]] virtual asio::awaitable<HttpResponse> perform(HttpRequest request) = 0;
+  /// Drops the keep-alive connection an answer came on, if it is still idle in the pool: an answer
+  /// that is not the one asked for means the connection is out of step with its requests.
+  virtual void close_connection(const ConnectionRef& connection) = 0;
+};
+
 /// The HTTP client: one curl multi handle driven by the io_context (DESIGN.md section 2).
 /// Connections are reused across requests; everything runs on the context's thread.
 ///
 ///   Engine engine(io);
 ///   HttpResponse r = co_await engine.perform({.url = "http://127.0.0.1:8545", .body = "..."});
-class Engine {
+class Engine final : public Transport {
  public:
   explicit Engine(asio::io_context& io);
-  ~Engine();
+  ~Engine() override;
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  [[nodiscard]] asio::awaitable<HttpResponse> perform(HttpRequest request);
-
-  /// Drops the keep-alive connection an answer came on, if it is still idle in the pool: an answer
-  /// that is not the one asked for means the connection is out of step with its requests.
-  void close_connection(const ConnectionRef& connection);
+  [[nodiscard]] asio::awaitable<HttpResponse> perform(HttpRequest request) override;
+  void close_connection(const ConnectionRef& connection) override;
 
   /// Number of transfers in flight.
   [[nodiscard]] std::size_t in_flight() const;

@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 
 #include "rpcroute/blocks.hpp"
-#include "rpcroute/exchange.hpp"
+#include "rpcroute/health/exchange.hpp"
 #include "rpcroute/jsonrpc.hpp"
 
 namespace rpcroute {
@@ -106,15 +106,15 @@ std::string claim_doubt(const Height& h, const ClaimJudgement& j, const Chain& c
   }
 }
 
-void head_claims(std::vector<HeadClaim>& out, const State& state, const Profile& profile, const Chain& chain,
+void head_claims(std::vector<HeadClaim>& out, const HealthView& view, const Profile& profile, const Chain& chain,
                  std::int64_t now_ms, bool with_open) {
   out.assign(chain.providers.size(), HeadClaim{Height{}, false});
   thread_local std::string key;  // one buffer for every lookup
   for (std::size_t i = 0; i < chain.providers.size(); ++i) {
     provider_key_into(key, profile.name, chain.name, chain.providers[i]);
-    auto it = state.providers.find(key);
-    if (it == state.providers.end()) continue;
-    const auto& ps = it->second;
+    const ProviderState* found = view.provider(key);
+    if (found == nullptr) continue;
+    const auto& ps = *found;
     const bool right_chain = ps.probe.chain_id == 0 || ps.probe.chain_id == chain.chain_id;
     const bool open = ps.breaker.effective_state(now_ms) == BreakerState::open;
     out[i] = {ps.height, right_chain && (with_open || !open)};
@@ -132,30 +132,30 @@ std::size_t index_of(const Chain& chain, const Provider& provider) {
 
 }  // namespace
 
-std::uint64_t best_known_height(const State& state, const Profile& profile, const Chain& chain, std::int64_t now_ms) {
+std::uint64_t best_known_height(const HealthView& view, const Profile& profile, const Chain& chain, std::int64_t now_ms) {
   thread_local std::vector<HeadClaim> claims;
   thread_local std::vector<ClaimJudgement> judgements;
-  head_claims(claims, state, profile, chain, now_ms, false);
+  head_claims(claims, view, profile, chain, now_ms, false);
   judgements.resize(claims.size());
   if (auto head = chain_head(claims, judgements, chain, now_ms); head.head) return head.head->block;
-  if (auto it = state.chains.find(chain_key(profile.name, chain));
-      it != state.chains.end() && height_fresh(it->second.high_water, now_ms, chain)) {
-    return it->second.high_water.block;
+  if (const ChainState* cs = view.chain(chain_key(profile.name, chain));
+      cs != nullptr && height_fresh(cs->high_water, now_ms, chain)) {
+    return cs->high_water.block;
   }
   return 0;
 }
 
-bool mark_supported(const State& state, const Profile& profile, const Chain& chain, const Height& mark,
+bool mark_supported(const HealthView& view, const Profile& profile, const Chain& chain, const Height& mark,
                     std::int64_t now_ms) {
   thread_local std::vector<HeadClaim> claims;
   thread_local std::vector<ClaimJudgement> judgements;
-  head_claims(claims, state, profile, chain, now_ms, true);
+  head_claims(claims, view, profile, chain, now_ms, true);
   judgements.resize(claims.size());
   const auto head = chain_head(claims, judgements, chain, now_ms);
   return head.head && mark.block <= height_at(*head.head, now_ms, chain) + chain.max_lag_blocks;
 }
 
-bool refuse_doubtful_heads(StateStore& store, const Profile& profile, const Chain& chain, const Provider& provider,
+bool refuse_doubtful_heads(HealthStore& store, const Profile& profile, const Chain& chain, const Provider& provider,
                            std::string_view key, std::span<const UpstreamCall> calls, Exchange& ex,
                            std::int64_t now_ms) {
   const auto idx = index_of(chain, provider);
@@ -169,7 +169,7 @@ bool refuse_doubtful_heads(StateStore& store, const Profile& profile, const Chai
     if (reply == nullptr || !reply->result) continue;
     const auto h = jsonrpc::parse_quantity(*reply->result);
     if (!h) continue;
-    head_claims(claims, store.state(), profile, chain, now_ms, false);
+    head_claims(claims, store, profile, chain, now_ms, false);
     claims[idx] = {Height{*h, now_ms}, true};
     judgements.resize(claims.size());
     (void)chain_head(claims, judgements, chain, now_ms);
@@ -184,7 +184,7 @@ bool refuse_doubtful_heads(StateStore& store, const Profile& profile, const Chai
   return refused;
 }
 
-void observe_height(StateStore& store, const Profile& profile, const Chain& chain, const Provider& provider,
+void observe_height(HealthStore& store, const Profile& profile, const Chain& chain, const Provider& provider,
                     const Height& height, double jitter, std::string_view key) {
   std::string computed;
   if (key.empty()) key = computed = provider_key(profile.name, chain.name, provider);
@@ -192,21 +192,20 @@ void observe_height(StateStore& store, const Profile& profile, const Chain& chai
   judge_lag(store, profile, chain, provider, jitter, key);
 }
 
-void judge_lag(StateStore& store, const Profile& profile, const Chain& chain, const Provider& provider, double jitter,
+void judge_lag(HealthStore& store, const Profile& profile, const Chain& chain, const Provider& provider, double jitter,
                std::string_view key) {
   std::string computed;
   if (key.empty()) key = computed = provider_key(profile.name, chain.name, provider);
-  const auto& state = store.state();
-  auto it = state.providers.find(key);
-  if (it == state.providers.end() || it->second.height.t_ms == 0) return;
-  const auto& ps = it->second;
+  const ProviderState* found = store.provider(key);
+  if (found == nullptr || found->height.t_ms == 0) return;
+  const auto& ps = *found;
   const Height height = ps.height;
   if (ps.lag.t_ms > height.t_ms) return;  // judged on a newer observation already
   const auto idx = index_of(chain, provider);
   if (idx == chain.providers.size()) return;
   thread_local std::vector<HeadClaim> claims;
   thread_local std::vector<ClaimJudgement> judgements;
-  head_claims(claims, state, profile, chain, height.t_ms, false);
+  head_claims(claims, store, profile, chain, height.t_ms, false);
   // Judged even while its own breaker is open, so that a half-open provider still behind trips again.
   claims[idx].counts = ps.probe.chain_id == 0 || ps.probe.chain_id == chain.chain_id;
   judgements.resize(claims.size());

@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 
 #include "rpcroute/blocks.hpp"
-#include "rpcroute/exchange.hpp"
+#include "rpcroute/health/exchange.hpp"
 #include "rpcroute/jsonrpc.hpp"
 #include "rpcroute/metrics.hpp"
 
@@ -39,8 +39,8 @@ std::optional<std::string> string_result(const std::string& raw) {
 
 }  // namespace
 
-asio::awaitable<ProbeReport> probe_provider(Engine& engine, const Profile& profile, const Chain& chain,
-                                            const Provider& provider, StateStore* store, const Clock& clock,
+asio::awaitable<ProbeReport> probe_provider(Transport& transport, const Profile& profile, const Chain& chain,
+                                            const Provider& provider, HealthStore* store, const Clock& clock,
                                             Random& rng, std::int64_t timeout_ms) {
   ProbeReport report;
   report.provider = &provider;
@@ -51,7 +51,7 @@ asio::awaitable<ProbeReport> probe_provider(Engine& engine, const Profile& profi
   auto call = [&](std::string_view method, std::string_view params, bool record,
                   Classification* out) -> asio::awaitable<std::optional<std::string>> {
     UpstreamCall c{method, params};
-    Exchange ex = co_await send_exchange(engine, provider, std::span<const UpstreamCall>(&c, 1), timeout_ms, clock, profile);
+    Exchange ex = co_await send_exchange(transport, provider, std::span<const UpstreamCall>(&c, 1), timeout_ms, clock, profile);
     if (record && store != nullptr) {
       record_exchange(*store, profile.health, key, std::span<const UpstreamCall>(&c, 1), ex, clock.now_ms(), rng.uniform());
     }
@@ -102,7 +102,7 @@ asio::awaitable<ProbeReport> probe_provider(Engine& engine, const Profile& profi
 
   // Batch support; not recorded: refusing batches is a capability, not a health failure.
   std::vector<UpstreamCall> pair{{"eth_chainId", "[]"}, {"eth_blockNumber", "[]"}};
-  Exchange bex = co_await send_exchange(engine, provider, pair, timeout_ms, clock, profile);
+  Exchange bex = co_await send_exchange(transport, provider, pair, timeout_ms, clock, profile);
   bool both = bex.per_call[0].cls == OutcomeClass::success && bex.per_call[1].cls == OutcomeClass::success &&
               bex.response && bex.response->batch;
   if (both) {

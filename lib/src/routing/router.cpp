@@ -8,7 +8,7 @@
 #include <simdjson.h>
 
 #include "rpcroute/blocks.hpp"
-#include "rpcroute/exchange.hpp"
+#include "rpcroute/health/exchange.hpp"
 #include "rpcroute/json.hpp"
 
 namespace rpcroute {
@@ -186,8 +186,8 @@ Classification Router::scrubbed(const Classification& c) const {
   return out;
 }
 
-Router::Router(const Profile& profile, Engine& engine, StateStore& store, const Clock& clock, Random& rng)
-    : profile_(profile), engine_(engine), store_(store), clock_(clock), rng_(rng) {}
+Router::Router(const Profile& profile, Transport& transport, HealthStore& store, const Clock& clock, Random& rng)
+    : profile_(profile), transport_(transport), store_(store), clock_(clock), rng_(rng) {}
 
 const std::string& Router::key_for(const Chain& chain, const Provider& provider) {
   auto it = keys_.find(&provider);
@@ -206,7 +206,6 @@ Plan Router::plan(const Chain& chain, std::string_view method, std::string_view 
   plan.policy = profile_.policy_for(method);
   plan.strategy = options.strategy.value_or(plan.policy.strategy.value_or(profile_.routing.default_strategy));
   const auto now = clock_.now_ms();
-  const auto& state = store_.state();
   const auto window = plan.strategy == Strategy::latency_weighted ? profile_.strategies.latency_weighted.window_ms
                                                                   : profile_.strategies.fastest.window_ms;
   const auto& breaker_cfg = profile_.health.circuit_breaker;
@@ -216,8 +215,8 @@ Plan Router::plan(const Chain& chain, std::string_view method, std::string_view 
   std::optional<std::string> pinned;
   if (uses_filter(method)) {
     if (auto id = first_string_param(params)) {
-      if (auto it = state.filters.find(filter_key(profile_.name, chain, *id)); it != state.filters.end()) {
-        pinned = it->second.provider;
+      if (const FilterPin* pin = store_.filter(filter_key(profile_.name, chain, *id)); pin != nullptr) {
+        pinned = pin->provider;
       }
     }
   }
@@ -240,9 +239,9 @@ Plan Router::plan(const Chain& chain, std::string_view method, std::string_view 
   judgements.assign(chain.providers.size(), ClaimJudgement{});
   plan.candidates.reserve(chain.providers.size());
   for (std::size_t i = 0; i < chain.providers.size(); ++i) {
-    auto it = state.providers.find(key_for(chain, chain.providers[i]));
-    if (it == state.providers.end()) continue;
-    const auto& ps = it->second;
+    const ProviderState* found = store_.provider(key_for(chain, chain.providers[i]));
+    if (found == nullptr) continue;
+    const auto& ps = *found;
     states[i] = &ps;
     const bool right_chain = ps.probe.chain_id == 0 || ps.probe.chain_id == chain.chain_id;
     claims[i] = {ps.height, right_chain && ps.breaker.effective_state(now) != BreakerState::open};
@@ -253,9 +252,8 @@ Plan Router::plan(const Chain& chain, std::string_view method, std::string_view 
   const std::optional<Height> reference = chain_head(claims, judgements, chain, now).head;
   if (reference) {
     plan.head = reference->block;
-  } else if (auto it = state.chains.find(ckey);
-             it != state.chains.end() && height_fresh(it->second.high_water, now, chain)) {
-    plan.head = it->second.high_water.block;
+  } else if (const ChainState* cs = store_.chain(ckey); cs != nullptr && height_fresh(cs->high_water, now, chain)) {
+    plan.head = cs->high_water.block;
   }
 
   plan.need = analyze_block_need(method, params);
@@ -421,9 +419,7 @@ Plan Router::plan(const Chain& chain, std::string_view method, std::string_view 
   in.strategy = plan.strategy;
   in.params = &profile_.strategies;
   in.rng = &rng_;
-  if (auto it = state.chains.find(ckey); it != state.chains.end()) {
-    in.rr_cursor = it->second.rr_cursor;
-  }
+  if (const ChainState* cs = store_.chain(ckey); cs != nullptr) in.rr_cursor = cs->rr_cursor;
   rank_candidates(plan.candidates, in);
   keep_sticky_first(chain, plan, method, params, now);
   return plan;
@@ -518,16 +514,14 @@ void Router::on_success(const Chain& chain, const Candidate& cand, Item& item, s
       // fresh and the providers still reach it. A mark nobody has confirmed for a whole horizon, or
       // that the providers' head no longer supports (a restarted or reset chain: every provider
       // went back; a lone liar's height), is gone and the lower answer resets it at once.
-      auto& chains = store_.state().chains;
-      auto it = chains.find(ckey);
-      const bool has_mark = it != chains.end() && it->second.high_water.t_ms > 0;
-      if (has_mark && *h < it->second.high_water.block && height_fresh(it->second.high_water, now, chain) &&
-          mark_supported(store_.state(), profile_, chain, it->second.high_water, now)) {
+      const ChainState* cs = store_.chain(ckey);
+      const bool has_mark = cs != nullptr && cs->high_water.t_ms > 0;
+      if (has_mark && *h < cs->high_water.block && height_fresh(cs->high_water, now, chain) &&
+          mark_supported(store_, profile_, chain, cs->high_water, now)) {
         out.raised_from = *h;
-        out.result = jsonrpc::to_quantity(it->second.high_water.block);
+        out.result = jsonrpc::to_quantity(cs->high_water.block);
       } else {
-        store_.record(HighWaterEvent{ckey, Height{*h, now}, has_mark && *h < it->second.high_water.block},
-                      profile_.health);
+        store_.record(HighWaterEvent{ckey, Height{*h, now}, has_mark && *h < cs->high_water.block}, profile_.health);
       }
     }
   } else if (call.method == "eth_getBlockByNumber" && item.plan.need.block &&
@@ -535,7 +529,7 @@ void Router::on_success(const Chain& chain, const Candidate& cand, Item& item, s
     if (auto h = block_number_of(result)) {
       observe_height(store_, profile_, chain, *cand.provider, Height{*h, now}, rng_.uniform(), cand.key);
       // Only a height the head rule believes may raise the mark.
-      if (mark_supported(store_.state(), profile_, chain, Height{*h, now}, now)) {
+      if (mark_supported(store_, profile_, chain, Height{*h, now}, now)) {
         store_.record(HighWaterEvent{ckey, Height{*h, now}, false}, profile_.health);
       }
     }
@@ -615,14 +609,14 @@ asio::awaitable<void> Router::broadcast_send(std::shared_ptr<Broadcast> b, const
                                              std::string method, std::string params, std::int64_t deadline_us) {
   const Provider& provider = *cand.provider;
   const auto policy = profile_.policy_for(method);
-  const auto remaining_ms = std::max<std::int64_t>(1, (deadline_us - steady_us()) / 1000);
+  const auto remaining_ms = std::max<std::int64_t>(1, (deadline_us - clock_.mono_us()) / 1000);
   const auto timeout = std::min(attempt_timeout_ms(method, provider, policy), remaining_ms);
   const UpstreamCall one{method, params};
   const std::vector<UpstreamCall> upstream{one};
   if (provider.rate_limit) {
     store_.record(QuotaEvent{std::string(cand.key), clock_.now_ms(), 1.0, *provider.rate_limit}, profile_.health);
   }
-  Exchange ex = co_await send_exchange(engine_, provider, upstream, timeout, clock_, profile_);
+  Exchange ex = co_await send_exchange(transport_, provider, upstream, timeout, clock_, profile_);
   const auto now = clock_.now_ms();
   record_exchange(store_, profile_.health, cand.key, upstream, ex, now, rng_.uniform(),
                   {.trial = cand.breaker == BreakerState::open});
@@ -678,7 +672,7 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
     if (call.valid()) timeout_ms = std::max(timeout_ms, default_method_timeout_ms(call.method));
   }
   if (options.timeout_ms) timeout_ms = *options.timeout_ms;
-  const auto deadline_us = steady_us() + timeout_ms * 1000;
+  const auto deadline_us = clock_.mono_us() + timeout_ms * 1000;
 
   for (std::size_t i = 0; i < calls.size(); ++i) {
     const auto& call = calls[i];
@@ -717,7 +711,7 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
           only_quota = false;
         }
       }
-      if (wait < 0 || !only_quota || steady_us() + wait * 1000 >= deadline_us) break;
+      if (wait < 0 || !only_quota || clock_.mono_us() + wait * 1000 >= deadline_us) break;
       asio::steady_timer timer(co_await asio::this_coro::executor, std::chrono::milliseconds(wait));
       boost::system::error_code ec;
       co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
@@ -750,8 +744,7 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
     if (leader == nullptr) break;
     const Candidate cand = leader->plan.candidates[leader->next];
     const Provider& provider = *cand.provider;
-    const ProviderState* ps = nullptr;
-    if (auto it = store_.state().providers.find(cand.key); it != store_.state().providers.end()) ps = &it->second;
+    const ProviderState* ps = store_.provider(cand.key);
 
     // Calls bound for the same provider go in one batch, up to its max_batch (one call at a time
     // when probe found it does not answer batches); the rest go in the next rounds.
@@ -763,7 +756,7 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
       if (!it.done && it.plan.candidates[it.next].key == cand.key) group.push_back(&it);
     }
 
-    const auto remaining_ms = (deadline_us - steady_us()) / 1000;
+    const auto remaining_ms = (deadline_us - clock_.mono_us()) / 1000;
     if (remaining_ms <= 0) {
       for (auto* it : group) finish_unavailable(*it, chain, fmt::format("deadline of {} ms exceeded", timeout_ms));
       continue;
@@ -790,7 +783,7 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
     HttpRequest request{provider.url, upstream_body(upstream_calls, ids), &provider.headers, attempt_timeout,
                         max_response_bytes(upstream_calls, provider, profile_)};
     request.cancel = options.cancel;
-    HttpResponse answer = co_await engine_.perform(std::move(request));
+    HttpResponse answer = co_await transport_.perform(std::move(request));
     // Abandoned, not failed: nothing is learned or held against the provider (the loop's top ends
     // the calls).
     if (answer.error == TransportError::cancelled) {
@@ -798,7 +791,7 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
       continue;
     }
     Exchange ex = classify_exchange(std::move(answer), ids, clock_.now_ms(), profile_, upstream_calls);
-    if (connection_suspect(ex)) engine_.close_connection(ex.http.connection);
+    if (connection_suspect(ex)) transport_.close_connection(ex.http.connection);
     refuse_doubtful_heads(store_, profile_, chain, provider, cand.key, upstream_calls, ex, clock_.now_ms());
     if (trial) --half_open_in_flight_[std::string(cand.key)];
     in_flight_.finish(&provider, started_ms);

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "fixtures.hpp"
-#include "rpcroute/exchange.hpp"
+#include "rpcroute/health/exchange.hpp"
 #include "rpcroute/outcome.hpp"
 
 namespace {

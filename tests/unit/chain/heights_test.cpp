@@ -3,7 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include "rpcroute/blocks.hpp"
-#include "rpcroute/exchange.hpp"
+#include "rpcroute/health/exchange.hpp"
+#include "rpcroute/state.hpp"
 
 using namespace rpcroute;
 
@@ -147,6 +148,7 @@ chains:
                                        "test.yaml");
   const Chain& chain = profile.chains.front();
   State state;
+  const StateView view(state);
   auto key = [&](const char* id) { return provider_key(profile.name, chain.name, *chain.find_provider(id)); };
   std::int64_t t = kT;  // each observation newer than the last (the newest wins)
   auto seen = [&](const char* id, std::uint64_t block) {
@@ -154,17 +156,17 @@ chains:
   };
   seen("a", 20);
   seen("b", 19);
-  CHECK(mark_supported(state, profile, chain, Height{20, kT}, t));
-  CHECK(mark_supported(state, profile, chain, Height{21, kT}, t));  // within max_lag_blocks
+  CHECK(mark_supported(view, profile, chain, Height{20, kT}, t));
+  CHECK(mark_supported(view, profile, chain, Height{21, kT}, t));  // within max_lag_blocks
   // Both went back to 0: a restarted chain. The mark of 20 is gone at once.
   seen("a", 0);
   seen("b", 0);
-  CHECK_FALSE(mark_supported(state, profile, chain, Height{20, kT}, t));
+  CHECK_FALSE(mark_supported(view, profile, chain, Height{20, kT}, t));
   // A liar's height as the mark: the head of the believed claims does not reach it.
   seen("a", 100);
   seen("b", 20'000'000);
-  CHECK_FALSE(mark_supported(state, profile, chain, Height{20'000'000, kT}, t));
-  CHECK(mark_supported(state, profile, chain, Height{100, kT}, t));
+  CHECK_FALSE(mark_supported(view, profile, chain, Height{20'000'000, kT}, t));
+  CHECK(mark_supported(view, profile, chain, Height{100, kT}, t));
   // A provider whose breaker is open still counts: its height happened.
   seen("b", 100);
   for (int i = 0; i < 5; ++i) {
@@ -172,8 +174,8 @@ chains:
   }
   seen("a", 110);
   seen("b", 100);
-  CHECK(mark_supported(state, profile, chain, Height{110, kT}, t));
-  CHECK(best_known_height(state, profile, chain, t) == 100);  // the head for lag leaves it out
+  CHECK(mark_supported(view, profile, chain, Height{110, kT}, t));
+  CHECK(best_known_height(view, profile, chain, t) == 100);  // the head for lag leaves it out
 }
 
 TEST_CASE("refuse_doubtful_heads: a head answer the rule would quarantine becomes a provider failure",

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include "rpcroute/probe.hpp"
+#include "rpcroute/state.hpp"
 
 using namespace rpcroute;
 

@@ -1,4 +1,4 @@
-#include "rpcroute/exchange.hpp"
+#include "rpcroute/health/exchange.hpp"
 
 #include <algorithm>
 #include <cassert>
@@ -211,19 +211,19 @@ std::uint64_t max_response_bytes(std::span<const UpstreamCall> calls, const Prov
   return cap == 0 ? base : cap;
 }
 
-asio::awaitable<Exchange> send_exchange(Engine& engine, const Provider& provider, std::span<const UpstreamCall> calls,
+asio::awaitable<Exchange> send_exchange(Transport& transport, const Provider& provider, std::span<const UpstreamCall> calls,
                                         std::int64_t timeout_ms, const Clock& clock, const Profile& profile) {
   // A named request: g++ 12 destroys temporaries inside a co_await expression twice.
   const UpstreamIds ids = reserve_upstream_ids(calls.size());
   HttpRequest request{provider.url, upstream_body(calls, ids), &provider.headers, timeout_ms,
                       max_response_bytes(calls, provider, profile)};
-  HttpResponse http = co_await engine.perform(std::move(request));
+  HttpResponse http = co_await transport.perform(std::move(request));
   Exchange ex = classify_exchange(std::move(http), ids, clock.now_ms(), profile, calls);
-  if (connection_suspect(ex)) engine.close_connection(ex.http.connection);
+  if (connection_suspect(ex)) transport.close_connection(ex.http.connection);
   co_return ex;
 }
 
-void record_exchange(StateStore& store, const HealthConfig& health, std::string_view key,
+void record_exchange(HealthSink& sink, const HealthConfig& health, std::string_view key,
                      std::span<const UpstreamCall> calls, const Exchange& ex, std::int64_t now_ms, double jitter,
                      RecordOptions options) {
   AttemptEvent attempt;
@@ -236,9 +236,9 @@ void record_exchange(StateStore& store, const HealthConfig& health, std::string_
   attempt.trip =
       options.timeout_trips && attempt.cls == OutcomeClass::provider_failure && trips_at_once(ex.overall.outcome);
   attempt.trial = options.trial;
-  store.record(std::move(attempt), health);
+  sink.record(std::move(attempt), health);
   for (std::size_t i = 0; i < calls.size(); ++i) {
-    store.record(SampleEvent{std::string(key), std::string(calls[i].method), Sample{now_ms, ex.http.latency_us, ex.per_call[i].outcome}},
+    sink.record(SampleEvent{std::string(key), std::string(calls[i].method), Sample{now_ms, ex.http.latency_us, ex.per_call[i].outcome}},
                  health);
   }
 }

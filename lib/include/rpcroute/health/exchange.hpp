@@ -13,7 +13,7 @@
 #include "rpcroute/config.hpp"
 #include "rpcroute/jsonrpc.hpp"
 #include "rpcroute/outcome.hpp"
-#include "rpcroute/state.hpp"
+#include "rpcroute/health/store.hpp"
 #include "rpcroute/transport.hpp"
 
 namespace rpcroute {
@@ -87,7 +87,7 @@ struct Exchange {
                                                const Profile& profile);
 
 /// Sends calls to one provider and classifies the answer.
-[[nodiscard]] asio::awaitable<Exchange> send_exchange(Engine& engine, const Provider& provider,
+[[nodiscard]] asio::awaitable<Exchange> send_exchange(Transport& transport, const Provider& provider,
                                                       std::span<const UpstreamCall> calls, std::int64_t timeout_ms,
                                                       const Clock& clock, const Profile& profile);
 
@@ -97,7 +97,7 @@ struct RecordOptions {
   bool trial = false;          // sent while the breaker was open (recovery probe, trial request)
   bool timeout_trips = true;   // false when the overall deadline, not the provider's timeout, cut it short
 };
-void record_exchange(StateStore& store, const HealthConfig& health, std::string_view key,
+void record_exchange(HealthSink& sink, const HealthConfig& health, std::string_view key,
                      std::span<const UpstreamCall> calls, const Exchange& exchange, std::int64_t now_ms,
                      double jitter, RecordOptions options = {});
 

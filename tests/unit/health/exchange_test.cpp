@@ -1,8 +1,9 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
-#include "rpcroute/exchange.hpp"
+#include "rpcroute/health/exchange.hpp"
 #include "rpcroute/jsonrpc.hpp"
+#include "rpcroute/state.hpp"
 
 using namespace rpcroute;
 
