@@ -237,6 +237,12 @@ setup_file() {
 }
 
 teardown_file() {
+  # Rows started ahead whose test did not run (a filtered run) end before the fakes do.
+  local rc deadline=$((SECONDS + 300))
+  for rc in "$BATS_FILE_TMPDIR"/rows/*/*/started; do
+    [[ -f $rc ]] || continue
+    while [[ ! -f ${rc%started}rc ]] && ((SECONDS < deadline)); do sleep 0.1; done
+  done
   stop_all
 }
 
@@ -716,43 +722,86 @@ bug_present() {
   [[ $out == *"Weird server reply: Resource temporarily unavailable"* ]]
 }
 
-# Runs the cells of ROW through PATH (call or serve), all strategies and "none" at once; records each
-# cell's result in matrix.tsv; fails (showing the failed cells' logs) when a cell failed.
-row_test() { # call|serve ROW
-  local path=$1 row=$2 col cell pids=() cols=() failed=0 rc i t0
+# Rows run ahead of their test: while a test checks its row, the cells of the next
+# FAULT_MATRIX_ROWS_AHEAD rows (default 1) already run. Rows share nothing but the fakes and the
+# sidecars (their own profiles, state files and paths), and a row's call and serve tests are 32
+# rows apart, so no two rows that could see each other's marks ever overlap. A row lasts as long
+# as its slowest cell, which mostly waits (attempt timeouts, delays, one process after another):
+# the next row's cells use that time. FAULT_MATRIX_ROWS_AHEAD=0 runs the rows one at a time (for a
+# filtered run, bats -f, which would otherwise also run the row after the chosen one).
+ROW_ORDER=()
+for _row in "${ROWS[@]}"; do ROW_ORDER+=("call $_row"); done
+for _row in "${ROWS[@]}"; do ROW_ORDER+=("serve $_row"); done
+unset _row
+ROWS_AHEAD=${FAULT_MATRIX_ROWS_AHEAD:-1}
+
+# Whether the "none" column of ROW (row_spec set) has no cell: lag and a lie need an honest peer
+# to be seen, and with only a dead one there is nothing to compare.
+none_na() { # ROW
+  [[ $KIND == serve || $1 == lagging || $1 == lying_height ]]
+}
+
+# Starts the cells of ROW through PATH (call or serve), all strategies and "none" at once, in the
+# background, once: the row's folder $BATS_FILE_TMPDIR/rows/PATH.ROW says it was started. The cells
+# outlive the test that starts them, so they live in the file's folder and each writes its exit
+# status to COL/rc when done.
+row_launch() { # call|serve ROW
+  local path=$1 row=$2 dir col cell
+  dir=$BATS_FILE_TMPDIR/rows/$path.$row
+  mkdir -p "$BATS_FILE_TMPDIR/rows"
+  mkdir "$dir" 2>/dev/null || return 0
   row_spec "$row"
   row_prepare "$row"
-  t0=$(ms_now)
+  # Exclude rows also check that F got none of the cells' requests: the count before they start.
+  if [[ $KIND == exclude ]]; then fake_stats "f_$row" | jq '.methods.eth_getBalance // 0' >"$dir/f_before"; fi
+  ms_now >"$dir/t0"
+  mkdir -p "$dir/home" "$dir/profiles"
   for col in "${STRATEGIES[@]}" none; do
-    # Lag and a lie need an honest peer to be seen: with only a dead one there is nothing to compare.
-    if [[ $col == none && ($KIND == serve || $row == lagging || $row == lying_height) ]]; then
-      printf '%s\t%s\t%s\t%s\n' "$path" "$row" "$col" "n/a" >>"$BATS_FILE_TMPDIR/matrix.tsv"
-      continue
-    fi
-    cell=$BATS_TEST_TMPDIR/$col
+    if [[ $col == none ]] && none_na "$row"; then continue; fi
+    cell=$dir/$col
     mkdir -p "$cell"
+    : >"$cell/started"
     (
-      export CELL=$cell
+      # What e2e_setup gives a test, in the row's folder (the starting test's folder goes with it).
+      export CELL=$cell HOME=$dir/home XDG_STATE_HOME=$dir/xdg-state XDG_CONFIG_HOME=$dir/xdg-config \
+        RPCROUTE_STATE=$dir/state.json RPCROUTE_PROFILES=$dir/profiles
       set +e
       (
         set -e
         "${path}_cell" "$row" "$col"
       ) >"$cell/log" 2>&1
-      echo $? >"$cell/rc"
-    ) 3>&- &
-    pids+=($!)
+      echo $? >"$cell/rc.tmp"
+      mv "$cell/rc.tmp" "$cell/rc"
+    ) </dev/null >/dev/null 2>&1 3>&- &
+  done
+}
+
+# Waits for the cells of ROW through PATH (started by row_launch), records each cell's result in
+# matrix.tsv; fails (showing the failed cells' logs) when a cell failed.
+row_finish() { # call|serve ROW
+  local path=$1 row=$2 dir col cell cols=() failed=0 rc i t0 verdict
+  dir=$BATS_FILE_TMPDIR/rows/$path.$row
+  row_spec "$row"
+  for col in "${STRATEGIES[@]}" none; do
+    if [[ $col == none ]] && none_na "$row"; then
+      printf '%s\t%s\t%s\t%s\n' "$path" "$row" "$col" "n/a" >>"$BATS_FILE_TMPDIR/matrix.tsv"
+      continue
+    fi
     cols+=("$col")
   done
-  local verdict
-  for i in "${!pids[@]}"; do
-    wait "${pids[$i]}" || true
+  # No `wait`: the cells may be children of an earlier test's process. ctest's limit bounds a hang.
+  for col in "${cols[@]}"; do
+    while [[ ! -f $dir/$col/rc ]]; do sleep 0.05; done
+  done
+  for i in "${!cols[@]}"; do
     col=${cols[$i]}
-    rc=$(cat "$BATS_TEST_TMPDIR/$col/rc" 2>/dev/null || echo "?")
+    cell=$dir/$col
+    rc=$(cat "$cell/rc" 2>/dev/null || echo "?")
     verdict=pass
     if [[ $rc != 0 ]]; then
       failed=1
       verdict=FAIL
-      printf -- '--- %s %s × %s (exit %s):\n%s\n' "$path" "$row" "$col" "$rc" "$(tail -c 4000 "$BATS_TEST_TMPDIR/$col/log")" >&2
+      printf -- '--- %s %s × %s (exit %s):\n%s\n' "$path" "$row" "$col" "$rc" "$(tail -c 4000 "$cell/log")" >&2
     fi
     cols[i]="$col $verdict"
   done
@@ -763,17 +812,29 @@ row_test() { # call|serve ROW
     ((known == 0)) || [[ $verdict != FAIL ]] || verdict=BUG
     printf '%s\t%s\t%s\t%s\n' "$path" "$row" "$col" "$verdict" >>"$BATS_FILE_TMPDIR/matrix.tsv"
   done
+  read -r t0 <"$dir/t0"
   echo "# $path $row: $(($(ms_now) - t0)) ms" >&3
   ((known == 0)) || skip "$KNOWN_BUG"
   ((failed == 0))
+}
+
+# Runs ROW through PATH: starts it and the rows ahead of it (unless already started), then checks it.
+row_test() { # call|serve ROW
+  local i j
+  for i in "${!ROW_ORDER[@]}"; do [[ ${ROW_ORDER[$i]} != "$1 $2" ]] || break; done
+  for ((j = i; j <= i + ROWS_AHEAD && j < ${#ROW_ORDER[@]}; j++)); do
+    # shellcheck disable=SC2086 # "PATH ROW"
+    row_launch ${ROW_ORDER[$j]}
+  done
+  row_finish "$1" "$2"
 }
 
 # Exclude rows also check that F got none of the cells' requests (the sidecar's probes only poll
 # eth_blockNumber; `rpcroute probe` reads a balance, so for call the count is taken after it).
 row_test_excluded() { # call|serve ROW
   local before after
-  before=$(fake_stats "f_$2" | jq '.methods.eth_getBalance // 0')
   row_test "$1" "$2"
+  read -r before <"$BATS_FILE_TMPDIR/rows/$1.$2/f_before"
   after=$(fake_stats "f_$2" | jq '.methods.eth_getBalance // 0')
   if [[ $1 == serve ]]; then assert_equal "$after" "$before" "eth_getBalance requests that reached F"; fi
 }
