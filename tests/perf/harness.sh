@@ -206,10 +206,12 @@ routing:
 EOF
 }
 
-start_sidecar() { # NAME → NAME_pid, NAME_port: rpcroute serve --no-probe --no-state on a free port
+# BIN (default rpcroute_bin) runs with the VAR=VALUE settings added to its environment.
+start_sidecar() { # NAME [BIN [VAR=VALUE…]] → NAME_pid, NAME_port: rpcroute serve --no-probe --no-state on a free port
   [[ -f $work/serve.yaml ]] || write_serve_profile
   rm -f "$work/$1.port"
-  "${server_cpu[@]}" "$rpcroute_bin" serve --listen 127.0.0.1:0 --port-file "$work/$1.port" --profile "$work/serve.yaml" \
+  local bin=${2:-$rpcroute_bin}
+  env "${@:3}" "${server_cpu[@]}" "$bin" serve --listen 127.0.0.1:0 --port-file "$work/$1.port" --profile "$work/serve.yaml" \
     --no-probe --no-state --grace 2s </dev/null >"$work/$1.log" 2>&1 &
   local pid=$!
   pids+=("$pid")
