@@ -252,6 +252,7 @@ std::optional<std::string> transaction_sender(std::string_view raw_hex) {
     auto v = as_uint((*items)[6]);
     if (!v) return std::nullopt;
     std::vector<Bytes> fields;
+    fields.reserve(6);
     for (int i = 0; i < 6; ++i) fields.push_back((*items)[i].encoded);
     std::vector<std::uint8_t> tail;
     int recid = 0;

@@ -205,8 +205,8 @@ std::int64_t retry_after_ms(std::string_view header, std::string_view message, s
     while (!unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
     double scale = 1000;  // seconds unless told otherwise
     if (unit.rfind("ms", 0) == 0 || unit.rfind("millisecond", 0) == 0) scale = 1;
-    else if (unit.rfind("min", 0) == 0 || (unit.rfind("m", 0) == 0 && unit.rfind("mi", 0) != 0)) scale = 60'000;
-    else if (unit.rfind("h", 0) == 0) scale = 3'600'000;
+    else if (unit.rfind("min", 0) == 0 || (unit.rfind('m', 0) == 0 && unit.rfind("mi", 0) != 0)) scale = 60'000;
+    else if (unit.rfind('h', 0) == 0) scale = 3'600'000;
     auto ms = v * scale;
     if (!(ms <= kMaxRetryAfterMs)) continue;
     return static_cast<std::int64_t>(ms);

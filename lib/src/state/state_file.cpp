@@ -353,7 +353,7 @@ void StateStore::add_pending(Event event, const HealthConfig& health) {
         if constexpr (std::is_same_v<T, AttemptEvent>) {
           auto& pp = pending_.providers[e.key];
           pp.health = health;
-          pp.attempts.push_back(std::move(e));
+          pp.attempts.push_back(std::forward<decltype(e)>(e));
           if (pp.attempts.size() > kPendingAttempts) pp.attempts.pop_front();
         } else if constexpr (std::is_same_v<T, SampleEvent>) {
           auto& pp = pending_.providers[e.key];
