@@ -26,7 +26,8 @@
 # X-Rpcroute-* headers, /status and /metrics of the sidecar.
 #
 # Processes: one fake upstream "fx" serves every fault row on its own path (per-path behaviours of
-# /_control), H is another, and the lagging / wrong-chain rows have a fake each (another head or
+# /_control; rows that run side by side, see row_test, each use a copy of their own: fx, fx1, …),
+# H is another, and the lagging / wrong-chain rows have a fake each (another head or
 # chain id); all started once in setup_file and never reconfigured (except the Retry-After date of
 # http_429_date, set when its row starts). Sidecars: one per strategy with --no-probe (background
 # polls would add failures and rate limits of their own) serving one profile per row, and one with its
@@ -50,8 +51,18 @@ ROWS=(dead_port reset close hang slow_over slow_body slow_under slow_body_under 
   rpc_32005 rpc_backoff rpc_compute_units lagging lying_height wrong_chain rpc_huge_message rpc_control_chars
   endless_chunked endless_length gzip_bomb extra_glued extra_late)
 MAX_REQUESTS=${FAULT_MATRIX_MAX_REQUESTS:-40}
+ROWS_AHEAD=${FAULT_MATRIX_ROWS_AHEAD:-1} # rows whose cells run ahead of their test (row_test)
 BALANCE=0xde0b6b3a7640000 # the fake's eth_getBalance answer
 HUGE_BYTES=5242880
+
+# The fault fake of ROW: rows that run side by side (adjacent in ROWS, up to ROWS_AHEAD apart) get
+# different copies, so a sidecar's pooled connections to one never carry two rows' faults at once.
+fault_fake() { # ROW
+  local i
+  for i in "${!ROWS[@]}"; do [[ ${ROWS[$i]} != "$1" ]] || break; done
+  i=$((i % (ROWS_AHEAD + 1)))
+  if ((i == 0)); then echo fx; else echo "fx$i"; fi
+}
 
 # Sets, for fault ROW: KIND (fail, limit, serve, exclude), HOW (how F is made: a JSON behaviour for
 # the path /ROW of the shared fault fake; "dead" for a port nobody listens on; "fake ARGS..." for a
@@ -163,8 +174,12 @@ setup_file() {
   local pids=() pid paths=""
   start_fake h --height 100 &
   pids+=($!)
-  start_fake fx --height 100 &
-  pids+=($!)
+  local k fakes=(fx)
+  for ((k = 1; k <= ROWS_AHEAD; k++)); do fakes+=("fx$k"); done
+  for k in "${fakes[@]}"; do
+    start_fake "$k" --height 100 &
+    pids+=($!)
+  done
   dead_port d_none
   for row in "${ROWS[@]}"; do
     row_spec "$row"
@@ -179,9 +194,8 @@ setup_file() {
     esac
   done
   for pid in "${pids[@]}"; do wait "$pid"; done
-  fake_control fx "{\"paths\":{$paths}}"
-  local procs=$BATS_FILE_TMPDIR/procs port_fx port
-  read -r port_fx <"$procs/fx.port"
+  for k in "${fakes[@]}"; do fake_control "$k" "{\"paths\":{$paths}}"; done
+  local procs=$BATS_FILE_TMPDIR/procs port
   for row in "${ROWS[@]}"; do
     row_spec "$row"
     case $HOW in
@@ -189,7 +203,10 @@ setup_file() {
         read -r port <"$procs/f_$row.port"
         url_f[$row]=http://127.0.0.1:$port
         ;;
-      *) url_f[$row]=http://127.0.0.1:$port_fx/$row ;;
+      *)
+        read -r port <"$procs/$(fault_fake "$row").port"
+        url_f[$row]=http://127.0.0.1:$port/$row
+        ;;
     esac
   done
   read -r port <"$procs/h.port"
@@ -696,13 +713,13 @@ row_prepare() { # ROW
     head -c 200000 /dev/zero | tr '\0' 'x' |
       jq -Rs '{paths: {"/rpc_huge_message": {mode: "rpc_error", code: -32603, message: .}}}' >"$body"
     curl -sf --max-time 5 -X POST -H 'content-type: application/json' --data-binary "@$body" \
-      "http://127.0.0.1:$(port_of fx)/_control" >/dev/null
+      "http://127.0.0.1:$(port_of "$(fault_fake "$1")")/_control" >/dev/null
   fi
   if [[ $1 == http_429_date ]]; then
     # Retry-After as an HTTP date 45 s ahead (whole seconds; 45 s tells it apart from the 30 s default).
     local at_s=$(($(date +%s) + 45))
     echo $((at_s * 1000)) >"$BATS_FILE_TMPDIR/limit_at_ms"
-    fake_control fx "{\"paths\":{\"/http_429_date\":{\"mode\":\"status\",\"status\":429,\"retry_after\":\"$(LC_ALL=C date -u -d "@$at_s" '+%a, %d %b %Y %H:%M:%S GMT')\"}}}"
+    fake_control "$(fault_fake "$1")" "{\"paths\":{\"/http_429_date\":{\"mode\":\"status\",\"status\":429,\"retry_after\":\"$(LC_ALL=C date -u -d "@$at_s" '+%a, %d %b %Y %H:%M:%S GMT')\"}}}"
   fi
 }
 
@@ -723,9 +740,10 @@ bug_present() {
 }
 
 # Rows run ahead of their test: while a test checks its row, the cells of the next
-# FAULT_MATRIX_ROWS_AHEAD rows (default 1) already run. Rows share nothing but the fakes and the
-# sidecars (their own profiles, state files and paths), and a row's call and serve tests are 32
-# rows apart, so no two rows that could see each other's marks ever overlap. A row lasts as long
+# FAULT_MATRIX_ROWS_AHEAD rows (default 1) already run. Rows side by side share only H and the
+# sidecars: each has its own profiles, state files and fault fake (fault_fake: a sidecar's pooled
+# connections never carry two rows' faults), and a row's call and serve tests are 32 rows apart, so
+# no two rows that could see each other's marks ever overlap. A row lasts as long
 # as its slowest cell, which mostly waits (attempt timeouts, delays, one process after another):
 # the next row's cells use that time. FAULT_MATRIX_ROWS_AHEAD=0 runs the rows one at a time (for a
 # filtered run, bats -f, which would otherwise also run the row after the chosen one).
@@ -733,7 +751,6 @@ ROW_ORDER=()
 for _row in "${ROWS[@]}"; do ROW_ORDER+=("call $_row"); done
 for _row in "${ROWS[@]}"; do ROW_ORDER+=("serve $_row"); done
 unset _row
-ROWS_AHEAD=${FAULT_MATRIX_ROWS_AHEAD:-1}
 
 # Whether the "none" column of ROW (row_spec set) has no cell: lag and a lie need an honest peer
 # to be seen, and with only a dead one there is nothing to compare.
