@@ -88,10 +88,11 @@ make_body() { # FILE TOTAL_BYTES: a JSON-RPC result that is one long hex string
   { printf '%s' "$prefix"; head -c $(((hex + 1) / 2)) /dev/urandom | xxd -p | tr -d '\n' | head -c "$hex"; printf '%s' "$suffix"; } >"$1"
 }
 
-nginx_conf() { # NAME PORT SERVER_BLOCK_BODY [HTTP_EXTRA]: a config in its own prefix under $work
+nginx_conf() { # NAME PORT SERVER_BLOCK_BODY [HTTP_EXTRA [MAIN_EXTRA]]: a config in its own prefix under $work
   local dir=$work/$1
   mkdir -p "$dir/logs" "$dir/temp"
   cat >"$dir/nginx.conf" <<EOF
+${5:-}
 daemon off;
 worker_processes 1;
 pid $dir/nginx.pid;
@@ -126,9 +127,10 @@ start_nginx() { # NAME → NAME_pid (the master; its one worker is its child)
 nginx_worker() { pgrep -P "$1" | head -1 || true; }  # MASTER_PID → worker pid
 
 upstream_port="" upstream_pid=""
-# nginx (1 worker) answering POST / with {"jsonrpc":"2.0","id":0,"result":"0x1"}, POST /large with a
-# ~200 KB JSON-RPC result and POST /huge with a 50 MiB one (static files; the 405 nginx gives a POST
-# on a file is turned into a 200 + the file).
+# nginx (1 worker) answering POST / with {"jsonrpc":"2.0","id":ID,"result":"0x1"}, ID the request's
+# (the router sends ids of its own and refuses an answer with another one: echo module, chunked),
+# POST /large with a ~200 KB JSON-RPC result and POST /huge with a 50 MiB one (static files with id
+# 0; the 405 nginx gives a POST on a file is turned into a 200 + the file).
 ensure_upstream() {
   [[ -n $upstream_port ]] && return 0
   mkdir -p "$work/www"
@@ -139,8 +141,11 @@ ensure_upstream() {
   upstream_port=$(free_port)
   nginx_conf upstream "$upstream_port" "    root $work/www;
     default_type application/json;
-    location = / { return 200 '{\"jsonrpc\":\"2.0\",\"id\":0,\"result\":\"0x1\"}'; }
-    location / { error_page 405 =200 \$uri; }"
+    location = / { echo_read_request_body; echo -n '{\"jsonrpc\":\"2.0\",\"id\":\$rpc_id,\"result\":\"0x1\"}'; }
+    location / { error_page 405 =200 \$uri; }" "map \$request_body \$rpc_id {
+    \"~\\\"id\\\":(?<id>\\\"[^\\\"]*\\\"|[0-9]+)\" \$id;
+    default 0;
+  }" "load_module /usr/lib/nginx/modules/ngx_http_echo_module.so;"
   start_nginx upstream
   wait_for "http://127.0.0.1:$upstream_port/" "$bn_req" "upstream nginx"
   [[ $(post "http://127.0.0.1:$upstream_port/large" "$logs_req" | wc -c) == "$large_bytes" ]] ||
