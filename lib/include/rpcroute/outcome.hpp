@@ -5,6 +5,8 @@
 #include <string>
 #include <string_view>
 
+#include "rpcroute/transport/error.hpp"
+
 namespace rpcroute {
 
 /// The classes of DESIGN.md section 7: what the router does with an answer.
@@ -40,12 +42,6 @@ inline constexpr Outcome kLastOutcome = Outcome::out_of_memory;
 [[nodiscard]] std::string_view outcome_name(Outcome o);
 [[nodiscard]] std::string_view class_name(OutcomeClass c);
 [[nodiscard]] std::optional<Outcome> parse_outcome(std::string_view name);
-
-/// Transport-level failure kinds, independent of curl.
-/// cancelled: the caller abandoned the transfer (Cancellation); says nothing about the provider.
-/// too_large: over HttpRequest::max_response_bytes; encoded: a Content-Encoding nobody asked for
-/// (both clients ask for identity); out_of_memory: an allocation failed while taking the answer.
-enum class TransportError { none, connect, dns, timeout, tls, reset, truncated, other, cancelled, too_large, encoded, out_of_memory };
 
 /// One classified attempt result.
 struct Classification {

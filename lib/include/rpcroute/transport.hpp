@@ -7,7 +7,7 @@
 #include "rpcroute/asio_compat.hpp"
 #include "rpcroute/cancel.hpp"
 #include "rpcroute/config.hpp"
-#include "rpcroute/outcome.hpp"
+#include "rpcroute/transport/error.hpp"
 
 namespace rpcroute {
 
