@@ -1,0 +1,302 @@
+// The profile schema: which keys each section holds, their types, bounds and defaults, and the
+// checks that span sections (unique chain ids and provider ids, overrides naming known
+// providers). YAML itself, ${VAR} and the error format are yaml_reader.hpp's.
+#include <algorithm>
+#include <cctype>
+#include <set>
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include "rpcroute/config.hpp"
+#include "yaml_reader.hpp"
+
+namespace rpcroute {
+
+namespace {
+
+using detail::ProfileError;
+
+/// Letters, digits and `extra`: what a chain name, a provider id or a header name may hold.
+bool name_chars(std::string_view s, std::string_view extra) {
+  return std::all_of(s.begin(), s.end(), [&](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || extra.find(c) != std::string_view::npos;
+  });
+}
+
+class ProfileSchema : public detail::YamlReader {
+ public:
+  using YamlReader::YamlReader;
+
+  Profile load(std::string_view text) {
+    const YAML::Node root = parse(text);
+    if (!root.IsMap()) throw error(root, "a profile must be a mapping with a 'chains' key");
+    check_keys(root, {"name", "description", "chains", "routing", "health", "strategies"}, "profile");
+
+    Profile p;
+    p.source = source();
+    p.title = opt_string(root, "name").value_or("");
+    p.description = opt_string(root, "description").value_or("");
+    // Strategy parameters and health first: chains reference nothing from them, but method
+    // overrides reference provider ids, checked after the chains are read.
+    if (auto s = root["strategies"]) read_strategies(s, p.strategies);
+    if (auto h = root["health"]) read_health(h, p.health);
+    read_chains(root, p.chains);
+    if (auto r = root["routing"]) read_routing(r, p);
+    p.secrets = take_secrets();
+    p.url_paths = std::move(url_paths_);
+    return p;
+  }
+
+ private:
+  void read_strategies(const YAML::Node& s, StrategyParams& out) const {
+    require_map(s, "strategies");
+    check_keys(s, {"fastest", "latency_weighted"}, "strategies");
+    if (auto f = s["fastest"]) {
+      require_map(f, "strategies.fastest");
+      check_keys(f, {"window_ms", "min_calls", "min_success_rate"}, "strategies.fastest");
+      auto& fp = out.fastest;
+      fp.window_ms = opt_int(f, "window_ms", 1).value_or(fp.window_ms);
+      fp.min_calls = static_cast<int>(opt_int(f, "min_calls", 0).value_or(fp.min_calls));
+      fp.min_success_rate = opt_double(f, "min_success_rate", 0, 1).value_or(fp.min_success_rate);
+    }
+    if (auto l = s["latency_weighted"]) {
+      require_map(l, "strategies.latency_weighted");
+      check_keys(l, {"window_ms", "beta", "ms_floor", "explore_floor", "min_calls", "min_success_rate"},
+                 "strategies.latency_weighted");
+      auto& lp = out.latency_weighted;
+      lp.window_ms = opt_int(l, "window_ms", 1).value_or(lp.window_ms);
+      lp.beta = opt_double(l, "beta", 0, 100).value_or(lp.beta);
+      lp.ms_floor = opt_double(l, "ms_floor", 0, 1e9).value_or(lp.ms_floor);
+      lp.explore_floor = opt_double(l, "explore_floor", 0, 1).value_or(lp.explore_floor);
+      lp.min_calls = static_cast<int>(opt_int(l, "min_calls", 0).value_or(lp.min_calls));
+      lp.min_success_rate = opt_double(l, "min_success_rate", 0, 1).value_or(lp.min_success_rate);
+    }
+  }
+
+  void read_health(const YAML::Node& h, HealthConfig& out) const {
+    require_map(h, "health");
+    check_keys(h, {"circuit_breaker", "rate_limit_default_ms"}, "health");
+    out.rate_limit_default_ms = opt_int(h, "rate_limit_default_ms", 0).value_or(out.rate_limit_default_ms);
+    auto cb = h["circuit_breaker"];
+    if (!cb) return;
+    require_map(cb, "health.circuit_breaker");
+    check_keys(cb, {"failure_threshold", "recovery_timeout_ms", "max_recovery_timeout_ms", "success_threshold",
+                    "half_open_max_inflight", "jitter"},
+               "health.circuit_breaker");
+    auto& b = out.circuit_breaker;
+    b.failure_threshold = static_cast<int>(opt_int(cb, "failure_threshold", 1).value_or(b.failure_threshold));
+    b.recovery_timeout_ms = opt_int(cb, "recovery_timeout_ms", 0).value_or(b.recovery_timeout_ms);
+    b.max_recovery_timeout_ms =
+        opt_int(cb, "max_recovery_timeout_ms", 0).value_or(std::max(b.max_recovery_timeout_ms, b.recovery_timeout_ms));
+    b.success_threshold = static_cast<int>(opt_int(cb, "success_threshold", 1).value_or(b.success_threshold));
+    b.half_open_max_inflight =
+        static_cast<int>(opt_int(cb, "half_open_max_inflight", 1).value_or(b.half_open_max_inflight));
+    b.jitter = opt_double(cb, "jitter", 0, 1).value_or(b.jitter);
+    if (b.max_recovery_timeout_ms < b.recovery_timeout_ms) {
+      throw error(cb, "max_recovery_timeout_ms must not be below recovery_timeout_ms");
+    }
+  }
+
+  void read_chains(const YAML::Node& root, std::vector<Chain>& out) {
+    auto chains = root["chains"];
+    if (!chains) throw error(root, "missing required key 'chains'");
+    require_map(chains, "chains");
+    if (chains.size() == 0) throw error(chains, "'chains' must list at least one chain");
+    std::set<std::uint64_t> ids;
+    for (auto it = chains.begin(); it != chains.end(); ++it) {
+      Chain c = read_chain(it->first, it->second);
+      if (!ids.insert(c.chain_id).second) {
+        throw error(it->first, fmt::format("chain id {} is used by two chains", c.chain_id));
+      }
+      out.push_back(std::move(c));
+    }
+  }
+
+  void read_routing(const YAML::Node& r, Profile& p) const {
+    require_map(r, "routing");
+    check_keys(r, {"default_strategy", "method_overrides", "timeout_ms", "max_attempts"}, "routing");
+    if (auto ds = r["default_strategy"]) p.routing.default_strategy = strategy(ds);
+    p.routing.timeout_ms = opt_int(r, "timeout_ms", 1).value_or(p.routing.timeout_ms);
+    if (auto ma = opt_int(r, "max_attempts", 1)) p.routing.max_attempts = static_cast<int>(*ma);
+    auto mo = r["method_overrides"];
+    if (!mo) return;
+    require_map(mo, "routing.method_overrides");
+    for (auto it = mo.begin(); it != mo.end(); ++it) {
+      // A copy (a Node is a handle): it->second lives in a proxy that dies with the statement.
+      const YAML::Node v = it->second;
+      p.routing.method_overrides.push_back(read_override(it->first, v, p.chains));
+    }
+  }
+
+  MethodOverride read_override(const YAML::Node& key, const YAML::Node& v, const std::vector<Chain>& chains) const {
+    MethodOverride o;
+    o.pattern = scalar(key, "method name");
+    require_map(v, "method override");
+    check_keys(v, {"strategy", "providers", "timeout_ms", "broadcast", "max_response_mb"}, "method override");
+    if (auto s = v["strategy"]) o.policy.strategy = strategy(s);
+    if (auto t = opt_int(v, "timeout_ms", 1)) o.policy.timeout_ms = *t;
+    if (auto b = v["broadcast"]) o.policy.broadcast = boolean(b);
+    if (auto m = opt_int(v, "max_response_mb", 1)) o.policy.max_response_bytes = response_cap(v, *m);
+    if (auto ps = v["providers"]) {
+      o.policy.providers = string_list(ps, "providers");
+      for (std::size_t i = 0; i < o.policy.providers.size(); ++i) {
+        const auto& id = o.policy.providers[i];
+        bool known = std::any_of(chains.begin(), chains.end(),
+                                 [&](const Chain& c) { return c.find_provider(id) != nullptr; });
+        if (!known) throw error(ps[i], fmt::format("unknown provider id '{}'", id));
+      }
+    }
+    return o;
+  }
+
+  Chain read_chain(const YAML::Node& key, const YAML::Node& n) {
+    Chain c;
+    c.name = scalar(key, "chain name");
+    if (c.name.empty() || !name_chars(c.name, "_-.")) {
+      throw error(key, fmt::format("chain name '{}' may only hold letters, digits, '_', '-', '.'", c.name));
+    }
+    require_map(n, fmt::format("chains.{}", c.name));
+    check_keys(n, {"chain_id", "block_time_ms", "max_lag_blocks", "archival_threshold", "lag_trip_ms", "providers"},
+               fmt::format("chain '{}'", c.name));
+    auto cid = opt_int(n, "chain_id", 1);
+    if (!cid) throw error(n, fmt::format("chain '{}' needs a 'chain_id'", c.name));
+    c.chain_id = static_cast<std::uint64_t>(*cid);
+    c.block_time_ms = opt_int(n, "block_time_ms", 1).value_or(c.block_time_ms);
+    c.max_lag_blocks = static_cast<std::uint64_t>(opt_int(n, "max_lag_blocks", 0).value_or(2));
+    c.archival_threshold = static_cast<std::uint64_t>(opt_int(n, "archival_threshold", 0).value_or(128));
+    c.lag_trip_ms = opt_int(n, "lag_trip_ms", 0).value_or(c.lag_trip_ms);
+    auto ps = n["providers"];
+    if (!ps) throw error(n, fmt::format("chain '{}' needs a 'providers' list", c.name));
+    if (!ps.IsSequence() || ps.size() == 0) throw error(ps, "'providers' must be a non-empty list");
+    std::set<std::string> ids;
+    int position = 0;
+    for (const auto& pn : ps) {
+      Provider p = read_provider(pn, ++position);
+      if (!ids.insert(p.id).second) throw error(pn["id"], fmt::format("duplicate provider id '{}'", p.id));
+      c.providers.push_back(std::move(p));
+    }
+    return c;
+  }
+
+  Provider read_provider(const YAML::Node& n, int position) {
+    require_map(n, "provider");
+    check_keys(n,
+               {"id", "url", "ws_url", "headers", "api_key", "priority", "weight", "archival", "rate_limit",
+                "methods", "limits", "timeout_ms"},
+               "provider");
+    Provider p;
+    auto id = opt_string(n, "id");
+    if (!id || id->empty()) throw error(n, "provider needs an 'id'");
+    if (!name_chars(*id, "_-.")) {
+      throw error(n["id"], fmt::format("provider id '{}' may only hold letters, digits, '_', '-', '.'", *id));
+    }
+    p.id = *id;
+    read_urls(n, p);
+    if (auto h = n["headers"]) read_headers(h, p.headers);
+    p.priority = static_cast<int>(opt_int(n, "priority", 0).value_or(position));
+    p.weight = opt_double(n, "weight", 0, 1e9).value_or(1.0);
+    if (auto a = n["archival"]) p.archival = boolean(a);
+    if (auto rl = n["rate_limit"]) p.rate_limit = read_quota(rl);
+    if (auto m = n["methods"]) read_methods(m, p.methods);
+    if (auto l = n["limits"]) read_limits(l, p.limits);
+    if (auto t = opt_int(n, "timeout_ms", 1)) {
+      p.timeout_ms = *t;
+      p.timeout_set = true;
+    }
+    p.fingerprint = url_fingerprint(p.url);
+    return p;
+  }
+
+  /// url (with api_key put in place) and ws_url; whatever of them is secret joins the secrets.
+  void read_urls(const YAML::Node& n, Provider& p) {
+    std::string api_key;
+    if (auto k = n["api_key"]) api_key = substitute(k, scalar(k, "api_key"), true);
+    auto url = n["url"];
+    if (!url) throw error(n, fmt::format("provider '{}' needs a 'url'", p.id));
+    p.url = substitute(url, scalar(url, "url"), false);
+    if (api_key.empty() && p.url.find("{api_key}") != std::string::npos) {
+      throw error(url, fmt::format("the URL of provider '{}' holds {{api_key}} but the provider has no 'api_key'", p.id));
+    }
+    if (!api_key.empty()) {
+      // "{api_key}" in the URL is where the key goes; without it the key is sent as a header.
+      auto pos = p.url.find("{api_key}");
+      if (pos != std::string::npos) {
+        p.url.replace(pos, 9, api_key);
+      } else {
+        p.headers.push_back({"Authorization", "Bearer " + api_key});
+      }
+    }
+    check_url(url, p.url, {"http", "https"});
+    keep_url_secrets(p.url);
+    if (auto w = n["ws_url"]) {
+      p.ws_url = substitute(w, scalar(w, "ws_url"), false);
+      check_url(w, p.ws_url, {"ws", "wss"});
+      keep_url_secrets(p.ws_url);
+    }
+  }
+
+  // A key pasted into the URL is as secret as one from ${VAR}; and an upstream that echoes its
+  // request line shows the whole path, whatever it holds.
+  void keep_url_secrets(const std::string& url) {
+    for (auto& c : url_credentials(url)) add_secret(std::move(c));
+    if (auto t = url_path_and_query(url); !t.empty()) url_paths_.push_back(std::move(t));
+  }
+
+  void read_headers(const YAML::Node& h, std::vector<Header>& out) {
+    require_map(h, "headers");
+    for (auto it = h.begin(); it != h.end(); ++it) {
+      auto name = scalar(it->first, "header name");
+      if (name.empty() || !name_chars(name, "-_")) throw error(it->first, fmt::format("bad header name '{}'", name));
+      auto value = substitute(it->second, scalar(it->second, "header value"), true);
+      if (value.find_first_of("\r\n") != std::string::npos) throw error(it->second, "header value holds a line break");
+      out.push_back({name, value});
+    }
+  }
+
+  Quota read_quota(const YAML::Node& rl) const {
+    require_map(rl, "rate_limit");
+    check_keys(rl, {"rps", "burst"}, "rate_limit");
+    Quota q;
+    q.rps = opt_double(rl, "rps", 0.001, 1e9).value_or(0);
+    if (q.rps == 0) throw error(rl, "rate_limit needs 'rps'");
+    q.burst = opt_double(rl, "burst", 1, 1e9).value_or(std::max(1.0, q.rps));
+    return q;
+  }
+
+  void read_methods(const YAML::Node& m, MethodFilter& out) const {
+    require_map(m, "methods");
+    check_keys(m, {"allow", "deny"}, "methods");
+    if (auto a = m["allow"]) out.allow = string_list(a, "allow");
+    if (auto d = m["deny"]) out.deny = string_list(d, "deny");
+  }
+
+  void read_limits(const YAML::Node& l, ProviderLimits& out) const {
+    require_map(l, "limits");
+    check_keys(l, {"max_block_range", "max_batch", "max_response_mb"}, "limits");
+    if (auto r = opt_int(l, "max_block_range", 1)) out.max_block_range = static_cast<std::uint64_t>(*r);
+    if (auto b = opt_int(l, "max_batch", 1)) out.max_batch = static_cast<std::size_t>(*b);
+    if (auto m = opt_int(l, "max_response_mb", 1)) out.max_response_bytes = response_cap(l, *m);
+  }
+
+  std::vector<std::string> url_paths_;
+};
+
+}  // namespace
+
+Result<Profile> load_profile_text(std::string_view yaml, const std::string& source, const EnvLookup& env) {
+  if (yaml.size() > kMaxProfileBytes) {
+    return fail(fmt::format("{}: a profile may hold at most {} KiB ({} bytes here)", source, kMaxProfileBytes >> 10,
+                            yaml.size()));
+  }
+  try {
+    ProfileSchema schema(source, env);
+    return schema.load(yaml);
+  } catch (const ProfileError& e) {
+    return fail(e.message);
+  } catch (const YAML::Exception& e) {
+    return fail(fmt::format("{}:{}:{}: {}", source, e.mark.line + 1, e.mark.column + 1, e.msg));
+  }
+}
+
+}  // namespace rpcroute
