@@ -1,7 +1,9 @@
 #include "native_http.hpp"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -11,9 +13,9 @@
 #include <sys/socket.h>
 
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/http/parser.hpp>
 #include <fmt/format.h>
 
+#include "response_reader.hpp"
 #include "rpcroute/clock.hpp"
 #include "rpcroute/edge_read.hpp"
 #include "rpcroute/http1.hpp"
@@ -31,73 +33,6 @@ constexpr std::int64_t kMaxIdleUs = 60'000'000;       // older idle connections 
 constexpr std::size_t kReadChunk = 16 * 1024;         // like curl's receive buffer
 constexpr std::size_t kLargeReadChunk = 256 * 1024;   // once a large body is on its way
 constexpr std::uint64_t kReserveLimit = std::uint64_t{1} << 31;
-constexpr std::uint64_t kReserveUpFront = std::uint64_t{256} << 20;  // reserved before any byte arrives
-constexpr std::size_t kHeaderLimit = 64 * 1024;
-
-bool iequals(std::string_view a, std::string_view b);
-
-/// Beast's HTTP/1.1 response parser (status line, framing, chunked bodies, limits) keeping only
-/// what the router reads: the status, Retry-After and the body. The body is one std::string,
-/// reserved once from Content-Length with kBodySlack on top, so that the answer is parsed in place
-/// and never copied to grow; no header field is stored (response_parser would allocate each one).
-class ResponseReader final : public bhttp::basic_parser<false> {
- public:
-  int status = 0;
-  std::string retry_after;  // the first Retry-After, trimmed
-  std::string body;
-  bool encoded = false;     // a Content-Encoding other than identity (which is all we ask for)
-
- private:
-  void on_request_impl(bhttp::verb, beast::string_view, beast::string_view, int, beast::error_code&) override {}
-  void on_response_impl(int code, beast::string_view, int, beast::error_code&) override { status = code; }
-  void on_field_impl(bhttp::field name, beast::string_view, beast::string_view value, beast::error_code&) override {
-    if (name == bhttp::field::content_encoding) {
-      std::string_view v(value.data(), value.size());
-      while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
-      while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
-      if (!v.empty() && !iequals(v, "identity")) encoded = true;
-      return;
-    }
-    if (name != bhttp::field::retry_after || seen_retry_after_) return;
-    seen_retry_after_ = true;
-    std::string_view v(value.data(), value.size());
-    while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
-    while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
-    retry_after.assign(v);
-  }
-  void on_header_impl(beast::error_code& ec) override {
-    // A coded success is refused before its body is read: no decoder ever inflates a provider's
-    // bytes. An error status keeps its meaning (a 429 is still a rate limit); its body is dropped.
-    if (encoded && status >= 200 && status <= 299) ec = bhttp::error::bad_transfer_encoding;
-  }
-  void on_body_init_impl(const boost::optional<std::uint64_t>& length, beast::error_code&) override {
-    // Reserved once, up to a bound: a claimed length beyond it grows as the bytes arrive.
-    if (length) {
-      const auto want = static_cast<std::size_t>(std::min(*length, kReserveUpFront)) + kBodySlack;
-      check_body_capacity(want);
-      body.reserve(want);
-    }
-  }
-  std::size_t on_body_impl(beast::string_view piece, beast::error_code&) override { return append(piece); }
-  void on_chunk_header_impl(std::uint64_t, beast::string_view, beast::error_code&) override {}
-  std::size_t on_chunk_body_impl(std::uint64_t, beast::string_view piece, beast::error_code&) override {
-    return append(piece);
-  }
-  void on_finish_impl(beast::error_code&) override {}
-
-  std::size_t append(beast::string_view piece) {
-    const auto old = body.size();
-    if (old + piece.size() + kBodySlack > body.capacity()) {
-      const auto want = std::max(body.capacity() * 2, old + piece.size() + kBodySlack);
-      check_body_capacity(want);
-      body.reserve(want);
-    }
-    body.append(piece.data(), piece.size());
-    return piece.size();
-  }
-
-  bool seen_retry_after_ = false;
-};
 
 std::size_t test_body_limit() {
   static const std::size_t limit = [] {
@@ -120,12 +55,6 @@ bool proxy_configured() {
   return false;
 }
 
-bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
-         });
-}
-
 bool clean_header_text(std::string_view s) { return s.find_first_of("\r\n") == std::string_view::npos; }
 
 }  // namespace
@@ -133,14 +62,6 @@ bool clean_header_text(std::string_view s) { return s.find_first_of("\r\n") == s
 void check_body_capacity(std::size_t bytes) {
   if (bytes > test_body_limit()) throw std::bad_alloc();
 }
-
-struct NativeHttp::Target {
-  std::vector<tcp::endpoint> endpoints;
-  std::string host;  // for messages
-  std::uint16_t port = 80;
-  std::string key;   // pool key: "host:port"
-  std::string head;  // "POST path HTTP/1.1\r\nHost: …\r\n…" without Content-Length and extra headers
-};
 
 struct NativeHttp::Conn {
   Conn(asio::io_context& io, std::uint64_t serial) : socket(io), serial(serial) {}
@@ -177,64 +98,7 @@ std::shared_ptr<const NativeHttp::Target> NativeHttp::target_for(const HttpReque
   }
   if (auto it = targets_.find(request.url); it != targets_.end()) return it->second;
   if (targets_.size() > 4096) targets_.clear();
-  auto parse = [&]() -> std::shared_ptr<const Target> {
-    std::string_view url = request.url;
-    constexpr std::string_view scheme = "http://";
-    if (url.size() <= scheme.size() || !iequals(url.substr(0, scheme.size()), scheme)) return nullptr;
-    url.remove_prefix(scheme.size());
-    const auto authority_end = url.find_first_of("/?#");
-    std::string_view authority = url.substr(0, authority_end);
-    std::string_view rest = authority_end == std::string_view::npos ? std::string_view() : url.substr(authority_end);
-    if (authority.empty() || authority.find('@') != std::string_view::npos) return nullptr;
-    if (auto hash = rest.find('#'); hash != std::string_view::npos) rest = rest.substr(0, hash);
-    for (char c : rest) {
-      if (static_cast<unsigned char>(c) <= 0x20 || static_cast<unsigned char>(c) >= 0x7f) return nullptr;
-    }
-    std::string path = rest.empty() || rest.front() == '?' ? "/" + std::string(rest) : std::string(rest);
-    std::string_view host;
-    std::string_view port_text;
-    if (authority.front() == '[') {
-      const auto close = authority.find(']');
-      if (close == std::string_view::npos) return nullptr;
-      host = authority.substr(1, close - 1);
-      auto after = authority.substr(close + 1);
-      if (!after.empty()) {
-        if (after.front() != ':') return nullptr;
-        port_text = after.substr(1);
-      }
-    } else {
-      const auto colon = authority.find(':');
-      host = authority.substr(0, colon);
-      if (colon != std::string_view::npos) port_text = authority.substr(colon + 1);
-    }
-    unsigned port = 80;
-    if (!port_text.empty()) {
-      auto [p, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-      if (ec != std::errc() || p != port_text.data() + port_text.size() || port == 0 || port > 65535) return nullptr;
-    }
-    auto target = std::make_shared<Target>();
-    boost::system::error_code ec;
-    auto address = asio::ip::make_address(std::string(host), ec);
-    if (!ec) {
-      if (address.is_v6() && address.to_v6().scope_id() != 0) return nullptr;
-      target->endpoints.emplace_back(address, static_cast<std::uint16_t>(port));
-    } else if (iequals(host, "localhost")) {
-      // curl tries both; an IPv4-only node is the common case.
-      target->endpoints.emplace_back(asio::ip::make_address_v4("127.0.0.1"), static_cast<std::uint16_t>(port));
-      target->endpoints.emplace_back(asio::ip::make_address_v6("::1"), static_cast<std::uint16_t>(port));
-    } else {
-      return nullptr;  // a name to resolve: curl does it (and its DNS cache)
-    }
-    target->host = std::string(host);
-    target->port = static_cast<std::uint16_t>(port);
-    target->key = fmt::format("{}:{}", host, port);
-    target->head = fmt::format(
-        "POST {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: rpcroute/0.1\r\nContent-Type: application/json\r\n"
-        "Accept: application/json\r\nAccept-Encoding: identity\r\n",
-        path, authority);
-    return target;
-  };
-  auto target = parse();
+  auto target = parse_native_target(request.url);
   targets_.emplace(request.url, target);
   return target;
 }
@@ -287,6 +151,365 @@ ConnectionRef NativeHttp::give_back(const std::string& key, std::unique_ptr<Conn
   return ref;
 }
 
+namespace {
+
+/// One deadline for a whole transfer (shorter while connecting, like curl's CONNECTTIMEOUT): it
+/// cancels whatever socket operation is pending. Shared, so a late handler never touches a frame.
+struct Deadline {
+  explicit Deadline(asio::io_context& io) : timer(io) {}
+  asio::steady_timer timer;
+  tcp::socket* socket = nullptr;  // the socket to cancel, while an operation may be pending on it
+  bool fired = false;
+  bool cancelled = false;  // fired by the caller's Cancellation, not the clock
+  std::uint64_t generation = 0;
+
+  void stop() {
+    fired = true;
+    if (socket != nullptr) {
+      boost::system::error_code ignored;
+      socket->cancel(ignored);
+    }
+  }
+};
+
+/// (Re)arms the deadline; a handler of an earlier arming does nothing.
+void arm(const std::shared_ptr<Deadline>& deadline, std::chrono::steady_clock::time_point at) {
+  deadline->timer.expires_at(at);
+  const auto generation = ++deadline->generation;
+  deadline->timer.async_wait([d = deadline, generation](const boost::system::error_code& ec) {
+    if (ec || d->generation != generation) return;
+    d->stop();
+  });
+}
+
+/// What the steps of one perform() share: the request and its head, the answer being built, the
+/// clock and the deadline. It lives in perform's frame.
+struct Transfer {
+  Transfer(asio::io_context& io, const HttpRequest& request, const NativeHttp::Target& target)
+      : request(request),
+        target(target),
+        started(steady_us()),
+        timeout_ms(std::max<std::int64_t>(1, request.timeout_ms)),
+        connect_timeout_ms(std::clamp<std::int64_t>(request.timeout_ms, 1, 5'000)),
+        head(request_head(target, request)),
+        deadline(std::make_shared<Deadline>(io)) {
+    // Cancelled: stop like at the deadline (the connection is not given back), report cancelled.
+    if (request.cancel != nullptr) {
+      request.cancel->on_request([d = deadline] {
+        d->cancelled = true;
+        d->stop();
+      });
+    }
+    start_point = std::chrono::steady_clock::now();
+    arm(deadline, start_point + std::chrono::milliseconds(timeout_ms));
+  }
+
+  /// The target's head, the extra headers and Content-Length.
+  static std::string request_head(const NativeHttp::Target& target, const HttpRequest& request) {
+    std::string head;
+    head.reserve(target.head.size() + 40 + (request.headers != nullptr ? request.headers->size() * 64 : 0));
+    head = target.head;
+    if (request.headers != nullptr) {
+      for (const auto& h : *request.headers) {
+        head += h.name;
+        head += ": ";
+        head += h.value;
+        head += "\r\n";
+      }
+    }
+    head += "Content-Length: ";
+    head += std::to_string(request.body.size());
+    head += "\r\n\r\n";
+    return head;
+  }
+
+  void fail(TransportError error, std::string message) {
+    r.error = error;
+    r.error_message = std::move(message);
+  }
+  void too_large() {
+    fail(TransportError::too_large,
+         fmt::format("answer larger than the response cap ({} bytes)", request.max_response_bytes));
+  }
+  void timed_out(std::size_t received) {
+    fail(TransportError::timeout, fmt::format("Operation timed out after {} milliseconds with {} bytes received",
+                                              (steady_us() - started) / 1000, received));
+  }
+
+  /// The answer, once the transfer is over: the deadline and the cancellation hook let go.
+  HttpResponse done() {
+    deadline->socket = nullptr;
+    deadline->timer.cancel();
+    if (request.cancel != nullptr) request.cancel->clear_hook();
+    if (deadline->cancelled && r.error != TransportError::none) {
+      r.error = TransportError::cancelled;
+      r.error_message = "cancelled";
+    }
+    r.latency_us = steady_us() - started;
+    return std::move(r);
+  }
+
+  const HttpRequest& request;
+  const NativeHttp::Target& target;
+  HttpResponse r;
+  const std::int64_t started;
+  const std::int64_t timeout_ms;
+  const std::int64_t connect_timeout_ms;
+  const std::string head;
+  const std::shared_ptr<Deadline> deadline;
+  std::chrono::steady_clock::time_point start_point;
+};
+
+/// One non-blocking send first (the socket is in non-blocking mode): a request almost always fits
+/// the send buffer, and then no write operation is needed. False when `out` (advanced past what
+/// was sent) remains to be written.
+bool write_now(tcp::socket& socket, std::array<asio::const_buffer, 2>& out, boost::system::error_code& ec) {
+  std::size_t sent = socket.write_some(out, ec);
+  if (ec == asio::error::would_block) {
+    ec = {};
+    sent = 0;
+  }
+  if (ec || sent == out[0].size() + out[1].size()) return true;
+  for (auto& b : out) {
+    const auto k = std::min(sent, b.size());
+    b += k;
+    sent -= k;
+  }
+  return false;
+}
+
+/// How the reading of one answer ended.
+enum class ReadEnd {
+  reading,
+  whole,     // taken whole by the fast path
+  parsed,    // Beast's parser is done
+  direct,    // the body was read past the parser, to its Content-Length
+  retry,     // a stale pooled connection said nothing: once more on a new one
+  failed,    // the Transfer holds the error
+  stopped,   // the deadline fired first
+};
+
+/// Reading one answer off a connection: the fast path for a whole plain answer in the buffer,
+/// else Beast's parser fed as bytes arrive. Each step is synchronous; perform() does the awaits.
+struct AnswerReading {
+  AnswerReading(Transfer& t, NativeHttp::Conn& conn, bool may_retry)
+      : t(t), conn(conn), may_retry(may_retry), parser(std::in_place, t.request.max_response_bytes) {}
+
+  /// The usual small answer, whole in the buffer, taken in one pass without the parser.
+  bool take_whole() {
+    if (parser_used || conn.buffer.size() == 0) return false;
+    const std::string_view in(static_cast<const char*>(conn.buffer.data().data()), conn.buffer.size());
+    http1::Message m;
+    if (!http1::parse_response(in, kHeaderLimit, m)) return false;
+    if (m.body_size > t.request.max_response_bytes) {
+      t.too_large();
+      end = ReadEnd::failed;
+      return true;
+    }
+    t.r.status = m.status;
+    t.r.retry_after.assign(m.retry_after);
+    const auto body = m.body(in);
+    check_body_capacity(body.size() + kBodySlack);
+    t.r.body.reserve(body.size() + kBodySlack);
+    t.r.body.assign(body);
+    whole_reusable = m.keep_alive && in.size() == m.size();
+    conn.buffer.consume(m.size());
+    end = ReadEnd::whole;
+    return true;
+  }
+
+  /// Feeds the parser what is buffered. False when the answer is over (parsed or failed); an
+  /// interim answer (1xx) is passed over, the real one follows.
+  bool feed() {
+    for (;;) {
+      boost::system::error_code ec;
+      while (conn.buffer.size() > 0 && !parser->is_done()) {
+        const auto used = parser->put(conn.buffer.data(), ec);
+        conn.buffer.consume(used);
+        if (used > 0) parser_used = true;
+        if (ec == bhttp::error::need_more) {
+          ec = {};
+          break;
+        }
+        if (ec || used == 0) break;
+      }
+      if (ec) {
+        if (ec == bhttp::error::body_limit) {
+          t.too_large();
+        } else if (parser->encoded) {
+          t.fail(TransportError::encoded, "answer has a Content-Encoding other than the identity asked for");
+        } else {
+          t.fail(TransportError::other, fmt::format("Weird server reply: {}", ec.message()));
+        }
+        end = ReadEnd::failed;
+        return false;
+      }
+      if (!parser->is_done()) return true;
+      const auto status = parser->status;
+      if (status < 100 || status >= 200 || status == 101) {
+        end = ReadEnd::parsed;
+        return false;
+      }
+      parser.emplace(t.request.max_response_bytes);
+    }
+  }
+
+  /// A large body of known length: read straight into the body (reserved at the header), not
+  /// through the connection's buffer and the parser: one copy less, and no large read buffer
+  /// allocated, faulted in and freed per answer.
+  [[nodiscard]] bool large_body_due() const {
+    if (!parser->is_header_done()) return false;
+    const auto length = parser->content_length_remaining();
+    return length && *length > kReadChunk && *length <= kReserveLimit && !parser->chunked() &&
+           conn.buffer.size() == 0;
+  }
+
+  /// How much the next read asks for: more once a large body is on its way.
+  [[nodiscard]] std::size_t read_size() const {
+    if (!parser->is_header_done()) return kReadChunk;
+    const auto length = parser->content_length_remaining();
+    if (length && *length > kReadChunk) return static_cast<std::size_t>(std::min<std::uint64_t>(*length, kLargeReadChunk));
+    if (!length && received > kLargeReadChunk) return kLargeReadChunk;
+    return kReadChunk;
+  }
+
+  /// Takes the result of a read of `n` bytes. False when the answer is over.
+  bool took(std::size_t n, boost::system::error_code ec) {
+    if (t.deadline->fired) {
+      end = ReadEnd::stopped;
+      return false;
+    }
+    if (ec && received == 0 && may_retry) {
+      end = ReadEnd::retry;
+      return false;
+    }
+    if (ec == asio::error::eof) {
+      if (parser->is_header_done()) {
+        parser->put_eof(ec);  // a body that ends with the connection is complete now
+        if (!ec && parser->is_done()) {
+          end = ReadEnd::parsed;
+          return false;
+        }
+        t.fail(TransportError::truncated, "transfer closed with outstanding read data remaining");
+      } else if (received == 0) {
+        t.fail(TransportError::reset, "Empty reply from server");
+      } else {
+        t.fail(TransportError::reset, "Connection closed in the middle of the response header");
+      }
+      end = ReadEnd::failed;
+      return false;
+    }
+    if (ec) {
+      t.fail(TransportError::reset, fmt::format("Recv failure: {}", ec.message()));
+      end = ReadEnd::failed;
+      return false;
+    }
+    conn.buffer.commit(n);
+    received += n;
+    return true;
+  }
+
+  /// Puts a parsed answer into the response (or says it timed out). True when the connection
+  /// can carry another request.
+  bool settle() {
+    switch (end) {
+      case ReadEnd::whole: return whole_reusable;
+      case ReadEnd::stopped: t.timed_out(received); return false;
+      case ReadEnd::parsed:
+      case ReadEnd::direct: {
+        t.r.status = static_cast<long>(parser->status);
+        t.r.retry_after = std::move(parser->retry_after);
+        const bool reusable = parser->keep_alive() && conn.buffer.size() == 0;
+        t.r.body = std::move(parser->body);
+        if (parser->encoded) t.r.body.clear();  // an error status's coded body: not ours to read
+        return reusable;
+      }
+      default: return false;
+    }
+  }
+
+  Transfer& t;
+  NativeHttp::Conn& conn;
+  const bool may_retry;  // a reused connection on the first attempt: a stale one is retried
+  std::optional<ResponseReader> parser;
+  std::size_t received = 0;
+  bool parser_used = false;  // Beast's parser has consumed bytes of this answer
+  bool whole_reusable = false;
+  ReadEnd end = ReadEnd::reading;
+};
+
+/// The body grows with what arrives (doubling), never to a length the provider only claims.
+asio::awaitable<void> read_large_body(AnswerReading& a) {
+  auto& body = a.parser->body;
+  auto left = static_cast<std::size_t>(*a.parser->content_length_remaining());
+  boost::system::error_code ec;
+  while (left > 0) {
+    const auto old = body.size();
+    const auto chunk = std::min(left, std::max(kLargeReadChunk, old));
+    check_body_capacity(old + chunk);
+    body.resize(old + chunk);
+    const auto n = co_await a.conn.socket.async_read_some(asio::buffer(body.data() + old, chunk),
+                                                          asio::redirect_error(asio::use_awaitable, ec));
+    body.resize(old + n);
+    a.received += n;
+    left -= n;
+    if (ec || a.t.deadline->fired) break;
+  }
+  if (left == 0) {
+    a.end = ReadEnd::direct;
+  } else if (a.t.deadline->fired) {
+    a.end = ReadEnd::stopped;
+  } else {
+    if (ec == asio::error::eof) {
+      a.t.fail(TransportError::truncated, "transfer closed with outstanding read data remaining");
+    } else {
+      a.t.fail(TransportError::reset, fmt::format("Recv failure: {}", ec.message()));
+    }
+    a.end = ReadEnd::failed;
+  }
+}
+
+/// Connects a new connection, trying each endpoint in turn. False (the Transfer holding the
+/// error) when none answers before the connect deadline.
+asio::awaitable<bool> connect(NativeHttp::Conn& conn, Transfer& t) {
+  const auto& deadline = t.deadline;
+  deadline->socket = &conn.socket;
+  const auto connect_started = steady_us();
+  const bool short_connect = t.connect_timeout_ms < t.timeout_ms;
+  if (short_connect) arm(deadline, t.start_point + std::chrono::milliseconds(t.connect_timeout_ms));
+  boost::system::error_code ec;
+  for (const auto& endpoint : t.target.endpoints) {
+    if (conn.socket.is_open()) conn.socket.close(ec);
+    ec = {};
+    co_await conn.socket.async_connect(endpoint, asio::redirect_error(asio::use_awaitable, ec));
+    if (!ec || deadline->fired) break;
+  }
+  if (deadline->fired) {
+    deadline->socket = nullptr;
+    t.fail(TransportError::timeout,
+           fmt::format("Connection timed out after {} milliseconds", (steady_us() - t.started) / 1000));
+    co_return false;
+  }
+  if (short_connect) arm(deadline, t.start_point + std::chrono::milliseconds(t.timeout_ms));
+  if (ec) {
+    deadline->socket = nullptr;
+    t.fail(TransportError::connect,
+           fmt::format("Failed to connect to {} port {}: {}", t.target.host, t.target.port, ec.message()));
+    co_return false;
+  }
+  conn.socket.set_option(tcp::no_delay(true), ec);
+  conn.socket.set_option(asio::socket_base::keep_alive(true), ec);
+  conn.socket.non_blocking(true, ec);
+  enable_edge_reads(conn.socket);
+  t.r.connect_us = steady_us() - connect_started;
+  co_return true;
+}
+
+}  // namespace
+
+// Connect (or reuse), write, read the answer, settle: the steps are the functions above; this
+// loop only sequences them and does the awaits of the usual path itself, so that a request on a
+// pooled connection costs no coroutine frame besides this one.
 asio::awaitable<HttpResponse> NativeHttp::perform(HttpRequest request, std::shared_ptr<const Target> target) {
   auto self = shared_from_this();
   struct InFlight {
@@ -296,321 +519,56 @@ asio::awaitable<HttpResponse> NativeHttp::perform(HttpRequest request, std::shar
     InFlight(const InFlight&) = delete;
     InFlight& operator=(const InFlight&) = delete;
   } in_flight(in_flight_);
-  HttpResponse r;
-  const auto started = steady_us();
-  const auto timeout_ms = std::max<std::int64_t>(1, request.timeout_ms);
-  const auto connect_timeout_ms = std::clamp<std::int64_t>(request.timeout_ms, 1, 5'000);
-
-  std::string head;
-  head.reserve(target->head.size() + 40 + (request.headers != nullptr ? request.headers->size() * 64 : 0));
-  head = target->head;
-  if (request.headers != nullptr) {
-    for (const auto& h : *request.headers) {
-      head += h.name;
-      head += ": ";
-      head += h.value;
-      head += "\r\n";
-    }
-  }
-  head += "Content-Length: ";
-  head += std::to_string(request.body.size());
-  head += "\r\n\r\n";
-
-  // One deadline for the whole transfer (shorter while connecting, like curl's CONNECTTIMEOUT); it
-  // cancels whatever socket operation is pending. Shared, so a late handler never touches a frame.
-  struct Deadline {
-    explicit Deadline(asio::io_context& io) : timer(io) {}
-    asio::steady_timer timer;
-    tcp::socket* socket = nullptr;
-    bool fired = false;
-    bool cancelled = false;  // fired by the caller's Cancellation, not the clock
-    std::uint64_t generation = 0;
-  };
-  auto deadline = std::make_shared<Deadline>(io_);
-  // Cancelled: stop like at the deadline (the connection is not given back), report cancelled.
-  if (request.cancel != nullptr) {
-    request.cancel->on_request([d = deadline] {
-      d->fired = d->cancelled = true;
-      if (d->socket != nullptr) {
-        boost::system::error_code ignored;
-        d->socket->cancel(ignored);
-      }
-    });
-  }
-  const auto start_point = std::chrono::steady_clock::now();
-  auto arm = [&deadline](std::chrono::steady_clock::time_point at) {
-    deadline->timer.expires_at(at);
-    const auto generation = ++deadline->generation;
-    deadline->timer.async_wait([d = deadline, generation](const boost::system::error_code& ec) {
-      if (ec || d->generation != generation) return;
-      d->fired = true;
-      if (d->socket != nullptr) {
-        boost::system::error_code ignored;
-        d->socket->cancel(ignored);
-      }
-    });
-  };
-  arm(start_point + std::chrono::milliseconds(timeout_ms));
-  auto finish = [&](TransportError error, std::string message) {
-    r.error = error;
-    r.error_message = std::move(message);
-  };
-  auto too_large = [&] {
-    finish(TransportError::too_large,
-           fmt::format("answer larger than the response cap ({} bytes)", request.max_response_bytes));
-  };
-  auto timed_out = [&](std::size_t received) {
-    finish(TransportError::timeout, fmt::format("Operation timed out after {} milliseconds with {} bytes received",
-                                                (steady_us() - started) / 1000, received));
-  };
-
+  Transfer t(io_, request, *target);
   // Out of memory while taking the answer (its body is the one allocation a provider controls)
   // fails this attempt at once, like any transfer failure; the router goes on to the next provider.
   try {
     for (int attempt = 0;; ++attempt) {
       std::unique_ptr<Conn> conn = take_idle(target->key);
       const bool reused = conn != nullptr;
-      boost::system::error_code ec;
       if (!reused) {
         conn = std::make_unique<Conn>(io_, next_serial_++);
-        deadline->socket = &conn->socket;
-        const auto connect_started = steady_us();
-        const bool short_connect = connect_timeout_ms < timeout_ms;
-        if (short_connect) arm(start_point + std::chrono::milliseconds(connect_timeout_ms));
-        for (const auto& endpoint : target->endpoints) {
-          if (conn->socket.is_open()) conn->socket.close(ec);
-          ec = {};
-          co_await conn->socket.async_connect(endpoint, asio::redirect_error(asio::use_awaitable, ec));
-          if (!ec || deadline->fired) break;
-        }
-        if (deadline->fired) {
-          deadline->socket = nullptr;
-          finish(TransportError::timeout,
-                 fmt::format("Connection timed out after {} milliseconds", (steady_us() - started) / 1000));
-          break;
-        }
-        if (short_connect) arm(start_point + std::chrono::milliseconds(timeout_ms));
-        if (ec) {
-          deadline->socket = nullptr;
-          finish(TransportError::connect, fmt::format("Failed to connect to {} port {}: {}", target->host, target->port,
-                                                      ec.message()));
-          break;
-        }
-        conn->socket.set_option(tcp::no_delay(true), ec);
-        conn->socket.set_option(asio::socket_base::keep_alive(true), ec);
-        conn->socket.non_blocking(true, ec);
-        enable_edge_reads(conn->socket);
-        r.connect_us = steady_us() - connect_started;
+        if (!co_await connect(*conn, t)) break;
       }
-      deadline->socket = &conn->socket;
-
-      // One non-blocking send first (the socket is in non-blocking mode): a request almost always
-      // fits the send buffer, and then no write operation is needed.
-      std::array<asio::const_buffer, 2> out{asio::buffer(head), asio::buffer(request.body)};
-      std::size_t sent = conn->socket.write_some(out, ec);
-      if (ec == asio::error::would_block) {
-        ec = {};
-        sent = 0;
-      }
-      if (!ec && sent < head.size() + request.body.size()) {
-        for (auto& b : out) {
-          const auto k = std::min(sent, b.size());
-          b += k;
-          sent -= k;
-        }
+      t.deadline->socket = &conn->socket;
+      boost::system::error_code ec;
+      std::array<asio::const_buffer, 2> out{asio::buffer(t.head), asio::buffer(request.body)};
+      if (!write_now(conn->socket, out, ec)) {
         co_await asio::async_write(conn->socket, out, asio::redirect_error(asio::use_awaitable, ec));
       }
-      if (deadline->fired) {
-        timed_out(0);
+      if (t.deadline->fired) {
+        t.timed_out(0);
         break;
       }
       if (ec) {
-        deadline->socket = nullptr;
+        t.deadline->socket = nullptr;
         if (reused && attempt == 0) continue;  // a stale keep-alive connection: once more on a new one
-        finish(TransportError::reset, fmt::format("Send failure: {}", ec.message()));
+        t.fail(TransportError::reset, fmt::format("Send failure: {}", ec.message()));
         break;
       }
-
-      std::optional<ResponseReader> parser;
-      parser.emplace();
-      parser->eager(true);
-      parser->header_limit(kHeaderLimit);
-      parser->body_limit(request.max_response_bytes);
-      std::size_t received = 0;
-      bool retry = false;
-      bool failed = false;
-      bool direct_done = false;  // the body was read past the parser, to its Content-Length
-      bool parser_used = false;  // Beast's parser has consumed bytes of this answer
-      bool plain_done = false;   // the answer was taken whole by the fast path
-      bool plain_reusable = false;
-      for (;;) {
-        // A whole, plain answer (the usual small one) is taken in one pass, without the parser.
-        if (!parser_used && conn->buffer.size() > 0) {
-          const std::string_view in(static_cast<const char*>(conn->buffer.data().data()), conn->buffer.size());
-          http1::Message m;
-          if (http1::parse_response(in, kHeaderLimit, m)) {
-            if (m.body_size > request.max_response_bytes) {
-              too_large();
-              failed = true;
-              break;
-            }
-            r.status = m.status;
-            r.retry_after.assign(m.retry_after);
-            const auto body = m.body(in);
-            check_body_capacity(body.size() + kBodySlack);
-            r.body.reserve(body.size() + kBodySlack);
-            r.body.assign(body);
-            plain_reusable = m.keep_alive && in.size() == m.size();
-            conn->buffer.consume(m.size());
-            plain_done = true;
-            break;
-          }
-        }
-        // Feed what is buffered.
-        while (conn->buffer.size() > 0 && !parser->is_done()) {
-          const auto used = parser->put(conn->buffer.data(), ec);
-          conn->buffer.consume(used);
-          if (used > 0) parser_used = true;
-          if (ec == bhttp::error::need_more) {
-            ec = {};
-            break;
-          }
-          if (ec) break;
-          if (used == 0) break;
-        }
-        if (ec == bhttp::error::body_limit) {
-          too_large();
-        } else if (ec && parser->encoded) {
-          finish(TransportError::encoded, "answer has a Content-Encoding other than the identity asked for");
-        } else if (ec) {
-          finish(TransportError::other, fmt::format("Weird server reply: {}", ec.message()));
-        }
-        if (ec) {
-          failed = true;
+      AnswerReading a(t, *conn, reused && attempt == 0);
+      while (!a.take_whole() && a.feed()) {
+        if (a.large_body_due()) {
+          co_await read_large_body(a);
           break;
-        }
-        if (parser->is_done()) {
-          const auto status = parser->status;
-          if (status >= 100 && status < 200 && status != 101) {  // an interim answer: the real one follows
-            parser.emplace();
-            parser->eager(true);
-            parser->header_limit(kHeaderLimit);
-            parser->body_limit(request.max_response_bytes);
-            continue;
-          }
-          break;
-        }
-        std::size_t want = kReadChunk;
-        if (parser->is_header_done()) {
-          const auto length = parser->content_length_remaining();
-          if (length && *length > kReadChunk && *length <= kReserveLimit && !parser->chunked() &&
-              conn->buffer.size() == 0) {
-            // A large body of known length: read straight into the body (reserved at the header),
-            // not through the connection's buffer and the parser: one copy less, and no large
-            // read buffer allocated, faulted in and freed per answer. The body grows with what
-            // arrives (doubling), never to a length the provider only claims.
-            auto& body = parser->body;
-            auto left = static_cast<std::size_t>(*length);
-            while (left > 0) {
-              const auto old = body.size();
-              const auto chunk = std::min(left, std::max(kLargeReadChunk, old));
-              check_body_capacity(old + chunk);
-              body.resize(old + chunk);
-              const auto n = co_await conn->socket.async_read_some(asio::buffer(body.data() + old, chunk),
-                                                                   asio::redirect_error(asio::use_awaitable, ec));
-              body.resize(old + n);
-              received += n;
-              left -= n;
-              if (ec || deadline->fired) break;
-            }
-            if (left == 0) {
-              ec = {};
-              direct_done = true;
-              break;
-            }
-            if (deadline->fired) break;
-            if (ec == asio::error::eof) {
-              finish(TransportError::truncated, "transfer closed with outstanding read data remaining");
-            } else {
-              finish(TransportError::reset, fmt::format("Recv failure: {}", ec.message()));
-            }
-            failed = true;
-            break;
-          }
-          if (length && *length > kReadChunk) {
-            want = static_cast<std::size_t>(std::min<std::uint64_t>(*length, kLargeReadChunk));
-          } else if (!length && received > kLargeReadChunk) {
-            want = kLargeReadChunk;
-          }
         }
         // The socket is usually drained here (the answer to what was just sent has not arrived): the
         // read waits for epoll instead of trying a recv that fails (rpcroute/edge_read.hpp).
-        const auto n = co_await async_read_some_edge(conn->socket, conn->buffer.prepare(want),
+        const auto n = co_await async_read_some_edge(conn->socket, conn->buffer.prepare(a.read_size()),
                                                      asio::redirect_error(asio::use_awaitable, ec));
-        if (deadline->fired) break;
-        if (ec == asio::error::eof) {
-          if (received == 0 && reused && attempt == 0) {
-            retry = true;
-            break;
-          }
-          if (parser->is_header_done()) {
-            parser->put_eof(ec);  // a body that ends with the connection is complete now
-            if (!ec && parser->is_done()) break;
-            finish(TransportError::truncated, "transfer closed with outstanding read data remaining");
-          } else if (received == 0) {
-            finish(TransportError::reset, "Empty reply from server");
-          } else {
-            finish(TransportError::reset, "Connection closed in the middle of the response header");
-          }
-          failed = true;
-          break;
-        }
-        if (ec) {
-          if (received == 0 && reused && attempt == 0) {
-            retry = true;
-            break;
-          }
-          finish(TransportError::reset, fmt::format("Recv failure: {}", ec.message()));
-          failed = true;
-          break;
-        }
-        conn->buffer.commit(n);
-        received += n;
+        if (!a.took(n, ec)) break;
       }
-      deadline->socket = nullptr;
-      if (plain_done) {
-        if (plain_reusable) r.connection = give_back(target->key, std::move(conn));
-        break;
-      }
-      if (retry) continue;
-      if (deadline->fired && !failed && !parser->is_done() && !direct_done) {
-        timed_out(received);
-        break;
-      }
-      if (failed) break;
-
-      r.status = static_cast<long>(parser->status);
-      r.retry_after = std::move(parser->retry_after);
-      const bool reusable = parser->keep_alive() && conn->buffer.size() == 0;
-      r.body = std::move(parser->body);
-      if (parser->encoded) r.body.clear();  // an error status's coded body: not ours to read
-      if (reusable) r.connection = give_back(target->key, std::move(conn));
+      t.deadline->socket = nullptr;
+      if (a.end == ReadEnd::retry) continue;
+      if (a.settle()) t.r.connection = give_back(target->key, std::move(conn));
       break;
     }
   } catch (const std::bad_alloc&) {
-    deadline->socket = nullptr;  // the connection is gone with the frame's locals
-    r.body = std::string();
-    finish(TransportError::out_of_memory, "out of memory while receiving the answer");
+    t.deadline->socket = nullptr;  // the connection is gone with the frame's locals
+    t.r.body = std::string();
+    t.fail(TransportError::out_of_memory, "out of memory while receiving the answer");
   }
-  deadline->socket = nullptr;
-  deadline->timer.cancel();
-  if (request.cancel != nullptr) request.cancel->clear_hook();
-  if (deadline->cancelled && r.error != TransportError::none) {
-    r.error = TransportError::cancelled;
-    r.error_message = "cancelled";
-  }
-  r.latency_us = steady_us() - started;
-  co_return r;
+  co_return t.done();
 }
 
 }  // namespace rpcroute::detail

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -21,7 +22,14 @@ void check_body_capacity(std::size_t bytes);
 
 class NativeHttp : public std::enable_shared_from_this<NativeHttp> {
  public:
-  struct Target;
+  /// Where a request goes, parsed once per URL.
+  struct Target {
+    std::vector<asio::ip::tcp::endpoint> endpoints;
+    std::string host;  // for messages
+    std::uint16_t port = 80;
+    std::string key;   // pool key: "host:port"
+    std::string head;  // "POST path HTTP/1.1\r\nHost: …\r\n…" without Content-Length and extra headers
+  };
   struct Conn;
 
   explicit NativeHttp(asio::io_context& io);
@@ -57,5 +65,9 @@ class NativeHttp : public std::enable_shared_from_this<NativeHttp> {
   std::size_t in_flight_ = 0;
   std::uint64_t next_serial_ = 1;
 };
+
+/// The native client's target for a URL, or null when curl must take it: not http://, user info,
+/// a name to resolve, a zone-scoped IPv6 address, or bytes a request line cannot carry.
+[[nodiscard]] std::shared_ptr<const NativeHttp::Target> parse_native_target(std::string_view url);
 
 }  // namespace rpcroute::detail
