@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <simdjson.h>
 
+#include "grammar.hpp"
 #include "rpcroute/json.hpp"
 
 namespace rpcroute::jsonrpc {
@@ -122,112 +123,6 @@ simdjson::error_code validate_scalar(od::document& doc, od::json_type t) {
     }
     default: return simdjson::INCORRECT_TYPE;
   }
-}
-
-/// Byte classes for well_formed: 0 a byte inside a scalar, 1 whitespace, 2 a delimiter.
-constexpr std::array<std::uint8_t, 256> kByteClass = [] {
-  std::array<std::uint8_t, 256> t{};
-  for (unsigned char c : {' ', '\n', '\r', '\t'}) t[c] = 1;
-  for (unsigned char c : {',', ':', '[', ']', '{', '}', '"'}) t[c] = 2;
-  return t;
-}();
-
-/// The quote that closes a string whose contents start at `p`, or nullptr. Short strings (keys,
-/// quantities) are scanned in line; the rest of a long one (most of a large answer) with memchr,
-/// a quote being the closing one when an even run of backslashes precedes it.
-const char* closing_quote(const char* p, const char* end) {
-  const char* const start = p;
-  for (const char* stop = std::min(end, p + 32); p < stop; ++p) {
-    if (*p == '\\') {
-      ++p;  // the escaped byte
-    } else if (*p == '"') {
-      return p;
-    }
-  }
-  while (p < end) {
-    const auto* q = static_cast<const char*>(std::memchr(p, '"', static_cast<std::size_t>(end - p)));
-    if (q == nullptr) return nullptr;
-    const char* b = q;
-    while (b > start && b[-1] == '\\') --b;
-    if (((q - b) & 1) == 0) return q;
-    p = q + 1;
-  }
-  return nullptr;
-}
-
-/// Checks the grammar of a whole document: brackets, commas and colons in the right places.
-/// On-Demand validates what it reads but skips a value it was not asked for by counting
-/// brackets, so `[1,"x":2},3]` would read as three items; anything we forward must be JSON.
-/// Scalars are only delimited here: their contents are checked when they are read. It runs over
-/// every answer: strings (most of a large answer) are crossed with memchr, not byte by byte.
-bool well_formed(std::string_view text) {
-  enum class Expect { value, value_or_close, key, key_or_close, colon, comma_or_close };
-  std::string open;  // the open brackets; no allocation up to 15 levels
-  Expect expect = Expect::value;
-  bool done = false;
-  std::size_t i = 0;
-  const std::size_t n = text.size();
-  const char* data = text.data();
-  auto after_value = [&] {
-    if (open.empty()) done = true;
-    expect = Expect::comma_or_close;
-  };
-  while (i < n) {
-    const char c = data[i];
-    const auto cls = kByteClass[static_cast<unsigned char>(c)];
-    if (cls == 1) {
-      ++i;
-      continue;
-    }
-    if (done) return false;
-    bool value_expected = expect == Expect::value || expect == Expect::value_or_close;
-    switch (c) {
-      case '"': {
-        const char* close = closing_quote(data + i + 1, data + n);
-        if (close == nullptr) return false;
-        i = static_cast<std::size_t>(close - data) + 1;
-        if (expect == Expect::key || expect == Expect::key_or_close) {
-          expect = Expect::colon;
-        } else if (value_expected) {
-          after_value();
-        } else {
-          return false;
-        }
-        continue;
-      }
-      case '[':
-      case '{':
-        if (!value_expected) return false;
-        open.push_back(c);
-        expect = c == '[' ? Expect::value_or_close : Expect::key_or_close;
-        break;
-      case ']':
-      case '}': {
-        bool empty = c == ']' ? expect == Expect::value_or_close : expect == Expect::key_or_close;
-        if (open.empty() || open.back() != (c == ']' ? '[' : '{') || !(empty || expect == Expect::comma_or_close)) {
-          return false;
-        }
-        open.pop_back();
-        after_value();
-        break;
-      }
-      case ':':
-        if (expect != Expect::colon) return false;
-        expect = Expect::value;
-        break;
-      case ',':
-        if (expect != Expect::comma_or_close || open.empty()) return false;
-        expect = open.back() == '[' ? Expect::value : Expect::key;
-        break;
-      default:
-        if (!value_expected) return false;
-        while (i < n && kByteClass[static_cast<unsigned char>(data[i])] == 0) ++i;
-        after_value();
-        continue;
-    }
-    ++i;
-  }
-  return done;
 }
 
 /// True when nothing but whitespace follows the document's value.
@@ -384,12 +279,60 @@ tl::expected<Body, BodyError> parse_body_in(std::string_view text, std::size_t c
     return tl::unexpected(BodyError{kInvalidRequest, "invalid request: expected an object or an array"});
   }
   if (!at_end(doc)) return bad_json("trailing content after the JSON value");
-  if (!well_formed(text)) return bad_json("misplaced bracket, comma or colon");
+  if (!detail::well_formed(text)) return bad_json("misplaced bracket, comma or colon");
   return body;
 }
 }  // namespace
 
 namespace {
+
+/// The members of an error object we read: code (a number, clamped), message (a string) and data
+/// (raw). Anything else, and a code or message of another type, is validated and skipped.
+simdjson::error_code parse_error_fields(od::object eo, od::document& doc, RpcError& err) {
+  for (auto ef : eo) {
+    std::string_view ek;
+    if (auto e = ef.unescaped_key().get(ek)) return e;
+    od::value ev;
+    if (auto e = ef.value().get(ev)) return e;
+    std::string_view raw;
+    od::json_type t;
+    if (auto e = ev.type().get(t)) return e;
+    if (ek == "code" && t == od::json_type::number) {
+      double d;
+      if (auto e = ev.get_double().get(d)) return e;
+      // Clamped: a code beyond int64 (1e300) must not be cast as is (undefined behaviour).
+      err.code = static_cast<std::int64_t>(std::clamp(d, -9.0e18, 9.0e18));
+    } else if (ek == "message" && t == od::json_type::string) {
+      std::string_view m;
+      if (auto e = ev.get_string().get(m)) return e;
+      err.message.assign(m);
+    } else {
+      if (auto e = raw_of(ev, doc, raw)) return e;
+      if (ek == "data") err.data.assign(raw);
+    }
+  }
+  return simdjson::SUCCESS;
+}
+
+/// A reply's "error" member. Null is no error (some servers send "error": null next to a result);
+/// anything else but an object makes the answer not a response.
+simdjson::error_code parse_error_member(od::value v, od::document& doc, Reply& reply, std::string& why) {
+  od::json_type t;
+  if (auto e = v.type().get(t)) return e;
+  std::string_view raw;
+  if (t == od::json_type::null) return raw_of(v, doc, raw);
+  if (t != od::json_type::object) {
+    if (auto e = raw_of(v, doc, raw)) return e;
+    why = "error member is not an object";
+    return simdjson::SUCCESS;
+  }
+  od::object eo;
+  if (auto e = v.get_object().get(eo)) return e;
+  RpcError err;
+  if (auto e = parse_error_fields(eo, doc, err)) return e;
+  reply.error = std::move(err);
+  return simdjson::SUCCESS;
+}
 
 simdjson::error_code parse_reply(od::object obj, od::document& doc, const PaddedInput& input, Reply& reply,
                                  std::string& why) {
@@ -415,54 +358,7 @@ simdjson::error_code parse_reply(od::object obj, od::document& doc, const Padded
       if (auto e = raw_of(v, doc, raw)) return e;
       reply.result.emplace(input.original(raw));
     } else if (key == "error") {
-      od::json_type t;
-      if (auto e = v.type().get(t)) return e;
-      if (t == od::json_type::null) {
-        if (auto e = raw_of(v, doc, raw)) return e;
-        continue;  // some servers send "error": null next to a result
-      }
-      if (t != od::json_type::object) {
-        if (auto e = raw_of(v, doc, raw)) return e;
-        why = "error member is not an object";
-        continue;
-      }
-      od::object eo;
-      if (auto e = v.get_object().get(eo)) return e;
-      RpcError err;
-      for (auto ef : eo) {
-        std::string_view ek;
-        if (auto e = ef.unescaped_key().get(ek)) return e;
-        od::value ev;
-        if (auto e = ef.value().get(ev)) return e;
-        if (ek == "code") {
-          od::json_type ct;
-          if (auto e = ev.type().get(ct)) return e;
-          if (ct == od::json_type::number) {
-            double d;
-            if (auto e = ev.get_double().get(d)) return e;
-            // Clamped: a code beyond int64 (1e300) must not be cast as is (undefined behaviour).
-            err.code = static_cast<std::int64_t>(std::clamp(d, -9.0e18, 9.0e18));
-          } else {
-            if (auto e = raw_of(ev, doc, raw)) return e;
-          }
-        } else if (ek == "message") {
-          od::json_type mt;
-          if (auto e = ev.type().get(mt)) return e;
-          if (mt == od::json_type::string) {
-            std::string_view m;
-            if (auto e = ev.get_string().get(m)) return e;
-            err.message.assign(m);
-          } else {
-            if (auto e = raw_of(ev, doc, raw)) return e;
-          }
-        } else if (ek == "data") {
-          if (auto e = raw_of(ev, doc, raw)) return e;
-          err.data.assign(raw);
-        } else {
-          if (auto e = raw_of(ev, doc, raw)) return e;
-        }
-      }
-      reply.error = std::move(err);
+      if (auto e = parse_error_member(v, doc, reply, why)) return e;
     } else {
       if (auto e = raw_of(v, doc, raw)) return e;
     }
@@ -543,80 +439,12 @@ tl::expected<Response, std::string> parse_response_in(std::string_view text, std
     return tl::unexpected(std::string("not a JSON-RPC response"));
   }
   if (!at_end(doc)) return tl::unexpected(std::string("invalid JSON: trailing content"));
-  if (!well_formed(text)) return tl::unexpected(std::string("invalid JSON: misplaced bracket, comma or colon"));
+  if (!detail::well_formed(text)) return tl::unexpected(std::string("invalid JSON: misplaced bracket, comma or colon"));
   if (!why.empty()) return tl::unexpected(fmt::format("not a JSON-RPC response: {}", why));
   return resp;
 }
 
 }  // namespace
-
-void append_call(std::string& out, std::string_view id, std::string_view method, std::string_view params) {
-  out += std::string_view(R"({"jsonrpc":"2.0","id":)");
-  out += id.empty() ? std::string_view("null") : id;
-  out += std::string_view(R"(,"method":)");
-  json::append_string(out, method);
-  out += std::string_view(R"(,"params":)");
-  out += params.empty() ? std::string_view("[]") : params;
-  out += '}';
-}
-
-std::string make_call(std::string_view id, std::string_view method, std::string_view params) {
-  std::string out;
-  unsigned special = 0;  // branch-free: any control character, quote or backslash
-  for (char c : method) {
-    const auto u = static_cast<unsigned char>(c);
-    special |= static_cast<unsigned>(u < 0x20) | static_cast<unsigned>(u == '"') | static_cast<unsigned>(u == '\\');
-  }
-  const bool plain = special == 0;
-  if (!plain) {
-    out.reserve(48 + id.size() + method.size() + params.size());
-    append_call(out, id, method, params);
-    return out;
-  }
-  // The usual method name needs no escape: the whole call is sized once and copied in pieces.
-  constexpr std::string_view head = R"({"jsonrpc":"2.0","id":)", mid = R"(,"method":")", tail = R"(","params":)";
-  if (id.empty()) id = "null";
-  if (params.empty()) params = "[]";
-  out.resize(head.size() + id.size() + mid.size() + method.size() + tail.size() + params.size() + 1);
-  char* p = out.data();
-  for (std::string_view piece : {head, id, mid, method, tail, params}) {
-    std::memcpy(p, piece.data(), piece.size());
-    p += piece.size();
-  }
-  *p = '}';
-  return out;
-}
-
-std::string make_result(std::string_view id, std::string_view result) {
-  std::string out;
-  out.reserve(32 + id.size() + result.size());
-  out += kResultHead;
-  out += id.empty() ? std::string_view("null") : id;
-  out += kResultMiddle;
-  out += result;
-  out += '}';
-  return out;
-}
-
-std::string error_object(std::int64_t code, std::string_view message, std::string_view data) {
-  std::string out = fmt::format(R"({{"code":{},"message":)", code);
-  json::append_string(out, message);
-  if (!data.empty()) {
-    out += std::string_view(R"(,"data":)");
-    out += data;
-  }
-  out += '}';
-  return out;
-}
-
-std::string make_error(std::string_view id, std::int64_t code, std::string_view message, std::string_view data) {
-  std::string out(std::string_view(R"({"jsonrpc":"2.0","id":)"));
-  out += id.empty() ? std::string_view("null") : id;
-  out += std::string_view(R"(,"error":)");
-  out += error_object(code, message, data);
-  out += '}';
-  return out;
-}
 
 std::optional<std::uint64_t> parse_quantity(std::string_view raw) {
   raw = trim(raw);
@@ -628,8 +456,6 @@ std::optional<std::uint64_t> parse_quantity(std::string_view raw) {
   if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
   return v;
 }
-
-std::string to_quantity(std::uint64_t v) { return fmt::format("\"0x{:x}\"", v); }
 
 bool same_id(std::string_view a, std::string_view b) {
   a = trim(a);
