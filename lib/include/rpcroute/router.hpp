@@ -181,7 +181,4 @@ class Router {
   const std::string& chain_key_for(const Chain& chain);
 };
 
-/// True for methods whose repetition could act twice: sent to one provider only.
-[[nodiscard]] bool is_transaction_send(std::string_view method);
-
 }  // namespace rpcroute

@@ -8,47 +8,13 @@
 #include <simdjson.h>
 
 #include "rpcroute/jsonrpc.hpp"
+#include "rpcroute/methods.hpp"
 
 namespace rpcroute {
 
 namespace {
 
 namespace dom = simdjson::dom;
-
-// Methods with a block parameter and where it sits. eth_getLogs takes a filter object instead.
-constexpr std::pair<std::string_view, int> kBlockParams[] = {
-    {"eth_getBlockByNumber", 0},
-    {"eth_getBlockTransactionCountByNumber", 0},
-    {"eth_getUncleCountByBlockNumber", 0},
-    {"eth_getUncleByBlockNumberAndIndex", 0},
-    {"eth_getTransactionByBlockNumberAndIndex", 0},
-    {"eth_getBlockReceipts", 0},
-    {"debug_traceBlockByNumber", 0},
-    {"debug_getRawBlock", 0},
-    {"debug_getRawHeader", 0},
-    {"debug_getRawReceipts", 0},
-    {"trace_block", 0},
-    {"trace_replayBlockTransactions", 0},
-    {"eth_getBalance", 1},
-    {"eth_getCode", 1},
-    {"eth_getTransactionCount", 1},
-    {"eth_call", 1},
-    {"eth_estimateGas", 1},
-    {"eth_createAccessList", 1},
-    {"eth_feeHistory", 1},
-    {"debug_traceCall", 1},
-    {"eth_getStorageAt", 2},
-    {"eth_getProof", 2},
-    {"trace_call", 2},
-    {"eth_getHeaderByNumber", 0},
-    {"erigon_getHeaderByNumber", 0},
-};
-
-// Methods whose block parameter may be left out (the node then reads `latest`).
-bool block_param_optional(std::string_view method) {
-  return method == "eth_call" || method == "eth_estimateGas" || method == "eth_createAccessList" ||
-         method == "debug_traceCall" || method == "trace_call";
-}
 
 std::optional<BlockRef> tag_or_number(std::string_view s) {
   using K = BlockRef::Kind;
@@ -89,27 +55,18 @@ dom::parser& local_parser() {
 }  // namespace
 
 int block_param_index(std::string_view method) {
-  // Asked for every routed call: the names grouped by length, so most methods are answered by
-  // one empty bucket.
-  static const auto kByLength = [] {
-    std::array<std::vector<std::pair<std::string_view, int>>, 64> t{};
-    for (const auto& entry : kBlockParams) t[entry.first.size()].push_back(entry);
-    return t;
-  }();
-  if (method.size() >= kByLength.size()) return -1;
-  for (const auto& [name, index] : kByLength[method.size()]) {
-    if (name == method) return index;
-  }
-  return -1;
+  const auto& m = method_info(method);
+  return m.log_filter ? -1 : m.block_param;  // eth_getLogs takes a filter object, not a block
 }
 
 BlockNeed analyze_block_need(std::string_view method, std::string_view params) {
   BlockNeed need;
-  const bool logs = method == "eth_getLogs";
-  const int index = logs ? 0 : block_param_index(method);
+  const auto& info = method_info(method);
+  const bool logs = info.log_filter;
+  const int index = info.block_param;
   if (index < 0) return need;
   if (params.empty()) {
-    if (block_param_optional(method)) need.block = BlockRef{};
+    if (info.block_optional) need.block = BlockRef{};
     return need;
   }
   dom::element root;
@@ -118,7 +75,7 @@ BlockNeed analyze_block_need(std::string_view method, std::string_view params) {
   if (root.get_array().get(arr) != simdjson::SUCCESS) return need;
   dom::element param;
   if (arr.at(static_cast<std::size_t>(index)).get(param) != simdjson::SUCCESS || param.is_null()) {
-    if (!logs && block_param_optional(method)) need.block = BlockRef{};
+    if (!logs && info.block_optional) need.block = BlockRef{};
     return need;
   }
   if (!logs) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "rpcroute/config.hpp"
+#include "rpcroute/methods.hpp"
 
 namespace rpcroute {
 
@@ -89,49 +90,7 @@ MethodPolicy Profile::policy_for(std::string_view method) const {
 }
 
 std::int64_t default_method_timeout_ms(std::string_view method) {
-  static constexpr std::string_view kCheap[] = {
-      "eth_blockNumber",      "eth_chainId",          "net_version",          "net_listening",
-      "net_peerCount",        "web3_clientVersion",   "eth_syncing",          "eth_gasPrice",
-      "eth_maxPriorityFeePerGas", "eth_blobBaseFee",  "eth_feeHistory",       "eth_getBalance",
-      "eth_getTransactionCount", "eth_getCode",       "eth_getStorageAt",     "eth_getTransactionByHash",
-      "eth_getTransactionReceipt", "eth_getBlockByNumber", "eth_getBlockByHash",
-      "eth_getBlockTransactionCountByNumber", "eth_getBlockTransactionCountByHash",
-      "eth_getFilterChanges", "eth_uninstallFilter",
-  };
-  static constexpr std::string_view kHeavy[] = {
-      "eth_call",     "eth_estimateGas", "eth_createAccessList", "eth_getLogs",
-      "eth_getProof", "eth_getBlockReceipts", "eth_getFilterLogs", "eth_simulateV1",
-  };
-  // Routed calls ask for the same few methods over and over: the last answer is kept.
-  thread_local std::string last_method;
-  thread_local std::int64_t last_ms = 0;
-  if (!last_method.empty() && method == last_method) return last_ms;
-  const auto ms = [&]() -> std::int64_t {
-  if (method.starts_with("debug_") || method.starts_with("trace_")) return 60'000;
-  // Asked for every routed call: the names are grouped by length, so a lookup compares the
-  // method with at most a few names of its own length (cheaper than hashing it).
-  struct Entry {
-    std::string_view name;
-    std::int64_t ms;
-  };
-  static const auto kByLength = [] {
-    std::array<std::vector<Entry>, 48> t{};
-    for (auto m : kCheap) t[m.size()].push_back({m, 5'000});
-    for (auto m : kHeavy) t[m.size()].push_back({m, 20'000});
-    return t;
-  }();
-  if (method.size() < kByLength.size()) {
-    for (const auto& e : kByLength[method.size()]) {
-      if (e.name == method) return e.ms;
-    }
-  }
-  return 10'000;
-  }();
-  if (method.size() <= 64) {
-    last_method.assign(method);
-    last_ms = ms;
-  }
-  return ms;
+  return timeout_class_ms(method_info(method).timeout);
 }
 
 std::int64_t attempt_timeout_ms(std::string_view method, const Provider& provider, const MethodPolicy& policy) {

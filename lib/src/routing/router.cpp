@@ -10,21 +10,11 @@
 #include "rpcroute/blocks.hpp"
 #include "rpcroute/health/exchange.hpp"
 #include "rpcroute/json.hpp"
+#include "rpcroute/methods.hpp"
 
 namespace rpcroute {
 
-bool is_transaction_send(std::string_view method) {
-  return method == "eth_sendRawTransaction" || method == "eth_sendTransaction";
-}
-
 namespace {
-
-bool creates_filter(std::string_view m) {
-  return m == "eth_newFilter" || m == "eth_newBlockFilter" || m == "eth_newPendingTransactionFilter";
-}
-bool uses_filter(std::string_view m) {
-  return m == "eth_getFilterChanges" || m == "eth_getFilterLogs" || m == "eth_uninstallFilter";
-}
 
 /// The first element of a params array when it is a string ("0x1" for a filter id).
 std::optional<std::string> first_string_param(std::string_view params) {
@@ -213,7 +203,7 @@ Plan Router::plan(const Chain& chain, std::string_view method, std::string_view 
                            plan.strategy == Strategy::latency_weighted;
 
   std::optional<std::string> pinned;
-  if (uses_filter(method)) {
+  if (method_info(method).filter == FilterRole::reads) {
     if (auto id = first_string_param(params)) {
       if (const FilterPin* pin = store_.filter(filter_key(profile_.name, chain, *id)); pin != nullptr) {
         pinned = pin->provider;
@@ -533,7 +523,7 @@ void Router::on_success(const Chain& chain, const Candidate& cand, Item& item, s
         store_.record(HighWaterEvent{ckey, Height{*h, now}, false}, profile_.health);
       }
     }
-  } else if (creates_filter(call.method)) {
+  } else if (method_info(call.method).filter == FilterRole::creates) {
     if (auto id = json_string_value(result)) {
       store_.record(FilterEvent{filter_key(profile_.name, chain, *id), FilterPin{cand.provider->id, now}},
                     profile_.health);
@@ -544,7 +534,7 @@ void Router::on_success(const Chain& chain, const Candidate& cand, Item& item, s
   }
   if (!item.plan.sticky.empty()) {
     sticky_.stick(chain.name, item.plan.sticky, cand.provider->id, now);
-    if (is_transaction_send(call.method)) {
+    if (method_info(call.method).replay_unsafe) {
       if (auto hash = json_string_value(result)) {
         sticky_.stick(chain.name, StickyKey{StickyKey::Kind::transaction, *hash}, cand.provider->id, now);
       }
@@ -865,7 +855,7 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
         }
         item.unknown_spent = true;
       }
-      if (is_transaction_send(call.method) && !c.never_sent() && c.cls != OutcomeClass::capability) {
+      if (method_info(call.method).replay_unsafe && !c.never_sent() && c.cls != OutcomeClass::capability) {
         if (item.held_error) {  // the node answered: its word, not ours
           finish_with_error(*item.held_error, item.held_provider, item.held_latency_ms);
           continue;

@@ -5,30 +5,12 @@
 
 #include <simdjson.h>
 
+#include "rpcroute/methods.hpp"
 #include "rpcroute/transaction.hpp"
 
 namespace rpcroute {
 
 namespace {
-
-enum class Source { address_param, from_field, raw_transaction, hash_param };
-
-struct StickyMethod {
-  std::string_view method;
-  Source source;
-};
-
-// Behaviour as data: the calls that belong to one sender's flow.
-constexpr StickyMethod kStickyMethods[] = {
-    {"eth_getTransactionCount", Source::address_param},
-    {"eth_call", Source::from_field},
-    {"eth_estimateGas", Source::from_field},
-    {"eth_createAccessList", Source::from_field},
-    {"eth_sendTransaction", Source::from_field},
-    {"eth_sendRawTransaction", Source::raw_transaction},
-    {"eth_getTransactionReceipt", Source::hash_param},
-    {"eth_getTransactionByHash", Source::hash_param},
-};
 
 std::string lower(std::string_view s) {
   std::string out(s);
@@ -53,11 +35,8 @@ std::string join(std::string_view chain, std::string_view value) {
 }  // namespace
 
 StickyKey sticky_key(std::string_view method, std::string_view params) {
-  const StickyMethod* row = nullptr;
-  for (const auto& m : kStickyMethods) {
-    if (m.method == method) row = &m;
-  }
-  if (row == nullptr) return {};
+  const StickySource source = method_info(method).sticky;
+  if (source == StickySource::none) return {};
   thread_local simdjson::dom::parser parser;
   simdjson::dom::element root;
   simdjson::dom::array arr;
@@ -66,20 +45,22 @@ StickyKey sticky_key(std::string_view method, std::string_view params) {
   }
   simdjson::dom::element first = arr.at(0);
   std::string_view s;
-  switch (row->source) {
-    case Source::address_param:
+  switch (source) {
+    case StickySource::address_param:
       if (first.get_string().get(s) || !is_hex_of(s, 40)) return {};
       return {StickyKey::Kind::sender, lower(s)};
-    case Source::from_field:
+    case StickySource::from_field:
       if (first.at_key("from").get_string().get(s) || !is_hex_of(s, 40)) return {};
       return {StickyKey::Kind::sender, lower(s)};
-    case Source::raw_transaction:
+    case StickySource::raw_transaction:
       if (first.get_string().get(s)) return {};
       if (auto sender = transaction_sender(s)) return {StickyKey::Kind::sender, std::move(*sender)};
       return {};
-    case Source::hash_param:
+    case StickySource::hash_param:
       if (first.get_string().get(s) || !is_hex_of(s, 64)) return {};
       return {StickyKey::Kind::transaction, lower(s)};
+    case StickySource::none:
+      break;
   }
   return {};
 }

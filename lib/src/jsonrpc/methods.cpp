@@ -1,0 +1,93 @@
+#include "rpcroute/methods.hpp"
+
+#include <algorithm>
+#include <array>
+
+namespace rpcroute {
+
+namespace {
+
+using enum TimeoutClass;
+using FilterRole::creates, FilterRole::reads;
+using StickySource::address_param, StickySource::from_field, StickySource::raw_transaction,
+    StickySource::hash_param;
+
+// Behaviour as data: one row per method we know something about, sorted by name (checked below).
+// Block parameters as DESIGN.md section 8 reads them; timeouts as section 5; sticky sources as
+// issue 15. `cacheable`: answers addressed by a hash or constant for the chain (a null answer is
+// not one to keep); nothing reads it yet.
+constexpr std::array kCatalogue = {
+    MethodInfo{.name = "debug_getRawBlock", .block_param = 0, .timeout = trace},
+    MethodInfo{.name = "debug_getRawHeader", .block_param = 0, .timeout = trace},
+    MethodInfo{.name = "debug_getRawReceipts", .block_param = 0, .timeout = trace},
+    MethodInfo{.name = "debug_traceBlockByNumber", .block_param = 0, .timeout = trace},
+    MethodInfo{.name = "debug_traceCall", .block_param = 1, .block_optional = true, .timeout = trace},
+    MethodInfo{.name = "erigon_getHeaderByNumber", .block_param = 0},
+    MethodInfo{.name = "eth_blobBaseFee", .timeout = cheap},
+    MethodInfo{.name = "eth_blockNumber", .timeout = cheap},
+    MethodInfo{.name = "eth_call", .block_param = 1, .block_optional = true, .sticky = from_field, .timeout = heavy},
+    MethodInfo{.name = "eth_chainId", .timeout = cheap, .cacheable = true},
+    MethodInfo{.name = "eth_createAccessList",
+               .block_param = 1,
+               .block_optional = true,
+               .sticky = from_field,
+               .timeout = heavy},
+    MethodInfo{.name = "eth_estimateGas", .block_param = 1, .block_optional = true, .sticky = from_field, .timeout = heavy},
+    MethodInfo{.name = "eth_feeHistory", .block_param = 1, .timeout = cheap},
+    MethodInfo{.name = "eth_gasPrice", .timeout = cheap},
+    MethodInfo{.name = "eth_getBalance", .block_param = 1, .timeout = cheap},
+    MethodInfo{.name = "eth_getBlockByHash", .timeout = cheap, .cacheable = true},
+    MethodInfo{.name = "eth_getBlockByNumber", .block_param = 0, .timeout = cheap},
+    MethodInfo{.name = "eth_getBlockReceipts", .block_param = 0, .timeout = heavy},
+    MethodInfo{.name = "eth_getBlockTransactionCountByHash", .timeout = cheap, .cacheable = true},
+    MethodInfo{.name = "eth_getBlockTransactionCountByNumber", .block_param = 0, .timeout = cheap},
+    MethodInfo{.name = "eth_getCode", .block_param = 1, .timeout = cheap},
+    MethodInfo{.name = "eth_getFilterChanges", .filter = reads, .timeout = cheap},
+    MethodInfo{.name = "eth_getFilterLogs", .filter = reads, .timeout = heavy},
+    MethodInfo{.name = "eth_getHeaderByNumber", .block_param = 0},
+    MethodInfo{.name = "eth_getLogs", .block_param = 0, .log_filter = true, .timeout = heavy},
+    MethodInfo{.name = "eth_getProof", .block_param = 2, .timeout = heavy},
+    MethodInfo{.name = "eth_getStorageAt", .block_param = 2, .timeout = cheap},
+    MethodInfo{.name = "eth_getTransactionByBlockNumberAndIndex", .block_param = 0},
+    MethodInfo{.name = "eth_getTransactionByHash", .sticky = hash_param, .timeout = cheap},
+    MethodInfo{.name = "eth_getTransactionCount", .block_param = 1, .sticky = address_param, .timeout = cheap},
+    MethodInfo{.name = "eth_getTransactionReceipt", .sticky = hash_param, .timeout = cheap},
+    MethodInfo{.name = "eth_getUncleByBlockNumberAndIndex", .block_param = 0},
+    MethodInfo{.name = "eth_getUncleCountByBlockNumber", .block_param = 0},
+    MethodInfo{.name = "eth_maxPriorityFeePerGas", .timeout = cheap},
+    MethodInfo{.name = "eth_newBlockFilter", .filter = creates},
+    MethodInfo{.name = "eth_newFilter", .filter = creates},
+    MethodInfo{.name = "eth_newPendingTransactionFilter", .filter = creates},
+    MethodInfo{.name = "eth_sendRawTransaction", .replay_unsafe = true, .sticky = raw_transaction},
+    MethodInfo{.name = "eth_sendTransaction", .replay_unsafe = true, .sticky = from_field},
+    MethodInfo{.name = "eth_simulateV1", .timeout = heavy},
+    MethodInfo{.name = "eth_syncing", .timeout = cheap},
+    MethodInfo{.name = "eth_uninstallFilter", .filter = reads, .timeout = cheap},
+    MethodInfo{.name = "net_listening", .timeout = cheap},
+    MethodInfo{.name = "net_peerCount", .timeout = cheap},
+    MethodInfo{.name = "net_version", .timeout = cheap, .cacheable = true},
+    MethodInfo{.name = "trace_block", .block_param = 0, .timeout = trace},
+    MethodInfo{.name = "trace_call", .block_param = 2, .block_optional = true, .timeout = trace},
+    MethodInfo{.name = "trace_replayBlockTransactions", .block_param = 0, .timeout = trace},
+    MethodInfo{.name = "web3_clientVersion", .timeout = cheap},
+};
+
+constexpr bool by_name(const MethodInfo& a, const MethodInfo& b) { return a.name < b.name; }
+static_assert(std::is_sorted(kCatalogue.begin(), kCatalogue.end(), by_name), "the catalogue must stay sorted");
+
+constexpr MethodInfo kUnknown{};
+// Tracing and debugging replay blocks: long, whatever the method.
+constexpr MethodInfo kUnknownTrace{.name = {}, .timeout = trace};
+
+}  // namespace
+
+const MethodInfo& method_info(std::string_view method) {
+  const auto* it = std::lower_bound(kCatalogue.begin(), kCatalogue.end(), method,
+                                    [](const MethodInfo& row, std::string_view m) { return row.name < m; });
+  if (it != kCatalogue.end() && it->name == method) return *it;
+  return method.starts_with("debug_") || method.starts_with("trace_") ? kUnknownTrace : kUnknown;
+}
+
+std::span<const MethodInfo> method_catalogue() { return kCatalogue; }
+
+}  // namespace rpcroute
