@@ -8,7 +8,7 @@
 #include <simdjson.h>
 
 #include "rpcroute/blocks.hpp"
-#include "rpcroute/health/exchange.hpp"
+#include "rpcroute/exchange.hpp"
 #include "rpcroute/json.hpp"
 #include "rpcroute/methods.hpp"
 
@@ -16,24 +16,10 @@ namespace rpcroute {
 
 namespace {
 
-/// The first element of a params array when it is a string ("0x1" for a filter id).
-std::optional<std::string> first_string_param(std::string_view params) {
-  thread_local simdjson::dom::parser parser;
-  simdjson::dom::element root;
-  if (parser.parse(params.data(), params.size(), true).get(root)) return std::nullopt;
-  simdjson::dom::array arr;
-  if (root.get_array().get(arr) || arr.size() == 0) return std::nullopt;
-  std::string_view s;
-  if (arr.at(0).get_string().get(s)) return std::nullopt;
-  return std::string(s);
-}
-
 std::optional<std::string> json_string_value(std::string_view raw) {
   if (raw.size() < 2 || raw.front() != '"' || raw.back() != '"') return std::nullopt;
   return std::string(raw.substr(1, raw.size() - 2));
 }
-
-std::string seconds_text(std::int64_t ms) { return fmt::format("{:.1f}s", static_cast<double>(ms) / 1000.0); }
 
 /// Answers that say the node has no state for the block asked: it is not archival.
 bool says_missing_state(std::string_view message) {
@@ -69,96 +55,12 @@ std::optional<std::uint64_t> block_number_of(std::string_view block_json) {
   return jsonrpc::parse_quantity(fmt::format("\"{}\"", s));
 }
 
-/// Whether a provider serves old state: the profile decides when it says; otherwise the newest of
-/// what probe found and what answers showed. nullopt: unknown (treated as able).
-std::optional<bool> archival_of(const Provider& p, const ProviderState* ps) {
-  if (p.archival) return p.archival;
-  if (ps == nullptr) return std::nullopt;
-  if (ps->archival_seen.archival && ps->archival_seen.t_ms >= ps->probe.t_ms) return ps->archival_seen.archival;
-  return ps->probe.archival;
-}
-
-std::string_view archival_source(const Provider& p, const ProviderState* ps) {
-  if (p.archival) return "the profile says archival: false";
-  if (ps != nullptr && ps->archival_seen.archival && ps->archival_seen.t_ms >= ps->probe.t_ms) {
-    return "an answer showed missing state";
-  }
-  return "probe found no state at block 1";
-}
-
 }  // namespace
-
-std::string_view exclusion_kind_name(ExclusionKind k) {
-  switch (k) {
-    case ExclusionKind::caller: return "caller";
-    case ExclusionKind::policy: return "policy";
-    case ExclusionKind::filter: return "filter";
-    case ExclusionKind::method: return "method";
-    case ExclusionKind::chain_id: return "chain_id";
-    case ExclusionKind::breaker: return "breaker";
-    case ExclusionKind::half_open: return "half_open";
-    case ExclusionKind::lag: return "lag";
-    case ExclusionKind::archive: return "archive";
-    case ExclusionKind::height: return "height";
-    case ExclusionKind::limit: return "limit";
-    case ExclusionKind::quota: return "quota";
-    case ExclusionKind::quarantine: return "quarantine";
-  }
-  return "?";
-}
-
-void AttemptsInFlight::start(const Provider* p, std::string_view method, std::int64_t t_ms) {
-  by_provider_[p].push_back({method, t_ms});
-}
-
-void AttemptsInFlight::finish(const Provider* p, std::int64_t start_ms) {
-  auto it = by_provider_.find(p);
-  if (it == by_provider_.end()) return;
-  auto& v = it->second;
-  auto a = std::find_if(v.begin(), v.end(), [&](const Attempt& x) { return x.start_ms == start_ms; });
-  if (a != v.end()) v.erase(a);
-}
-
-const AttemptsInFlight::Attempt* AttemptsInFlight::oldest(const Provider* p) const {
-  auto it = by_provider_.find(p);
-  if (it == by_provider_.end() || it->second.empty()) return nullptr;
-  return &*std::min_element(it->second.begin(), it->second.end(),
-                            [](const Attempt& a, const Attempt& b) { return a.start_ms < b.start_ms; });
-}
-
-namespace {
-// Ten times the median, never under 250 ms (a local node answers in a millisecond, and a busy
-// machine pauses longer than that); 1 s when the provider has no latency data yet.
-constexpr std::int64_t kStallFloorMs = 250;
-constexpr std::int64_t kStallColdMs = 1'000;
-}  // namespace
-
-bool attempt_stalled(std::int64_t age_ms, double p50_ms) {
-  if (age_ms < kStallFloorMs) return false;
-  if (p50_ms <= 0) return age_ms >= kStallColdMs;
-  return static_cast<double>(age_ms) >= 10.0 * p50_ms;
-}
-
-bool Router::stalled(const Provider& p, const ProviderState* ps, std::int64_t now) const {
-  const auto* a = in_flight_.oldest(&p);
-  if (a == nullptr) return false;
-  const auto age = now - a->start_ms;
-  if (age < kStallFloorMs) return false;  // the common case: no statistics needed
-  double p50 = 0;
-  if (ps != nullptr) {
-    if (auto m = ps->methods.find(a->method); m != ps->methods.end()) {
-      p50 = summarize(&m->second, now, profile_.strategies.fastest.window_ms).p50_ms;
-    }
-  }
-  return attempt_stalled(age, p50);
-}
 
 struct Router::Item {
   std::size_t index = 0;
   const jsonrpc::Call* call = nullptr;
   Plan plan;
-  BlockNeed need;
-  bool needs_archive = false;
   std::size_t next = 0;
   bool unknown_spent = false;
   std::optional<std::string> held_error;  // a JSON-RPC error answer to return if nobody does better
@@ -176,258 +78,12 @@ Classification Router::scrubbed(const Classification& c) const {
   return out;
 }
 
-Router::Router(const Profile& profile, Transport& transport, HealthStore& store, const Clock& clock, Random& rng)
-    : profile_(profile), transport_(transport), store_(store), clock_(clock), rng_(rng) {}
-
-const std::string& Router::key_for(const Chain& chain, const Provider& provider) {
-  auto it = keys_.find(&provider);
-  if (it == keys_.end()) it = keys_.emplace(&provider, provider_key(profile_.name, chain.name, provider)).first;
-  return it->second;
-}
-
-const std::string& Router::chain_key_for(const Chain& chain) {
-  auto it = chain_keys_.find(&chain);
-  if (it == chain_keys_.end()) it = chain_keys_.emplace(&chain, chain_key(profile_.name, chain)).first;
-  return it->second;
-}
+Router::Router(const Profile& profile, Engine& engine, StateStore& store, const Clock& clock, Random& rng)
+    : profile_(profile), engine_(engine), store_(store), clock_(clock), rng_(rng),
+      planner_(profile, store, clock, rng, traffic_) {}
 
 Plan Router::plan(const Chain& chain, std::string_view method, std::string_view params, const RouteOptions& options) {
-  Plan plan;
-  plan.policy = profile_.policy_for(method);
-  plan.strategy = options.strategy.value_or(plan.policy.strategy.value_or(profile_.routing.default_strategy));
-  const auto now = clock_.now_ms();
-  const auto window = plan.strategy == Strategy::latency_weighted ? profile_.strategies.latency_weighted.window_ms
-                                                                  : profile_.strategies.fastest.window_ms;
-  const auto& breaker_cfg = profile_.health.circuit_breaker;
-  const bool needs_stats = options.with_stats || plan.strategy == Strategy::fastest ||
-                           plan.strategy == Strategy::latency_weighted;
-
-  std::optional<std::string> pinned;
-  if (method_info(method).filter == FilterRole::reads) {
-    if (auto id = first_string_param(params)) {
-      if (const FilterPin* pin = store_.filter(filter_key(profile_.name, chain, *id)); pin != nullptr) {
-        pinned = pin->provider;
-      }
-    }
-  }
-
-  // Heights: one rule (chain_head) over the providers' fresh observations, shared with lag
-  // judgements, probe and the sidecar. The head is taken over providers not shut out by their
-  // breaker (a dead provider's last height would make every live one look behind); lag compares
-  // like with like (lag_behind), so an exclusion lasts while both heights are fresh. The mark
-  // counts for the head (archive and block decisions) only when no provider height is fresh; lag
-  // is never measured against it.
-  const std::string& ckey = chain_key_for(chain);
-  // Per-thread buffers: plan() runs for every call and never suspends.
-  thread_local std::vector<const ProviderState*> states;
-  thread_local std::vector<std::optional<std::uint64_t>> estimates;
-  thread_local std::vector<HeadClaim> claims;
-  thread_local std::vector<ClaimJudgement> judgements;
-  states.assign(chain.providers.size(), nullptr);
-  estimates.assign(chain.providers.size(), std::nullopt);
-  claims.assign(chain.providers.size(), HeadClaim{Height{}, false});
-  judgements.assign(chain.providers.size(), ClaimJudgement{});
-  plan.candidates.reserve(chain.providers.size());
-  for (std::size_t i = 0; i < chain.providers.size(); ++i) {
-    const ProviderState* found = store_.provider(key_for(chain, chain.providers[i]));
-    if (found == nullptr) continue;
-    const auto& ps = *found;
-    states[i] = &ps;
-    const bool right_chain = ps.probe.chain_id == 0 || ps.probe.chain_id == chain.chain_id;
-    claims[i] = {ps.height, right_chain && ps.breaker.effective_state(now) != BreakerState::open};
-    if (right_chain && height_fresh(ps.height, now, chain) && ps.height.block <= kMaxPlausibleHeight) {
-      estimates[i] = estimate_height(ps.height, now, chain);
-    }
-  }
-  const std::optional<Height> reference = chain_head(claims, judgements, chain, now).head;
-  if (reference) {
-    plan.head = reference->block;
-  } else if (const ChainState* cs = store_.chain(ckey); cs != nullptr && height_fresh(cs->high_water, now, chain)) {
-    plan.head = cs->high_water.block;
-  }
-
-  plan.need = analyze_block_need(method, params);
-  if (plan.need.any()) {
-    bool earliest = false;
-    for (const auto* ref : {&plan.need.block, &plan.need.from, &plan.need.to}) {
-      earliest = earliest || (*ref && (*ref)->kind == BlockRef::Kind::earliest);
-    }
-    const auto oldest = oldest_block(plan.need, plan.head);
-    plan.needs_archive =
-        earliest || (oldest && plan.head > 0 && *oldest + chain.archival_threshold < plan.head);
-  }
-  const auto highest = highest_numbered_block(plan.need);
-  // Blocks an eth_getLogs call scans; 0 when not known (a tag without a head, a blockHash query).
-  const std::uint64_t log_range = method == "eth_getLogs" ? log_range_blocks(plan.need, plan.head).value_or(0) : 0;
-  std::vector<Candidate> lagging;
-  std::vector<Candidate> open;  // open breakers that pass every other filter: trials when nothing else is usable
-
-  for (std::size_t i = 0; i < chain.providers.size(); ++i) {
-    const Provider& p = chain.providers[i];
-    const ProviderState* ps = states[i];
-    bool is_open = false;  // excluded by its breaker already; later filters only decide whether it could be a trial
-    auto exclude = [&](ExclusionKind kind, std::string reason, std::int64_t retry_in = 0) {
-      if (!is_open) plan.excluded.push_back({p.id, std::move(reason), retry_in, kind});
-    };
-    if (options.provider && p.id != *options.provider) {
-      exclude(ExclusionKind::caller, fmt::format("not selected (only {} was requested)", *options.provider));
-      continue;
-    }
-    if (!plan.policy.providers.empty() &&
-        std::find(plan.policy.providers.begin(), plan.policy.providers.end(), p.id) == plan.policy.providers.end()) {
-      exclude(ExclusionKind::policy, fmt::format("the method policy for {} restricts it to other providers", method));
-      continue;
-    }
-    if (pinned && *pinned != p.id) {
-      exclude(ExclusionKind::filter, fmt::format("the filter lives on {}", *pinned));
-      continue;
-    }
-    if (!p.methods.permits(method)) {
-      exclude(ExclusionKind::method, fmt::format("{} is denied by the provider's method list", method));
-      continue;
-    }
-    Candidate c;
-    c.provider = &p;
-    c.position = i;
-    c.key = key_for(chain, p);
-    if (ps != nullptr) {
-      if (ps->probe.chain_id != 0 && ps->probe.chain_id != chain.chain_id) {
-        exclude(ExclusionKind::chain_id,
-                fmt::format("wrong chain id {} (the profile says {}), seen by probe {} ago", ps->probe.chain_id,
-                            chain.chain_id, seconds_text(now - ps->probe.t_ms)));
-        continue;
-      }
-      auto eff = ps->breaker.effective_state(now);
-      if (eff == BreakerState::open) {
-        auto retry = ps->breaker.retry_in_ms(now);
-        exclude(ExclusionKind::breaker,
-                fmt::format("circuit breaker open ({}); half-opens in {}",
-                            ps->breaker.reason.empty() ? "failures" : ps->breaker.reason, seconds_text(retry)),
-                retry);
-        is_open = true;
-      }
-      if (eff != BreakerState::closed) {
-        auto it = half_open_in_flight_.find(c.key);
-        if (it != half_open_in_flight_.end() && it->second >= breaker_cfg.half_open_max_inflight) {
-          exclude(ExclusionKind::half_open, "circuit breaker half-open with its trial request in flight");
-          continue;
-        }
-      }
-      c.breaker = eff;
-      c.rate_limited_until_ms = ps->rate_limited_until_ms;
-      c.tier = tier_of(is_open ? BreakerState::half_open : eff, ps->rate_limited(now));
-      if (needs_stats) {
-        auto m = ps->methods.find(method);
-        c.stats = summarize(m == ps->methods.end() ? nullptr : &m->second, now, window);
-      }
-    }
-    if (stalled(p, ps, now)) c.tier = Tier::stalled;
-    if (plan.needs_archive && archival_of(p, ps) == false) {
-      auto oldest = oldest_block(plan.need, plan.head);
-      exclude(ExclusionKind::archive,
-              fmt::format("not archival ({}); the request reads block {} (head ~{}, archival_threshold {})",
-                          archival_source(p, ps), oldest ? std::to_string(*oldest) : std::string("earliest"),
-                          plan.head, chain.archival_threshold));
-      continue;
-    }
-    if (highest && estimates[i] && *estimates[i] < *highest && plan.head >= *highest) {
-      exclude(ExclusionKind::height,
-              fmt::format("block {} is above its height (~{}; head ~{})", *highest, *estimates[i], plan.head));
-      continue;
-    }
-    if (log_range > 0 && p.limits.max_block_range && log_range > *p.limits.max_block_range) {
-      const std::uint64_t limit = *p.limits.max_block_range;
-      exclude(ExclusionKind::limit,
-              fmt::format("eth_getLogs over {} blocks exceeds its max_block_range {}", log_range, limit));
-      continue;
-    }
-    if (p.rate_limit) {
-      const Bucket bucket = ps != nullptr ? ps->quota : Bucket{};
-      if (auto wait = bucket_wait_ms(bucket, *p.rate_limit, now); wait > 0) {
-        exclude(ExclusionKind::quota,
-                fmt::format("quota used up (rate_limit {} rps, burst {}); a token in {} ms", p.rate_limit->rps,
-                            p.rate_limit->burst, wait),
-                wait);
-        continue;
-      }
-    }
-    if (is_open) {
-      open.push_back(std::move(c));
-      continue;
-    }
-    if (quarantined(judgements[i].verdict)) {
-      exclude(ExclusionKind::quarantine, claim_doubt(ps->height, judgements[i], chain));
-      lagging.push_back(std::move(c));
-      continue;
-    }
-    if (judgements[i].verdict == ClaimVerdict::believed) {
-      const auto lag = reference ? lag_behind(ps->height, *reference, chain) : 0;
-      // The judgement made when its height was seen (probe compares every provider at once) stands
-      // while that height is fresh, even after the others' newer heights would give it the benefit
-      // of the doubt: one rule for rank, /status and routing, with the horizon of a height.
-      const bool judged_behind = ps->lag.behind_since_ms != 0 && ps->lag.t_ms >= ps->height.t_ms;
-      if (lag > static_cast<std::int64_t>(chain.max_lag_blocks)) {
-        exclude(ExclusionKind::lag, fmt::format("lagging {} blocks behind (height ~{}, best {}; max_lag_blocks {})", lag,
-                                                height_at(ps->height, reference->t_ms, chain), reference->block,
-                                                chain.max_lag_blocks));
-        lagging.push_back(std::move(c));
-        continue;
-      }
-      if (judged_behind) {
-        exclude(ExclusionKind::lag, fmt::format("lagging {} blocks behind (height {} seen {} ago; max_lag_blocks {})",
-                                                ps->lag.blocks, ps->height.block, seconds_text(now - ps->height.t_ms),
-                                                chain.max_lag_blocks));
-        lagging.push_back(std::move(c));
-        continue;
-      }
-    }
-    plan.candidates.push_back(std::move(c));
-  }
-  // A lagging or quarantined provider is better than none: when that alone left nothing to try,
-  // they are tried (eth_blockNumber answers still never go below the mark, and a doubtful head answer
-  // is still refused).
-  if (plan.candidates.empty() && !lagging.empty()) {
-    plan.lag_fallback = true;
-    std::erase_if(plan.excluded, [](const Exclusion& e) {
-      return e.kind == ExclusionKind::lag || e.kind == ExclusionKind::quarantine;
-    });
-    plan.candidates = std::move(lagging);
-  }
-  // Nothing usable at all: rather than refuse everyone until a recovery timeout passes, each open
-  // breaker lets one request through as a trial (half_open_max_inflight at a time); a success
-  // closes it. A node that came back is used by the next request, not 30 s later.
-  if (plan.candidates.empty() && !open.empty()) {
-    plan.breaker_trial = true;
-    std::erase_if(plan.excluded, [&](const Exclusion& e) {
-      return e.kind == ExclusionKind::breaker &&
-             std::any_of(open.begin(), open.end(), [&](const Candidate& c) { return c.provider->id == e.provider; });
-    });
-    plan.candidates = std::move(open);
-  }
-
-  RankInput in;
-  in.strategy = plan.strategy;
-  in.params = &profile_.strategies;
-  in.rng = &rng_;
-  if (const ChainState* cs = store_.chain(ckey); cs != nullptr) in.rr_cursor = cs->rr_cursor;
-  rank_candidates(plan.candidates, in);
-  keep_sticky_first(chain, plan, method, params, now);
-  return plan;
-}
-
-void Router::keep_sticky_first(const Chain& chain, Plan& plan, std::string_view method, std::string_view params,
-                               std::int64_t now) {
-  // A sender's nonce lookups, sends and receipt polls go where its last ones went (one mempool),
-  // whatever the strategy drew, as long as that provider is in the best tier.
-  plan.sticky = sticky_key(method, params);
-  auto id = sticky_.find(chain.name, plan.sticky, now);
-  if (!id || plan.candidates.empty()) return;
-  auto& cands = plan.candidates;
-  auto it = std::find_if(cands.begin(), cands.end(), [&](const Candidate& c) { return c.provider->id == *id; });
-  if (it == cands.end() || it->tier != cands.front().tier) return;
-  std::rotate(cands.begin(), it, it + 1);
-  for (auto& c : cands) c.first_probability = 0;
-  cands.front().first_probability = 1.0;
+  return planner_.plan(chain, method, params, options);
 }
 
 void Router::finish_unavailable(Item& item, const Chain& chain, std::string_view why) {
@@ -496,7 +152,7 @@ void Router::on_success(const Chain& chain, const Candidate& cand, Item& item, s
                         std::string_view result) {
   const auto& call = *item.call;
   auto& out = item.out;
-  const std::string& ckey = chain_key_for(chain);
+  const std::string& ckey = planner_.chain_key_for(chain);
   if (call.method == "eth_blockNumber") {
     if (auto h = jsonrpc::parse_quantity(result)) {
       observe_height(store_, profile_, chain, *cand.provider, Height{*h, now}, rng_.uniform(), cand.key);
@@ -504,14 +160,16 @@ void Router::on_success(const Chain& chain, const Candidate& cand, Item& item, s
       // fresh and the providers still reach it. A mark nobody has confirmed for a whole horizon, or
       // that the providers' head no longer supports (a restarted or reset chain: every provider
       // went back; a lone liar's height), is gone and the lower answer resets it at once.
-      const ChainState* cs = store_.chain(ckey);
-      const bool has_mark = cs != nullptr && cs->high_water.t_ms > 0;
-      if (has_mark && *h < cs->high_water.block && height_fresh(cs->high_water, now, chain) &&
-          mark_supported(store_, profile_, chain, cs->high_water, now)) {
+      auto& chains = store_.state().chains;
+      auto it = chains.find(ckey);
+      const bool has_mark = it != chains.end() && it->second.high_water.t_ms > 0;
+      if (has_mark && *h < it->second.high_water.block && height_fresh(it->second.high_water, now, chain) &&
+          mark_supported(store_.state(), profile_, chain, it->second.high_water, now)) {
         out.raised_from = *h;
-        out.result = jsonrpc::to_quantity(cs->high_water.block);
+        out.result = jsonrpc::to_quantity(it->second.high_water.block);
       } else {
-        store_.record(HighWaterEvent{ckey, Height{*h, now}, has_mark && *h < cs->high_water.block}, profile_.health);
+        store_.record(HighWaterEvent{ckey, Height{*h, now}, has_mark && *h < it->second.high_water.block},
+                      profile_.health);
       }
     }
   } else if (call.method == "eth_getBlockByNumber" && item.plan.need.block &&
@@ -519,7 +177,7 @@ void Router::on_success(const Chain& chain, const Candidate& cand, Item& item, s
     if (auto h = block_number_of(result)) {
       observe_height(store_, profile_, chain, *cand.provider, Height{*h, now}, rng_.uniform(), cand.key);
       // Only a height the head rule believes may raise the mark.
-      if (mark_supported(store_, profile_, chain, Height{*h, now}, now)) {
+      if (mark_supported(store_.state(), profile_, chain, Height{*h, now}, now)) {
         store_.record(HighWaterEvent{ckey, Height{*h, now}, false}, profile_.health);
       }
     }
@@ -533,10 +191,10 @@ void Router::on_success(const Chain& chain, const Candidate& cand, Item& item, s
     store_.record(ArchivalEvent{std::string(cand.key), ArchivalSeen{true, now}}, profile_.health);
   }
   if (!item.plan.sticky.empty()) {
-    sticky_.stick(chain.name, item.plan.sticky, cand.provider->id, now);
+    traffic_.sticky.stick(chain.name, item.plan.sticky, cand.provider->id, now);
     if (method_info(call.method).replay_unsafe) {
       if (auto hash = json_string_value(result)) {
-        sticky_.stick(chain.name, StickyKey{StickyKey::Kind::transaction, *hash}, cand.provider->id, now);
+        traffic_.sticky.stick(chain.name, StickyKey{StickyKey::Kind::transaction, *hash}, cand.provider->id, now);
       }
     }
   }
@@ -599,14 +257,14 @@ asio::awaitable<void> Router::broadcast_send(std::shared_ptr<Broadcast> b, const
                                              std::string method, std::string params, std::int64_t deadline_us) {
   const Provider& provider = *cand.provider;
   const auto policy = profile_.policy_for(method);
-  const auto remaining_ms = std::max<std::int64_t>(1, (deadline_us - clock_.mono_us()) / 1000);
+  const auto remaining_ms = std::max<std::int64_t>(1, (deadline_us - steady_us()) / 1000);
   const auto timeout = std::min(attempt_timeout_ms(method, provider, policy), remaining_ms);
   const UpstreamCall one{method, params};
   const std::vector<UpstreamCall> upstream{one};
   if (provider.rate_limit) {
     store_.record(QuotaEvent{std::string(cand.key), clock_.now_ms(), 1.0, *provider.rate_limit}, profile_.health);
   }
-  Exchange ex = co_await send_exchange(transport_, provider, upstream, timeout, clock_, profile_);
+  Exchange ex = co_await send_exchange(engine_, provider, upstream, timeout, clock_, profile_);
   const auto now = clock_.now_ms();
   record_exchange(store_, profile_.health, cand.key, upstream, ex, now, rng_.uniform(),
                   {.trial = cand.breaker == BreakerState::open});
@@ -653,7 +311,7 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
   std::vector<Item> items;
   items.reserve(calls.size());
   const int max_attempts = options.max_attempts.value_or(profile_.routing.max_attempts.value_or(INT_MAX));
-  const std::string& ckey = chain_key_for(chain);
+  const std::string& ckey = planner_.chain_key_for(chain);
 
   // The overall deadline: --timeout, else the profile's, stretched for methods whose attempts may
   // take longer (debug_*, trace_*).
@@ -662,7 +320,7 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
     if (call.valid()) timeout_ms = std::max(timeout_ms, default_method_timeout_ms(call.method));
   }
   if (options.timeout_ms) timeout_ms = *options.timeout_ms;
-  const auto deadline_us = clock_.mono_us() + timeout_ms * 1000;
+  const auto deadline_us = steady_us() + timeout_ms * 1000;
 
   for (std::size_t i = 0; i < calls.size(); ++i) {
     const auto& call = calls[i];
@@ -701,7 +359,7 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
           only_quota = false;
         }
       }
-      if (wait < 0 || !only_quota || clock_.mono_us() + wait * 1000 >= deadline_us) break;
+      if (wait < 0 || !only_quota || steady_us() + wait * 1000 >= deadline_us) break;
       asio::steady_timer timer(co_await asio::this_coro::executor, std::chrono::milliseconds(wait));
       boost::system::error_code ec;
       co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
@@ -734,7 +392,8 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
     if (leader == nullptr) break;
     const Candidate cand = leader->plan.candidates[leader->next];
     const Provider& provider = *cand.provider;
-    const ProviderState* ps = store_.provider(cand.key);
+    const ProviderState* ps = nullptr;
+    if (auto it = store_.state().providers.find(cand.key); it != store_.state().providers.end()) ps = &it->second;
 
     // Calls bound for the same provider go in one batch, up to its max_batch (one call at a time
     // when probe found it does not answer batches); the rest go in the next rounds.
@@ -746,7 +405,7 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
       if (!it.done && it.plan.candidates[it.next].key == cand.key) group.push_back(&it);
     }
 
-    const auto remaining_ms = (deadline_us - clock_.mono_us()) / 1000;
+    const auto remaining_ms = (deadline_us - steady_us()) / 1000;
     if (remaining_ms <= 0) {
       for (auto* it : group) finish_unavailable(*it, chain, fmt::format("deadline of {} ms exceeded", timeout_ms));
       continue;
@@ -763,9 +422,9 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
                     profile_.health);
     }
     const bool trial = cand.breaker != BreakerState::closed;
-    if (trial) ++half_open_in_flight_[std::string(cand.key)];
+    if (trial) ++traffic_.half_open_trials[std::string(cand.key)];
     const auto started_ms = clock_.now_ms();
-    in_flight_.start(&provider, leader->call->method, started_ms);
+    traffic_.attempts.start(&provider, leader->call->method, started_ms);
     const std::span<const UpstreamCall> upstream_calls(upstream.data(), upstream.size());
     // send_exchange's steps, in this frame: a coroutine level less per attempt. Named locals: g++ 12
     // destroys temporaries inside a co_await expression twice.
@@ -773,18 +432,18 @@ asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std:
     HttpRequest request{provider.url, upstream_body(upstream_calls, ids), &provider.headers, attempt_timeout,
                         max_response_bytes(upstream_calls, provider, profile_)};
     request.cancel = options.cancel;
-    HttpResponse answer = co_await transport_.perform(std::move(request));
+    HttpResponse answer = co_await engine_.perform(std::move(request));
     // Abandoned, not failed: nothing is learned or held against the provider (the loop's top ends
     // the calls).
     if (answer.error == TransportError::cancelled) {
-      if (trial) --half_open_in_flight_[std::string(cand.key)];
+      if (trial) --traffic_.half_open_trials[std::string(cand.key)];
       continue;
     }
     Exchange ex = classify_exchange(std::move(answer), ids, clock_.now_ms(), profile_, upstream_calls);
-    if (connection_suspect(ex)) transport_.close_connection(ex.http.connection);
+    if (connection_suspect(ex)) engine_.close_connection(ex.http.connection);
     refuse_doubtful_heads(store_, profile_, chain, provider, cand.key, upstream_calls, ex, clock_.now_ms());
-    if (trial) --half_open_in_flight_[std::string(cand.key)];
-    in_flight_.finish(&provider, started_ms);
+    if (trial) --traffic_.half_open_trials[std::string(cand.key)];
+    traffic_.attempts.finish(&provider, started_ms);
     const auto now = clock_.now_ms();
     record_exchange(store_, profile_.health, cand.key, upstream_calls, ex, now, rng_.uniform(),
                     {.trial = cand.breaker == BreakerState::open, .timeout_trips = attempt_timeout == full_timeout});
