@@ -12,6 +12,7 @@
 #include "rpcroute/blocks.hpp"
 #include "rpcroute/clock.hpp"
 #include "rpcroute/config.hpp"
+#include "rpcroute/executor.hpp"
 #include "rpcroute/jsonrpc.hpp"
 #include "rpcroute/outcome.hpp"
 #include "rpcroute/planner.hpp"
@@ -22,35 +23,8 @@
 
 namespace rpcroute {
 
-/// One exchange with one provider, as the caller of the router sees it.
-struct AttemptRecord {
-  std::string provider;
-  Classification result;
-  long http_status = 0;
-  double latency_ms = 0;
-};
-
-/// The answer to one call.
-struct CallOutcome {
-  enum class Status { result, rpc_error, unavailable, invalid, local };
-  Status status = Status::result;
-  std::string response;  // complete JSON-RPC response with the client's id; empty for notifications
-  std::string result;    // raw result (result and local)
-  std::string error;     // raw error object (rpc_error, unavailable, invalid)
-  std::string provider;  // who answered; empty when nobody did
-  double upstream_latency_ms = 0;
-  std::vector<AttemptRecord> attempts;
-  std::vector<Exclusion> excluded;
-  std::int64_t retry_after_ms = -1;
-  std::string unavailable_reason;  // unavailable: why ("no eligible provider", "deadline of 1500 ms exceeded")
-  Strategy strategy = Strategy::load_balanced;
-  /// eth_blockNumber: the provider answered this lower height; the answer was raised to the
-  /// high-water mark so that it never goes backwards.
-  std::optional<std::uint64_t> raised_from;
-  bool broadcast = false;  // sent to every eligible provider at once
-};
-
-/// The pipeline of DESIGN.md section 4: filter, rank, tier, execute with failover, record.
+/// The pipeline of DESIGN.md section 4: filter, rank, tier (Planner), execute with failover and
+/// record (Executor), behind one facade.
 ///
 ///   Router router(profile, engine, store, clock, rng);
 ///   auto answers = co_await router.route(chain, body.calls, {});
@@ -74,26 +48,10 @@ class Router {
   [[nodiscard]] AttemptsInFlight& attempts_in_flight() { return traffic_.attempts; }
 
  private:
-  struct Item;
-  struct Broadcast;
-  void finish_unavailable(Item& item, const Chain& chain, std::string_view why);
-  [[nodiscard]] asio::awaitable<void> route_broadcast(const Chain& chain, Item& item, std::int64_t deadline_us);
-  [[nodiscard]] asio::awaitable<void> broadcast_send(std::shared_ptr<Broadcast> b, const Chain* chain, Candidate cand,
-                                                     std::string method, std::string params, std::int64_t deadline_us);
-  /// What a success teaches (heights, the high-water mark, filters, archival); `result` is a view
-  /// into the answer. Raising an eth_blockNumber answer sets out.raised_from and out.result.
-  void on_success(const Chain& chain, const Candidate& cand, Item& item, std::int64_t now, std::string_view result);
-  [[nodiscard]] Classification scrubbed(const Classification& c) const;
-
   const Profile& profile_;
-  Engine& engine_;
-  StateStore& store_;
-  const Clock& clock_;
-  Random& rng_;
   LocalTraffic traffic_;
   Planner planner_;
-  int background_ = 0;                                      // broadcast sends still in flight
-  std::optional<asio::steady_timer> drained_;               // woken when background_ reaches 0
+  Executor executor_;
 };
 
 }  // namespace rpcroute

@@ -138,22 +138,43 @@ void write_plan_json(json::Writer& w, const Profile& profile, const Chain& chain
   w.end_array();
   w.key("excluded");
   w.begin_array();
-  for (const auto& e : plan.excluded) {
-    w.begin_object();
-    w.key("provider");
-    w.value(e.provider);
-    w.key("kind");
-    w.value(exclusion_kind_name(e.kind));
-    w.key("reason");
-    w.value(e.reason);
+  for (const auto& e : plan.excluded) write_exclusion_json(w, e, RetryField::always);
+  w.end_array();
+  w.end_object();
+}
+
+void write_exclusion_json(json::Writer& w, const Exclusion& e, RetryField retry) {
+  w.begin_object();
+  w.key("provider");
+  w.value(e.provider);
+  w.key("kind");
+  w.value(exclusion_kind_name(e.kind));
+  w.key("reason");
+  w.value(e.reason);
+  if (retry == RetryField::always || (retry == RetryField::when_known && e.retry_in_ms > 0)) {
     w.key("retry_in_ms");
     if (e.retry_in_ms > 0)
       w.value(e.retry_in_ms);
     else
       w.null();
-    w.end_object();
   }
-  w.end_array();
+  w.end_object();
+}
+
+void write_attempt_json(json::Writer& w, const AttemptRecord& a) {
+  w.begin_object();
+  w.key("provider");
+  w.value(a.provider);
+  w.key("outcome");
+  w.value(outcome_name(a.result.outcome));
+  w.key("class");
+  w.value(class_name(a.result.cls));
+  w.key("http_status");
+  w.value(static_cast<std::int64_t>(a.http_status));
+  w.key("latency_ms");
+  w.value(a.latency_ms);
+  w.key("message");
+  w.value(a.result.message);
   w.end_object();
 }
 

@@ -1,0 +1,111 @@
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "rpcroute/asio_compat.hpp"
+#include "rpcroute/clock.hpp"
+#include "rpcroute/config.hpp"
+#include "rpcroute/jsonrpc.hpp"
+#include "rpcroute/outcome.hpp"
+#include "rpcroute/planner.hpp"
+#include "rpcroute/state.hpp"
+#include "rpcroute/transport.hpp"
+
+namespace rpcroute {
+
+struct Exchange;
+
+/// One exchange with one provider, as the caller of the router sees it.
+struct AttemptRecord {
+  std::string provider;
+  Classification result;
+  long http_status = 0;
+  double latency_ms = 0;
+};
+
+/// The answer to one call.
+struct CallOutcome {
+  enum class Status { result, rpc_error, unavailable, invalid, local };
+  Status status = Status::result;
+  std::string response;  // complete JSON-RPC response with the client's id; empty for notifications
+  std::string result;    // raw result (result and local)
+  std::string error;     // raw error object (rpc_error, unavailable, invalid)
+  std::string provider;  // who answered; empty when nobody did
+  double upstream_latency_ms = 0;
+  std::vector<AttemptRecord> attempts;
+  std::vector<Exclusion> excluded;
+  std::int64_t retry_after_ms = -1;
+  std::string unavailable_reason;  // unavailable: why ("no eligible provider", "deadline of 1500 ms exceeded")
+  Strategy strategy = Strategy::load_balanced;
+  /// eth_blockNumber: the provider answered this lower height; the answer was raised to the
+  /// high-water mark so that it never goes backwards.
+  std::optional<std::uint64_t> raised_from;
+  bool broadcast = false;  // sent to every eligible provider at once
+};
+
+/// Runs the calls of one request through their plans: batches calls bound for the same provider,
+/// sends through the transport, classifies, records what happened to health, and fails over as
+/// judge() decides. Everything it learns (heights, filters, archival, sticky senders) goes to the
+/// health store and the process's traffic, which the planner reads.
+///
+///   Executor executor(profile, planner, transport, store, clock, rng, traffic);
+///   auto answers = co_await executor.route(chain, body.calls, {});
+class Executor {
+ public:
+  Executor(const Profile& profile, Planner& planner, Engine& transport, StateStore& store, const Clock& clock,
+           Random& rng, LocalTraffic& traffic);
+
+  /// Routes calls (one, or the items of a batch) on one chain. Answers come back in call order.
+  [[nodiscard]] asio::awaitable<std::vector<CallOutcome>> route(const Chain& chain,
+                                                                std::span<const jsonrpc::Call> calls,
+                                                                RouteOptions options);
+
+  /// Waits for work that outlives route(): the remaining sends of a broadcast. Call before exit.
+  [[nodiscard]] asio::awaitable<void> drain();
+
+  struct Item;
+  struct Round;
+  struct Broadcast;
+
+ private:
+  struct Run;
+  /// Answers a call that needs no provider (invalid, eth_chainId); false when it needs one.
+  bool answer_locally(const Run& run, const jsonrpc::Call& call, CallOutcome& out) const;
+  /// The quota wait before a call whose every provider is over its quota, or nullopt.
+  [[nodiscard]] std::optional<std::int64_t> quota_wait(const Plan& plan, std::int64_t deadline_us) const;
+  void planned(const Run& run, Item& item);
+  /// The next provider and the calls bound for it; false when every call is done.
+  bool next_round(Run& run, std::vector<Item>& items, Round& round);
+  [[nodiscard]] HttpRequest start_round(const Run& run, Round& round);
+  void settle_round(const Run& run, Round& round, HttpResponse answer);
+  void settle_item(const Run& run, const Round& round, Exchange& ex, std::size_t g, std::int64_t now);
+  void deliver(const Run& run, const Round& round, Exchange& ex, std::size_t g, std::int64_t now);
+
+  void finish_unavailable(Item& item, const Chain& chain, std::string_view why);
+  /// What a success teaches (heights, the high-water mark, filters, archival, the sticky sender);
+  /// `result` is a view into the answer. Raising an eth_blockNumber answer sets out.raised_from and
+  /// out.result.
+  void on_success(const Chain& chain, const Candidate& cand, Item& item, std::int64_t now, std::string_view result);
+  void learn_height(const Chain& chain, const Candidate& cand, Item& item, std::int64_t now, std::string_view result);
+  [[nodiscard]] Classification scrubbed(const Classification& c) const;
+
+  [[nodiscard]] asio::awaitable<void> route_broadcast(const Chain& chain, Item& item, std::int64_t deadline_us);
+  [[nodiscard]] asio::awaitable<void> broadcast_send(std::shared_ptr<Broadcast> b, const Chain* chain, Candidate cand,
+                                                     std::string method, std::string params, std::int64_t deadline_us);
+
+  const Profile& profile_;
+  Planner& planner_;
+  Engine& transport_;
+  StateStore& store_;
+  const Clock& clock_;
+  Random& rng_;
+  LocalTraffic& traffic_;
+  int background_ = 0;                         // broadcast sends still in flight
+  std::optional<asio::steady_timer> drained_;  // woken when background_ reaches 0
+};
+
+}  // namespace rpcroute
