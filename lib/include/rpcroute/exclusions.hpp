@@ -9,7 +9,7 @@
 #include "rpcroute/blocks.hpp"
 #include "rpcroute/config.hpp"
 #include "rpcroute/planner.hpp"
-#include "rpcroute/state.hpp"
+#include "rpcroute/health/store.hpp"
 
 namespace rpcroute {
 

@@ -12,7 +12,7 @@
 #include "rpcroute/jsonrpc.hpp"
 #include "rpcroute/outcome.hpp"
 #include "rpcroute/planner.hpp"
-#include "rpcroute/state.hpp"
+#include "rpcroute/health/store.hpp"
 #include "rpcroute/transport.hpp"
 
 namespace rpcroute {
@@ -56,7 +56,7 @@ struct CallOutcome {
 ///   auto answers = co_await executor.route(chain, body.calls, {});
 class Executor {
  public:
-  Executor(const Profile& profile, Planner& planner, Engine& transport, StateStore& store, const Clock& clock,
+  Executor(const Profile& profile, Planner& planner, Transport& transport, HealthStore& store, const Clock& clock,
            Random& rng, LocalTraffic& traffic);
 
   /// Routes calls (one, or the items of a batch) on one chain. Answers come back in call order.
@@ -99,8 +99,8 @@ class Executor {
 
   const Profile& profile_;
   Planner& planner_;
-  Engine& transport_;
-  StateStore& store_;
+  Transport& transport_;
+  HealthStore& store_;
   const Clock& clock_;
   Random& rng_;
   LocalTraffic& traffic_;

@@ -11,7 +11,7 @@
 #include "rpcroute/cancel.hpp"
 #include "rpcroute/clock.hpp"
 #include "rpcroute/config.hpp"
-#include "rpcroute/state.hpp"
+#include "rpcroute/health/store.hpp"
 #include "rpcroute/sticky.hpp"
 #include "rpcroute/strategy.hpp"
 
@@ -111,10 +111,10 @@ struct ProviderView;
 ///   Plan plan = planner.plan(chain, "eth_getBalance", R"(["0xabc…", "0x10"])", {});
 class Planner {
  public:
-  Planner(const Profile& profile, StateStore& health, const Clock& clock, Random& rng,
+  Planner(const Profile& profile, const HealthView& health, const Clock& clock, Random& rng,
           const LocalTraffic& traffic);
   /// A planner that sees no traffic of its own (rank, tests).
-  Planner(const Profile& profile, StateStore& health, const Clock& clock, Random& rng);
+  Planner(const Profile& profile, const HealthView& health, const Clock& clock, Random& rng);
   Planner(const Planner&) = delete;
   Planner& operator=(const Planner&) = delete;
 
@@ -144,7 +144,7 @@ class Planner {
   [[nodiscard]] bool stalled(const Provider& p, const ProviderState* ps, std::int64_t now) const;
 
   const Profile& profile_;
-  StateStore& health_;
+  const HealthView& health_;
   const Clock& clock_;
   Random& rng_;
   std::optional<LocalTraffic> own_traffic_;  // the traffic-less planner's empty one

@@ -16,7 +16,7 @@
 #include "rpcroute/jsonrpc.hpp"
 #include "rpcroute/outcome.hpp"
 #include "rpcroute/planner.hpp"
-#include "rpcroute/state.hpp"
+#include "rpcroute/health/store.hpp"
 #include "rpcroute/sticky.hpp"
 #include "rpcroute/strategy.hpp"
 #include "rpcroute/transport.hpp"
@@ -26,11 +26,11 @@ namespace rpcroute {
 /// The pipeline of DESIGN.md section 4: filter, rank, tier (Planner), execute with failover and
 /// record (Executor), behind one facade.
 ///
-///   Router router(profile, engine, store, clock, rng);
+///   Router router(profile, engine, store, clock, rng);  // Transport&, HealthStore&
 ///   auto answers = co_await router.route(chain, body.calls, {});
 class Router {
  public:
-  Router(const Profile& profile, Engine& engine, StateStore& store, const Clock& clock, Random& rng);
+  Router(const Profile& profile, Transport& transport, HealthStore& store, const Clock& clock, Random& rng);
 
   /// The candidates a call of `method` would try now, in order, and the exclusions with reasons.
   [[nodiscard]] Plan plan(const Chain& chain, std::string_view method, std::string_view params,

@@ -78,7 +78,7 @@ asio::awaitable<void> Executor::broadcast_send(std::shared_ptr<Broadcast> b, con
                                                std::string method, std::string params, std::int64_t deadline_us) {
   const Provider& provider = *cand.provider;
   const auto policy = profile_.policy_for(method);
-  const auto remaining_ms = std::max<std::int64_t>(1, (deadline_us - steady_us()) / 1000);
+  const auto remaining_ms = std::max<std::int64_t>(1, (deadline_us - clock_.mono_us()) / 1000);
   const auto timeout = std::min(attempt_timeout_ms(method, provider, policy), remaining_ms);
   const UpstreamCall one{method, params};
   const std::vector<UpstreamCall> upstream{one};

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "rpcroute/health/bucket.hpp"
+
 namespace rpcroute {
 
 namespace {

@@ -43,7 +43,7 @@ std::string answer_error(const jsonrpc::Reply& r) {
 
 }  // namespace
 
-Executor::Executor(const Profile& profile, Planner& planner, Engine& transport, StateStore& store, const Clock& clock,
+Executor::Executor(const Profile& profile, Planner& planner, Transport& transport, HealthStore& store, const Clock& clock,
                    Random& rng, LocalTraffic& traffic)
     : profile_(profile), planner_(planner), transport_(transport), store_(store), clock_(clock), rng_(rng),
       traffic_(traffic) {}
@@ -63,7 +63,7 @@ asio::awaitable<std::vector<CallOutcome>> Executor::route(const Chain& chain, st
   }
   if (options.timeout_ms) timeout_ms = *options.timeout_ms;
   Run run{chain, options, options.max_attempts.value_or(profile_.routing.max_attempts.value_or(INT_MAX)), timeout_ms,
-          steady_us() + timeout_ms * 1000};
+          clock_.mono_us() + timeout_ms * 1000};
 
   for (std::size_t i = 0; i < calls.size(); ++i) {
     const auto& call = calls[i];
@@ -128,7 +128,7 @@ std::optional<std::int64_t> Executor::quota_wait(const Plan& plan, std::int64_t 
       return std::nullopt;  // something other than quotas stands in the way
     }
   }
-  if (wait < 0 || steady_us() + wait * 1000 >= deadline_us) return std::nullopt;
+  if (wait < 0 || clock_.mono_us() + wait * 1000 >= deadline_us) return std::nullopt;
   return wait;
 }
 
@@ -155,8 +155,7 @@ bool Executor::next_round(Run& run, std::vector<Item>& items, Round& round) {
   round.leader = &*leader;
   round.cand = leader->plan.candidates[leader->next];
   const Provider& provider = *round.cand.provider;
-  const ProviderState* ps = nullptr;
-  if (auto it = store_.state().providers.find(round.cand.key); it != store_.state().providers.end()) ps = &it->second;
+  const ProviderState* ps = store_.provider(round.cand.key);
 
   // Calls bound for the same provider go in one batch, up to its max_batch (one call at a time
   // when probe found it does not answer batches); the rest go in the next rounds.
@@ -166,7 +165,7 @@ bool Executor::next_round(Run& run, std::vector<Item>& items, Round& round) {
     if (round.group.size() >= cap) break;
     if (!it.done && it.plan.candidates[it.next].key == round.cand.key) round.group.push_back(&it);
   }
-  const auto remaining_ms = (run.deadline_us - steady_us()) / 1000;
+  const auto remaining_ms = (run.deadline_us - clock_.mono_us()) / 1000;
   if (remaining_ms <= 0) {
     for (auto* it : round.group) {
       finish_unavailable(*it, run.chain, fmt::format("deadline of {} ms exceeded", run.timeout_ms));

@@ -5,7 +5,7 @@
 
 #include <boost/container/small_vector.hpp>
 
-#include "rpcroute/exchange.hpp"
+#include "rpcroute/health/exchange.hpp"
 #include "rpcroute/executor.hpp"
 
 namespace rpcroute {

@@ -123,16 +123,14 @@ void Executor::learn_height(const Chain& chain, const Candidate& cand, Item& ite
     // fresh and the providers still reach it. A mark nobody has confirmed for a whole horizon, or
     // that the providers' head no longer supports (a restarted or reset chain: every provider
     // went back; a lone liar's height), is gone and the lower answer resets it at once.
-    auto& chains = store_.state().chains;
-    auto it = chains.find(ckey);
-    const bool has_mark = it != chains.end() && it->second.high_water.t_ms > 0;
-    if (has_mark && *h < it->second.high_water.block && height_fresh(it->second.high_water, now, chain) &&
-        mark_supported(store_.state(), profile_, chain, it->second.high_water, now)) {
+    const ChainState* cs = store_.chain(ckey);
+    const bool has_mark = cs != nullptr && cs->high_water.t_ms > 0;
+    if (has_mark && *h < cs->high_water.block && height_fresh(cs->high_water, now, chain) &&
+        mark_supported(store_, profile_, chain, cs->high_water, now)) {
       out.raised_from = *h;
-      out.result = jsonrpc::to_quantity(it->second.high_water.block);
+      out.result = jsonrpc::to_quantity(cs->high_water.block);
     } else {
-      store_.record(HighWaterEvent{ckey, Height{*h, now}, has_mark && *h < it->second.high_water.block},
-                    profile_.health);
+      store_.record(HighWaterEvent{ckey, Height{*h, now}, has_mark && *h < cs->high_water.block}, profile_.health);
     }
   } else if (call.method == "eth_getBlockByNumber" && item.plan.need.block &&
              item.plan.need.block->kind == BlockRef::Kind::latest) {
@@ -140,7 +138,7 @@ void Executor::learn_height(const Chain& chain, const Candidate& cand, Item& ite
     if (!h) return;
     observe_height(store_, profile_, chain, *cand.provider, Height{*h, now}, rng_.uniform(), cand.key);
     // Only a height the head rule believes may raise the mark.
-    if (mark_supported(store_.state(), profile_, chain, Height{*h, now}, now)) {
+    if (mark_supported(store_, profile_, chain, Height{*h, now}, now)) {
       store_.record(HighWaterEvent{ckey, Height{*h, now}, false}, profile_.health);
     }
   }

@@ -65,11 +65,11 @@ struct Planner::Heights {
   std::optional<Height> reference;  // the chain's head as one observation
 };
 
-Planner::Planner(const Profile& profile, StateStore& health, const Clock& clock, Random& rng,
+Planner::Planner(const Profile& profile, const HealthView& health, const Clock& clock, Random& rng,
                  const LocalTraffic& traffic)
     : profile_(profile), health_(health), clock_(clock), rng_(rng), traffic_(traffic) {}
 
-Planner::Planner(const Profile& profile, StateStore& health, const Clock& clock, Random& rng)
+Planner::Planner(const Profile& profile, const HealthView& health, const Clock& clock, Random& rng)
     : profile_(profile), health_(health), clock_(clock), rng_(rng), own_traffic_(std::in_place),
       traffic_(*own_traffic_) {}
 
@@ -95,11 +95,10 @@ void Planner::read_heights(const Chain& chain, std::int64_t now, Heights& h) {
   h.estimates.assign(n, std::nullopt);
   h.claims.assign(n, HeadClaim{Height{}, false});
   h.judgements.assign(n, ClaimJudgement{});
-  const auto& providers = health_.state().providers;
   for (std::size_t i = 0; i < n; ++i) {
-    auto it = providers.find(provider_key_for(chain, chain.providers[i]));
-    if (it == providers.end()) continue;
-    const auto& ps = it->second;
+    const ProviderState* found = health_.provider(provider_key_for(chain, chain.providers[i]));
+    if (found == nullptr) continue;
+    const auto& ps = *found;
     h.states[i] = &ps;
     const bool right_chain = ps.probe.chain_id == 0 || ps.probe.chain_id == chain.chain_id;
     h.claims[i] = {ps.height, right_chain && ps.breaker.effective_state(now) != BreakerState::open};
@@ -125,12 +124,11 @@ Plan Planner::plan(const Chain& chain, std::string_view method, std::string_view
   read_heights(chain, now, heights);
   // The mark counts for the head (archive and block decisions) only when no provider height is
   // fresh; lag is never measured against it.
-  const auto& chains = health_.state().chains;
   if (heights.reference) {
     plan.head = heights.reference->block;
-  } else if (auto it = chains.find(chain_key_for(chain));
-             it != chains.end() && height_fresh(it->second.high_water, now, chain)) {
-    plan.head = it->second.high_water.block;
+  } else if (const ChainState* cs = health_.chain(chain_key_for(chain));
+             cs != nullptr && height_fresh(cs->high_water, now, chain)) {
+    plan.head = cs->high_water.block;
   }
   const RuleInput in = read_request(chain, method, params, options, plan, heights, now);
   sort_providers(chain, in, options, plan, heights);
@@ -148,9 +146,8 @@ RuleInput Planner::read_request(const Chain& chain, std::string_view method, std
   if (options.provider) in.only_provider = *options.provider;
   if (method_info(method).filter == FilterRole::reads) {
     if (auto id = first_string_param(params)) {
-      const auto& filters = health_.state().filters;
-      if (auto it = filters.find(filter_key(profile_.name, chain, *id)); it != filters.end()) {
-        in.filter_owner = it->second.provider;
+      if (const FilterPin* pin = health_.filter(filter_key(profile_.name, chain, *id)); pin != nullptr) {
+        in.filter_owner = pin->provider;
       }
     }
   }
@@ -255,8 +252,7 @@ void Planner::rank(const Chain& chain, Plan& plan, std::string_view method, std:
   in.strategy = plan.strategy;
   in.params = &profile_.strategies;
   in.rng = &rng_;
-  const auto& chains = health_.state().chains;
-  if (auto it = chains.find(chain_key_for(chain)); it != chains.end()) in.rr_cursor = it->second.rr_cursor;
+  if (const ChainState* cs = health_.chain(chain_key_for(chain)); cs != nullptr) in.rr_cursor = cs->rr_cursor;
   rank_candidates(plan.candidates, in);
   // A sender's nonce lookups, sends and receipt polls go where its last ones went (one mempool),
   // whatever the strategy drew, as long as that provider is in the best tier.

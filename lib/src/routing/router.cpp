@@ -2,9 +2,9 @@
 
 namespace rpcroute {
 
-Router::Router(const Profile& profile, Engine& engine, StateStore& store, const Clock& clock, Random& rng)
+Router::Router(const Profile& profile, Transport& transport, HealthStore& store, const Clock& clock, Random& rng)
     : profile_(profile), planner_(profile, store, clock, rng, traffic_),
-      executor_(profile, planner_, engine, store, clock, rng, traffic_) {}
+      executor_(profile, planner_, transport, store, clock, rng, traffic_) {}
 
 Plan Router::plan(const Chain& chain, std::string_view method, std::string_view params, const RouteOptions& options) {
   return planner_.plan(chain, method, params, options);
