@@ -1,0 +1,58 @@
+#pragma once
+// The background watch of providers (DESIGN.md section 11), usable without the sidecar: a head
+// poller per provider that keeps heights, latency and breakers fresh between client requests, and a
+// recovery probe that closes an open breaker as soon as a provider answers again when no provider
+// of its chain is usable. The sidecar only schedules them (Server::run).
+
+#include <cstdint>
+
+#include "rpcroute/asio_compat.hpp"
+#include "rpcroute/clock.hpp"
+#include "rpcroute/config.hpp"
+#include "rpcroute/exchange.hpp"
+#include "rpcroute/state.hpp"
+#include "rpcroute/transport.hpp"
+
+namespace rpcroute {
+
+/// One provider to watch and what to watch it with; all of it outlives the loops.
+struct PollTarget {
+  Engine& engine;
+  StateStore& store;
+  const Clock& clock;
+  Random& rng;
+  const Profile& profile;
+  const Chain& chain;
+  const Provider& provider;
+};
+
+/// The poll interval: the chain's block time, within 1 s and 30 s.
+[[nodiscard]] std::int64_t poll_interval_ms(const Chain& chain);
+/// A poll's timeout: the provider's, at most 5 s and at most the interval (at least 2 s), so that
+/// a silent node is noticed within a couple of block times.
+[[nodiscard]] std::int64_t poll_timeout_ms(const Provider& provider, std::int64_t interval_ms);
+/// The wait after a failed poll: doubled, but not beyond the breaker's recovery time (within the
+/// interval and 60 s), because these polls are what closes a half-open breaker when clients are
+/// all served by healthier providers.
+[[nodiscard]] std::int64_t poll_backoff_ms(std::int64_t wait_ms, std::int64_t interval_ms, const HealthConfig& health);
+/// The recovery probe's waits: 250 ms first, doubled after each failure up to 1 s.
+inline constexpr std::int64_t kRecoveryFirstMs = 250;
+inline constexpr std::int64_t kRecoveryMaxMs = 1'000;
+[[nodiscard]] std::int64_t recovery_backoff_ms(std::int64_t wait_ms);
+/// Every provider of the chain has its breaker open at `now_ms`.
+[[nodiscard]] bool no_provider_usable(const State& state, const Profile& profile, const Chain& chain,
+                                      std::int64_t now_ms);
+
+/// One eth_blockNumber to the provider, recorded like live traffic; a height it answers is
+/// observed (observe_height). True when the provider answered.
+[[nodiscard]] asio::awaitable<bool> poll_head_once(const PollTarget& target, std::int64_t timeout_ms,
+                                                   RecordOptions options = {});
+
+/// A full probe first (chain id, archive, batch), then the head at the chain's block time, backing
+/// off while it fails, until `stop` is true (read after every wait).
+[[nodiscard]] asio::awaitable<void> poll_provider(PollTarget target, const bool& stop);
+/// While no provider of the chain is usable, probes this one if its breaker is open, backing off
+/// from 250 ms to 1 s; a success closes the breaker. Until `stop` is true.
+[[nodiscard]] asio::awaitable<void> recover_provider(PollTarget target, const bool& stop);
+
+}  // namespace rpcroute

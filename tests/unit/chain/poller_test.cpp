@@ -1,0 +1,69 @@
+#include <catch2/catch.hpp>
+
+#include "rpcroute/poller.hpp"
+
+using namespace rpcroute;
+
+TEST_CASE("poller: the interval is the block time within 1 s and 30 s", "[poller]") {
+  Chain chain;
+  chain.block_time_ms = 12'000;
+  CHECK(poll_interval_ms(chain) == 12'000);
+  chain.block_time_ms = 250;  // an L2
+  CHECK(poll_interval_ms(chain) == 1'000);
+  chain.block_time_ms = 600'000;
+  CHECK(poll_interval_ms(chain) == 30'000);
+}
+
+TEST_CASE("poller: a poll's timeout is the provider's, at most 5 s and the interval (at least 2 s)", "[poller]") {
+  Provider p;
+  p.timeout_ms = 10'000;
+  CHECK(poll_timeout_ms(p, 12'000) == 5'000);
+  CHECK(poll_timeout_ms(p, 1'000) == 2'000);
+  CHECK(poll_timeout_ms(p, 3'000) == 3'000);
+  p.timeout_ms = 1'500;
+  CHECK(poll_timeout_ms(p, 12'000) == 1'500);
+}
+
+TEST_CASE("poller: failed polls back off, not beyond the breaker's recovery time", "[poller]") {
+  HealthConfig health;
+  health.circuit_breaker.recovery_timeout_ms = 30'000;
+  CHECK(poll_backoff_ms(2'000, 2'000, health) == 4'000);
+  CHECK(poll_backoff_ms(16'000, 2'000, health) == 30'000);
+  CHECK(poll_backoff_ms(30'000, 2'000, health) == 30'000);
+  // A recovery time shorter than the interval: the interval; longer than a minute: a minute.
+  health.circuit_breaker.recovery_timeout_ms = 500;
+  CHECK(poll_backoff_ms(12'000, 12'000, health) == 12'000);
+  health.circuit_breaker.recovery_timeout_ms = 600'000;
+  CHECK(poll_backoff_ms(50'000, 2'000, health) == 60'000);
+}
+
+TEST_CASE("poller: the recovery probe waits 250 ms, doubling to 1 s", "[poller]") {
+  CHECK(recovery_backoff_ms(kRecoveryFirstMs) == 500);
+  CHECK(recovery_backoff_ms(500) == 1'000);
+  CHECK(recovery_backoff_ms(1'000) == 1'000);
+}
+
+TEST_CASE("poller: no provider is usable only when every breaker is open (not half-open, not unknown)",
+          "[poller]") {
+  Profile profile;
+  profile.name = "p";
+  Chain chain;
+  chain.name = "local";
+  chain.providers.resize(2);
+  chain.providers[0].id = "a";
+  chain.providers[1].id = "b";
+  State state;
+  CHECK_FALSE(no_provider_usable(state, profile, chain, 1'000));  // nothing known: usable
+
+  auto open = [&](const Provider& p, std::int64_t opened, std::int64_t recovery) {
+    auto& b = state.providers[provider_key(profile.name, chain.name, p)].breaker;
+    b.state = BreakerState::open;
+    b.opened_ms = opened;
+    b.recovery_ms = recovery;
+  };
+  open(chain.providers[0], 0, 10'000);
+  CHECK_FALSE(no_provider_usable(state, profile, chain, 1'000));
+  open(chain.providers[1], 0, 5'000);
+  CHECK(no_provider_usable(state, profile, chain, 1'000));
+  CHECK_FALSE(no_provider_usable(state, profile, chain, 5'000));  // b half-opens
+}
