@@ -1,0 +1,205 @@
+// The edge checks and the GET routes; the JSON-RPC job is in rpc_job.cpp.
+#include "handlers.hpp"
+
+#include <fmt/format.h>
+
+#include "policy.hpp"
+#include "rpcroute/json.hpp"
+#include "rpcroute/plan_report.hpp"
+
+namespace rpcroute::sidecar {
+
+namespace http = boost::beast::http;
+
+namespace {
+void log(const std::string& line) { fmt::print(stderr, "{}\n", line); }
+
+void error(Reply& reply, http::status status, std::string_view message) {
+  reply.status = status;
+  reply.body = json_error_body(message);
+}
+}  // namespace
+
+Handlers::Handlers(const ServerConfig& config, std::vector<Profile> profiles, Engine& engine, StateStore& store,
+                   const Clock& clock, Random& rng, Metrics& metrics)
+    : config_(config), engine_(engine), store_(store), clock_(clock), rng_(rng), metrics_(metrics) {
+  request_prefix_ = Random().engine()() & 0xffffffffULL;
+  for (auto& p : profiles) {
+    if (default_profile_.empty()) default_profile_ = p.name;
+    auto name = p.name;
+    profiles_.emplace(std::move(name), make_runtime(std::move(p)));
+  }
+}
+
+std::unique_ptr<ProfileRuntime> Handlers::make_runtime(Profile profile) {
+  auto rt = std::make_unique<ProfileRuntime>();
+  rt->profile = std::move(profile);
+  rt->router = std::make_unique<Router>(rt->profile, engine_, store_, clock_, rng_);
+  return rt;
+}
+
+ProfileRuntime* Handlers::runtime(const std::string& name) {
+  const std::string& key = name.empty() ? default_profile_ : name;
+  if (auto it = profiles_.find(key); it != profiles_.end()) return it->second.get();
+  if (name.empty() || unloadable_.count(name) || profiles_.size() > 64) return nullptr;
+  // A URL names a profile, never a file: "x.yaml" would be read as a path.
+  if (name.ends_with(".yaml") || name.ends_with(".yml") || name.find('/') != std::string::npos) return nullptr;
+  // Profiles on the search path are loaded on first use, by name only (never a path from a URL).
+  auto loaded = find_profile(name);
+  if (!loaded || (loaded->source == "embedded" && name != kDefaultProfile)) {
+    if (!loaded) log(fmt::format("profile '{}' not served: {}", name, loaded.error().message));
+    // Names come from request URLs: not remembered forever (a client could grow this set without
+    // end); forgetting only costs a lookup on the search path again.
+    if (unloadable_.size() >= kMaxUnloadable) unloadable_.clear();
+    unloadable_.insert(name);
+    return nullptr;
+  }
+  auto* raw = profiles_.emplace(name, make_runtime(std::move(*loaded))).first->second.get();
+  return raw;
+}
+
+bool Handlers::prepare(const Request& req, Reply& reply, RpcJob& job, EdgeLoad edge) {
+  if (!admit(req, reply)) return false;
+  if (req.method == http::verb::options) {
+    reply.status = http::status::no_content;
+    reply.header("Access-Control-Allow-Methods", "POST, GET, OPTIONS");
+    reply.header("Access-Control-Allow-Headers", "Content-Type, Authorization");
+    reply.header("Access-Control-Max-Age", "600");
+    return false;
+  }
+  const Route& route = route_for(req.target);
+  if (!authorized(req, route, reply)) return false;
+  if (route.kind == RouteKind::not_found) {
+    reply.status = http::status::not_found;
+    reply.body = json_error_body(route.problem, "routes", route_shapes_json());
+    return false;
+  }
+  if (route.kind != RouteKind::rpc) {
+    if (req.method != http::verb::get && req.method != http::verb::head) {
+      error(reply, http::status::method_not_allowed, "use GET");
+      reply.header("Allow", "GET");
+      return false;
+    }
+    answer_get(route, reply, edge);
+    return false;
+  }
+  if (req.method != http::verb::post) {
+    error(reply, http::status::method_not_allowed, "JSON-RPC routes take POST");
+    reply.header("Allow", "POST, OPTIONS");
+    return false;
+  }
+  return prepare_rpc(req, route, reply, job);
+}
+
+bool Handlers::admit(const Request& req, Reply& reply) {
+  // DNS rebinding: only loopback names, unless remote access was asked for on a remote address.
+  // A client sends the same Host every time: the last one that passed is passed again as is. An
+  // empty Host (HTTP/1.0) is not checked.
+  const std::string_view host = req.host;
+  if (check_host_ && !host.empty() && host != last_good_host_) {
+    if (!policy::host_allowed(host, config_.host)) {
+      error(reply, http::status::forbidden, "Host header is not a loopback name");
+      return false;
+    }
+    last_good_host_.assign(host);
+  }
+  const std::string_view origin = req.origin;
+  if (origin.empty()) return true;
+  if (origin != last_good_origin_ && !policy::origin_allowed(origin, config_.allow_origins)) {
+    error(reply, http::status::forbidden,
+          fmt::format("origin {} is not allowed (see --allow-origin)", std::string(origin.substr(0, 200))));
+    return false;
+  }
+  last_good_origin_.assign(origin);
+  reply.header("Access-Control-Allow-Origin", origin);
+  reply.header("Vary", "Origin");
+  reply.header("Access-Control-Expose-Headers",
+               "X-Rpcroute-Provider, X-Rpcroute-Upstream-Latency, X-Rpcroute-Attempts, "
+               "X-Rpcroute-Strategy, X-Rpcroute-Cache, X-Rpcroute-Request-Id");
+  return true;
+}
+
+const Route& Handlers::route_for(const std::string& target) {
+  if (route_cache_target_.empty() || target != route_cache_target_) {
+    route_cache_ = parse_route(target);
+    if (route_cache_.kind != RouteKind::rpc) route_cache_target_.clear();
+    else route_cache_target_ = target;
+  }
+  return route_cache_;
+}
+
+bool Handlers::authorized(const Request& req, const Route& route, Reply& reply) {
+  if (config_.token.empty() || route.kind == RouteKind::healthz) return true;
+  if (policy::bearer_token_matches(req.authorization, config_.token)) return true;
+  error(reply, http::status::unauthorized, "missing or wrong bearer token");
+  reply.header("WWW-Authenticate", "Bearer");
+  return false;
+}
+
+void Handlers::answer_get(const Route& route, Reply& reply, EdgeLoad edge) {
+  const auto now = clock_.now_ms();
+  if (route.kind == RouteKind::metrics) {
+    std::vector<const Profile*> list;
+    for (auto& [name, rt] : profiles_) list.push_back(&rt->profile);
+    metrics_.edge(edge.connections, edge.request_bytes);
+    reply.body = metrics_.render(list, store_.state(), now);
+    reply.content_type = "text/plain; version=0.0.4";
+    return;
+  }
+  json::Writer w;
+  w.begin_object();
+  if (route.kind == RouteKind::status) {
+    write_status(w, edge, now);
+  } else if (!write_health(w)) {
+    reply.status = http::status::service_unavailable;
+  }
+  w.end_object();
+  reply.body = w.take();
+}
+
+void Handlers::write_status(json::Writer& w, EdgeLoad edge, std::int64_t now) {
+  w.key("profiles");
+  w.begin_array();
+  for (auto& [name, rt] : profiles_) {
+    for (const auto& chain : rt->profile.chains) {
+      RouteOptions opts;
+      opts.strategy = config_.strategy;
+      opts.with_stats = true;
+      auto plan = rt->router->plan(chain, "eth_blockNumber", "[]", opts);
+      write_plan_json(w, rt->profile, chain, "eth_blockNumber", plan, now, false);
+    }
+  }
+  w.end_array();
+  w.key("in_flight");
+  w.value(metrics_.in_flight());
+  w.key("request_bytes_in_flight");
+  w.value(static_cast<std::int64_t>(edge.request_bytes));
+}
+
+bool Handlers::write_health(json::Writer& w) {
+  bool all_ok = true;
+  w.key("chains");
+  w.begin_array();
+  for (auto& [name, rt] : profiles_) {
+    for (const auto& chain : rt->profile.chains) {
+      auto plan = rt->router->plan(chain, "eth_blockNumber", "[]", {});
+      w.begin_object();
+      w.key("profile");
+      w.value(name);
+      w.key("chain");
+      w.value(chain.name);
+      // Open breakers let trials through when nothing else is usable; they are not usable.
+      const auto usable = plan.breaker_trial ? 0 : static_cast<std::int64_t>(plan.candidates.size());
+      w.key("usable");
+      w.value(usable);
+      w.end_object();
+      all_ok = all_ok && usable > 0;
+    }
+  }
+  w.end_array();
+  w.key("status");
+  w.value(all_ok ? "ok" : "degraded");
+  return all_ok;
+}
+
+}  // namespace rpcroute::sidecar

@@ -1,0 +1,110 @@
+#pragma once
+// What the sidecar answers (DESIGN.md section 11): the edge checks (policy.hpp), the GET routes
+// (/healthz, /status, /metrics) and the JSON-RPC job — prepare() before the router, finish_rpc()
+// after it, with the X-Rpcroute-* headers. No socket and no Beast parser here: the connection
+// (connection.cpp) reads the Request and writes the Reply.
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "metrics.hpp"
+#include "reply.hpp"
+#include "request.hpp"
+#include "routes.hpp"
+#include "rpcroute/clock.hpp"
+#include "rpcroute/config.hpp"
+#include "rpcroute/json.hpp"
+#include "rpcroute/jsonrpc.hpp"
+#include "rpcroute/router.hpp"
+#include "rpcroute/state.hpp"
+#include "rpcroute/transport.hpp"
+#include "server_config.hpp"
+
+namespace rpcroute::sidecar {
+
+/// A served profile and its router.
+struct ProfileRuntime {
+  Profile profile;
+  std::unique_ptr<Router> router;
+};
+
+/// A JSON-RPC request on its way to the router: what prepare() found, what finish_rpc() needs.
+struct RpcJob {
+  ProfileRuntime* rt = nullptr;
+  const Chain* chain = nullptr;
+  jsonrpc::Body parsed;
+  std::size_t routed = 0;  // the calls routed: all but a batch's items beyond --max-batch
+  RouteOptions options;
+  char request_id_text[40];
+  std::string_view request_id;  // into request_id_text
+};
+
+/// The edge right now, for /metrics and /status.
+struct EdgeLoad {
+  std::size_t connections = 0;
+  std::size_t request_bytes = 0;
+};
+
+class Handlers {
+ public:
+  Handlers(const ServerConfig& config, std::vector<Profile> profiles, Engine& engine, StateStore& store,
+           const Clock& clock, Random& rng, Metrics& metrics);
+
+  /// Answers into `reply` whatever needs no provider (checks, GET routes, bad bodies); true when
+  /// the request is JSON-RPC to route, described by `job`.
+  bool prepare(const Request& request, Reply& reply, RpcJob& job, EdgeLoad edge);
+  /// The reply to a routed JSON-RPC request from the router's outcomes.
+  void finish_rpc(RpcJob& job, std::vector<CallOutcome>& outs, Reply& reply);
+
+  /// The Host (DNS rebinding) check; off only for a remote listen address (Server::listen).
+  void check_host(bool on) { check_host_ = on; }
+  /// The profiles served so far (those named in URLs join on first use).
+  [[nodiscard]] const std::map<std::string, std::unique_ptr<ProfileRuntime>, std::less<>>& profiles() const {
+    return profiles_;
+  }
+
+ private:
+  /// Host and Origin: false with a 403 in `reply`; an allowed Origin adds the CORS headers.
+  bool admit(const Request& req, Reply& reply);
+  /// The route of a target: clients post to the same path over and over, so the last RPC route is
+  /// kept with its target.
+  const Route& route_for(const std::string& target);
+  /// The bearer token (when one is set) on every route but /healthz: false with a 401.
+  bool authorized(const Request& req, const Route& route, Reply& reply);
+  void answer_get(const Route& route, Reply& reply, EdgeLoad edge);
+  void write_status(json::Writer& w, EdgeLoad edge, std::int64_t now);
+  bool write_health(json::Writer& w);  // false: some chain has no usable provider
+  /// The profile, chain and provider of an RPC route, and its body parsed into `job`.
+  bool prepare_rpc(const Request& req, const Route& route, Reply& reply, RpcJob& job);
+  bool find_chain(const RpcTarget& target, Reply& reply, RpcJob& job);
+  void next_request_id(RpcJob& job);
+  ProfileRuntime* runtime(const std::string& name);  // empty: the default profile
+  std::unique_ptr<ProfileRuntime> make_runtime(Profile profile);
+  void write_rpc_body(const RpcJob& job, std::vector<CallOutcome>& outs, Reply& reply);
+  static constexpr std::size_t kMaxUnloadable = 256;  // unknown profile names remembered
+
+  const ServerConfig& config_;
+  Engine& engine_;
+  StateStore& store_;
+  const Clock& clock_;
+  Random& rng_;
+  Metrics& metrics_;
+  std::string default_profile_;
+  bool check_host_ = true;
+  std::string last_good_host_;    // the last Host header the rebinding check passed
+  std::string last_good_origin_;  // the last Origin the allow-list passed
+  std::string route_cache_target_;  // the last request target that parsed to an RPC route ...
+  Route route_cache_;               // ... and its route
+  std::map<std::string, std::unique_ptr<ProfileRuntime>, std::less<>> profiles_;
+  std::set<std::string, std::less<>> unloadable_;
+  std::uint64_t request_counter_ = 0;
+  std::uint64_t request_prefix_ = 0;
+};
+
+}  // namespace rpcroute::sidecar
