@@ -1347,3 +1347,73 @@ f1_samples_are() { # N
   grep '^{' "$SC_LOG" | jq -e -s '.[0] | .status == 200 and .path == "/rpc/local" and .rpc_method == "eth_blockNumber" and .provider == "f1"' >/dev/null ||
     { cat "$SC_LOG" >&2; false; }
 }
+
+# ---------------------------------------------------------------------------------------------------
+# The fences around the fast paths (RPCROUTE_FAST_HTTP1, RPCROUTE_PLAIN_JSON; tests/perf ablation)
+
+# The same requests, each answer as curl -i shows it (status line, headers, body), without the two
+# headers that differ from one answer to the next.
+fence_answers() {
+  local u=$SC_URL j='content-type: application/json'
+  local batch='[{"jsonrpc":"2.0","id":"a","method":"eth_blockNumber","params":[]},42,
+                {"jsonrpc":"2.0","id":9,"method":"eth_chainId","params":[]},{"jsonrpc":"2.0","method":"eth_blockNumber"}]'
+  ask() { # WHAT CURL ARGS...
+    echo "--- $1"
+    shift
+    curl -s -i "$@"
+    echo
+  }
+  {
+    ask single -H "$j" --data-binary "$BN" "$u/rpc/local"
+    ask batch -H "$j" --data-binary "$batch" "$u/rpc/local"
+    ask "notification only" -H "$j" --data-binary '{"jsonrpc":"2.0","method":"eth_blockNumber"}' "$u/rpc/local"
+    ask "broken JSON" -H "$j" --data-binary '{"jsonrpc":' "$u/rpc/local"
+    ask "invalid request" -H "$j" --data-binary '{"jsonrpc":"2.0","id":1}' "$u/rpc/local"
+    ask "escapes and exponents" -H "$j" \
+      --data-binary '{"jsonrpc":"2.0","id":"\u0041","method":"eth_blockNumber","params":[],"x":1e3}' "$u/rpc/local"
+    ask "HTTP/1.0, keep-alive" --http1.0 -H 'Connection: keep-alive' -H "$j" --data-binary "$BN" "$u/rpc/local"
+    ask "HTTP/1.0" --http1.0 -H "$j" --data-binary "$BN" "$u/rpc/local"
+    ask "Expect: 100-continue" -H 'Expect: 100-continue' -H "$j" --data-binary "$BN" "$u/rpc/local"
+    ask "two on one connection" -H "$j" --data-binary "$BN" "$u/rpc/local" "$u/rpc/local"
+    ask "HEAD /healthz" -I "$u/healthz"
+    ask "GET on an RPC route, with Upgrade" -H 'Upgrade: websocket' -H 'Connection: Upgrade' "$u/rpc/local"
+    ask "unknown route" "$u/nope"
+    ask preflight -X OPTIONS -H 'Origin: http://localhost:3000' -H 'Access-Control-Request-Method: POST' "$u/rpc/local"
+    ask "refused origin" -H 'Origin: https://evil.example' -H "$j" --data-binary "$BN" "$u/rpc/local"
+    ask Host -H 'Host: evil.example' -H "$j" --data-binary "$BN" "$u/rpc/local"
+  } | tr -d '\r' | grep -viE '^x-rpcroute-(request-id|upstream-latency):'
+}
+
+@test "fences: RPCROUTE_FAST_HTTP1=0 and RPCROUTE_PLAIN_JSON=0 answer byte for byte as the fast paths do" {
+  start_fake f1 --height 100
+  write_profile "$P" f1
+  local on fast_off plain_off
+  start_sidecar -p "$P" --no-probe
+  on=$(fence_answers)
+  stop_sidecar
+  RPCROUTE_FAST_HTTP1=0 start_sidecar -p "$P" --no-probe
+  fast_off=$(fence_answers)
+  stop_sidecar
+  RPCROUTE_PLAIN_JSON=0 start_sidecar -p "$P" --no-probe
+  plain_off=$(fence_answers)
+  stop_sidecar
+  # The answers are the ones expected, not just equal.
+  grep -q '^HTTP/1.1 200 OK$' <<<"$on"
+  grep -q '"result":"0x64"' <<<"$on"
+  grep -q '^HTTP/1.1 204 No Content$' <<<"$on"
+  grep -q '^HTTP/1.0 200 OK$' <<<"$on"
+  grep -q '^Connection: keep-alive$' <<<"$on"
+  grep -q '^HTTP/1.1 405 Method Not Allowed$' <<<"$on"
+  grep -q '^HTTP/1.1 403 Forbidden$' <<<"$on"
+  grep -q -- '-32700' <<<"$on"
+  grep -q -- '-32600' <<<"$on"
+  assert_equal "$(grep -c '^--- ' <<<"$on")" 16 "answers" || { echo "$on" >&2; return 1; }
+  if [[ $fast_off != "$on" ]]; then
+    diff <(echo "$on") <(echo "$fast_off") >&2 || true
+    return 1
+  fi
+  if [[ $plain_off != "$on" ]]; then
+    diff <(echo "$on") <(echo "$plain_off") >&2 || true
+    return 1
+  fi
+}
