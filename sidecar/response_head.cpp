@@ -3,6 +3,9 @@
 #include <charconv>
 #include <cstdint>
 #include <cstring>
+#include <sstream>
+
+#include <boost/beast/http/write.hpp>
 
 namespace rpcroute::sidecar {
 
@@ -69,6 +72,13 @@ http::response<http::string_body> beast_response(http::status status, unsigned v
     res.content_length(boost::none);  // Beast 1.74 writes "Content-Length: 0" there (see response_head)
   }
   return res;
+}
+
+std::string beast_serialized(http::status status, unsigned version, bool keep_alive, std::string_view content_type,
+                             std::string_view header_lines, std::string body) {
+  std::ostringstream out;
+  out << beast_response(status, version, keep_alive, content_type, header_lines, std::move(body));
+  return out.str();
 }
 
 }  // namespace rpcroute::sidecar

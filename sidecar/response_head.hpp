@@ -29,4 +29,9 @@ void response_head(std::string& h, boost::beast::http::status status, unsigned v
     boost::beast::http::status status, unsigned version, bool keep_alive, std::string_view content_type,
     std::string_view header_lines, std::string body);
 
+/// beast_response() as Beast's serializer writes it, head and body.
+[[nodiscard]] std::string beast_serialized(boost::beast::http::status status, unsigned version, bool keep_alive,
+                                           std::string_view content_type, std::string_view header_lines,
+                                           std::string body);
+
 }  // namespace rpcroute::sidecar

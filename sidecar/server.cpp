@@ -157,10 +157,14 @@ asio::awaitable<void> Server::refuse_connection(tcp::socket socket) {
   const std::string body =
       json_error_body(fmt::format("too many connections (--max-connections {}); retry later", config_.max_connections));
   std::string head;
-  response_head(head, boost::beast::http::status::service_unavailable, 11, false, "application/json",
-                "Retry-After: 1\r\n", body.size());
+  constexpr auto kStatus = boost::beast::http::status::service_unavailable;
+  if (config_.fast_http1) {
+    response_head(head, kStatus, 11, false, "application/json", "Retry-After: 1\r\n", body.size());
+  } else {  // RPCROUTE_FAST_HTTP1=0: the whole answer from Beast's serializer, in `head`
+    head = beast_serialized(kStatus, 11, false, "application/json", "Retry-After: 1\r\n", body);
+  }
   boost::system::error_code ec;
-  std::array<asio::const_buffer, 2> out{asio::buffer(head), asio::buffer(body)};
+  std::array<asio::const_buffer, 2> out{asio::buffer(head), config_.fast_http1 ? asio::buffer(body) : asio::const_buffer()};
   co_await asio::async_write(socket, out, asio::redirect_error(asio::use_awaitable, ec));
   socket.shutdown(tcp::socket::shutdown_send, ec);
   // Shared with the timer's handler, which may run after this frame has gone.
