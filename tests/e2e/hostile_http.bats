@@ -9,7 +9,7 @@
 # One sidecar for the whole file (--read-timeout 3s, so slow clients are cut off quickly), two
 # chains: "local" (fake f1) takes the hostile requests, "other" (fake f2) the healthy client's, so
 # f1's request count tells whether a hostile request went upstream. Limits under test (see
-# sidecar/server.cpp): headers 32 KiB (431), body --max-body 8 MiB (413), batch --max-batch 1000
+# sidecar/reader.hpp, server_config.hpp): headers 32 KiB (431), body --max-body 8 MiB (413), batch --max-batch 1000
 # (-32600 for each item beyond), --read-timeout for one request's headers and body (408, then close).
 
 # jq programs are single-quoted on purpose; each test runs in its own subshell.
