@@ -9,16 +9,16 @@
 #include "rpcroute/asio_compat.hpp"
 #include "rpcroute/clock.hpp"
 #include "rpcroute/config.hpp"
-#include "rpcroute/exchange.hpp"
-#include "rpcroute/state.hpp"
+#include "rpcroute/health/exchange.hpp"
+#include "rpcroute/health/store.hpp"
 #include "rpcroute/transport.hpp"
 
 namespace rpcroute {
 
 /// One provider to watch and what to watch it with; all of it outlives the loops.
 struct PollTarget {
-  Engine& engine;
-  StateStore& store;
+  Transport& transport;
+  HealthStore& store;
   const Clock& clock;
   Random& rng;
   const Profile& profile;
@@ -40,7 +40,7 @@ inline constexpr std::int64_t kRecoveryFirstMs = 250;
 inline constexpr std::int64_t kRecoveryMaxMs = 1'000;
 [[nodiscard]] std::int64_t recovery_backoff_ms(std::int64_t wait_ms);
 /// Every provider of the chain has its breaker open at `now_ms`.
-[[nodiscard]] bool no_provider_usable(const State& state, const Profile& profile, const Chain& chain,
+[[nodiscard]] bool no_provider_usable(const HealthView& view, const Profile& profile, const Chain& chain,
                                       std::int64_t now_ms);
 
 /// One eth_blockNumber to the provider, recorded like live traffic; a height it answers is

@@ -24,17 +24,17 @@ std::int64_t poll_backoff_ms(std::int64_t wait_ms, std::int64_t interval_ms, con
 
 std::int64_t recovery_backoff_ms(std::int64_t wait_ms) { return std::min(wait_ms * 2, kRecoveryMaxMs); }
 
-bool no_provider_usable(const State& state, const Profile& profile, const Chain& chain, std::int64_t now_ms) {
+bool no_provider_usable(const HealthView& view, const Profile& profile, const Chain& chain, std::int64_t now_ms) {
   return std::all_of(chain.providers.begin(), chain.providers.end(), [&](const Provider& p) {
-    auto it = state.providers.find(provider_key(profile.name, chain.name, p));
-    return it != state.providers.end() && it->second.breaker.effective_state(now_ms) == BreakerState::open;
+    const ProviderState* state = view.provider(provider_key(profile.name, chain.name, p));
+    return state != nullptr && state->breaker.effective_state(now_ms) == BreakerState::open;
   });
 }
 
 asio::awaitable<bool> poll_head_once(const PollTarget& t, std::int64_t timeout_ms, RecordOptions options) {
   static constexpr std::string_view kParams = "[]";
   const std::vector<UpstreamCall> calls{{"eth_blockNumber", kParams}};
-  Exchange ex = co_await send_exchange(t.engine, t.provider, calls, timeout_ms, t.clock, t.profile);
+  Exchange ex = co_await send_exchange(t.transport, t.provider, calls, timeout_ms, t.clock, t.profile);
   const auto now = t.clock.now_ms();
   const auto key = provider_key(t.profile.name, t.chain.name, t.provider);
   record_exchange(t.store, t.profile.health, key, calls, ex, now, t.rng.uniform(), options);
@@ -58,7 +58,7 @@ asio::awaitable<void> poll_provider(PollTarget t, const bool& stop) {
   const auto interval = poll_interval_ms(t.chain);
   const auto timeout = poll_timeout_ms(t.provider, interval);
   ProbeReport first =
-      co_await probe_provider(t.engine, t.profile, t.chain, t.provider, &t.store, t.clock, t.rng, timeout);
+      co_await probe_provider(t.transport, t.profile, t.chain, t.provider, &t.store, t.clock, t.rng, timeout);
   std::int64_t wait = first.reachable ? interval : interval * 2;
   while (!stop) {
     co_await sleep_ms(timer, wait);
@@ -75,7 +75,7 @@ asio::awaitable<void> recover_provider(PollTarget t, const bool& stop) {
   while (!stop) {
     co_await sleep_ms(timer, wait);
     if (stop) break;
-    if (!no_provider_usable(t.store.state(), t.profile, t.chain, t.clock.now_ms())) {
+    if (!no_provider_usable(t.store, t.profile, t.chain, t.clock.now_ms())) {
       wait = kRecoveryFirstMs;  // the poller and half-open trials take care of it
       continue;
     }
