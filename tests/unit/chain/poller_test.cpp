@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
 
+#include "../support/fake_transport.hpp"
 #include "rpcroute/poller.hpp"
+#include "rpcroute/state.hpp"
 
 using namespace rpcroute;
 
@@ -53,7 +55,8 @@ TEST_CASE("poller: no provider is usable only when every breaker is open (not ha
   chain.providers[0].id = "a";
   chain.providers[1].id = "b";
   State state;
-  CHECK_FALSE(no_provider_usable(state, profile, chain, 1'000));  // nothing known: usable
+  const StateView view(state);
+  CHECK_FALSE(no_provider_usable(view, profile, chain, 1'000));  // nothing known: usable
 
   auto open = [&](const Provider& p, std::int64_t opened, std::int64_t recovery) {
     auto& b = state.providers[provider_key(profile.name, chain.name, p)].breaker;
@@ -62,8 +65,72 @@ TEST_CASE("poller: no provider is usable only when every breaker is open (not ha
     b.recovery_ms = recovery;
   };
   open(chain.providers[0], 0, 10'000);
-  CHECK_FALSE(no_provider_usable(state, profile, chain, 1'000));
+  CHECK_FALSE(no_provider_usable(view, profile, chain, 1'000));
   open(chain.providers[1], 0, 5'000);
-  CHECK(no_provider_usable(state, profile, chain, 1'000));
-  CHECK_FALSE(no_provider_usable(state, profile, chain, 5'000));  // b half-opens
+  CHECK(no_provider_usable(view, profile, chain, 1'000));
+  CHECK_FALSE(no_provider_usable(view, profile, chain, 5'000));  // b half-opens
+}
+
+namespace {
+
+constexpr const char* kPollProfile = R"(
+chains:
+  local:
+    chain_id: 31337
+    block_time_ms: 1000
+    providers:
+      - { id: a, url: "http://a.test" }
+health:
+  circuit_breaker: { failure_threshold: 1, recovery_timeout_ms: 10000, jitter: 0 }
+)";
+
+struct PollFixture {
+  Profile profile = *load_profile_text(kPollProfile, "test.yaml");
+  FakeClock clock;
+  Random rng{7};
+  asio::io_context io;
+  test::FakeTransport transport{io, &clock};
+  StateStore store{std::nullopt, clock, [](const std::string&) {}};
+  const Chain& chain = profile.chains.front();
+  const Provider& provider = chain.providers.front();
+  PollTarget target{transport, store, clock, rng, profile, chain, provider};
+
+  bool poll(RecordOptions options = {}) {
+    bool answered = false;
+    asio::co_spawn(
+        io, [&]() -> asio::awaitable<void> { answered = co_await poll_head_once(target, 2'000, options); },
+        asio::detached);
+    io.run();
+    io.restart();
+    return answered;
+  }
+  const ProviderState* state() const { return store.provider(provider_key(profile.name, chain.name, provider)); }
+};
+
+}  // namespace
+
+TEST_CASE("poller: one poll records the head the provider answers, like live traffic", "[poller]") {
+  PollFixture f;
+  f.transport.on("http://a.test", test::FakeTransport::results("\"0x64\""));
+  CHECK(f.poll());
+  REQUIRE(f.transport.log.size() == 1);
+  CHECK(f.transport.log[0].calls.at(0).method == "eth_blockNumber");
+  CHECK(f.transport.log[0].timeout_ms == 2'000);
+  REQUIRE(f.state() != nullptr);
+  CHECK(f.state()->height.block == 100);
+}
+
+TEST_CASE("poller: a failed poll opens the breaker; a recovery trial that succeeds closes it", "[poller]") {
+  PollFixture f;
+  f.transport.on("http://a.test", test::FakeTransport::status(503));
+  CHECK_FALSE(f.poll());
+  REQUIRE(f.state() != nullptr);
+  CHECK(f.state()->breaker.effective_state(f.clock.now_ms()) == BreakerState::open);
+  CHECK(no_provider_usable(f.store, f.profile, f.chain, f.clock.now_ms()));
+
+  f.transport.on("http://a.test", test::FakeTransport::results("\"0x65\""));
+  CHECK(f.poll({.trial = true}));
+  CHECK(f.state()->breaker.effective_state(f.clock.now_ms()) == BreakerState::closed);
+  CHECK(f.state()->height.block == 101);
+  CHECK_FALSE(no_provider_usable(f.store, f.profile, f.chain, f.clock.now_ms()));
 }
