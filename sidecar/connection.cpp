@@ -133,10 +133,10 @@ void release_buffers(ConnectionState& s, BodyBudget& budget) {
 
 }  // namespace
 
-// Why one long function: the loop's steps share the connection's deadline and busy state, and a
-// JSON-RPC request is routed here, in this frame (a coroutine level less per request); the steps
-// that need no await of their own are functions, the rare paths (partial reads, refusals) are
-// coroutines of their own.
+// The loop's steps share the connection's deadline and busy state, and a JSON-RPC request is
+// routed here, in this frame (a coroutine level less per request); the steps that need no await of
+// their own are functions, the rare paths (partial reads, refusals) are coroutines of their own.
+// NOLINTNEXTLINE(readability-function-size): one frame per connection, see above
 asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
   ConnectionState s(socket);
   {
