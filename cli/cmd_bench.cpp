@@ -17,7 +17,9 @@
 #include <utility>
 #include <vector>
 
+#include "options.hpp"
 #include "output.hpp"
+#include "setup.hpp"
 #include "rpcroute/clock.hpp"
 #include "rpcroute/health/exchange.hpp"
 #include "rpcroute/json.hpp"

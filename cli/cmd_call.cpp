@@ -7,7 +7,9 @@
 #include <fmt/format.h>
 #include <simdjson.h>
 
+#include "options.hpp"
 #include "output.hpp"
+#include "setup.hpp"
 #include "rpcroute/json.hpp"
 #include "rpcroute/router.hpp"
 
@@ -35,8 +37,6 @@ void setup_call(CLI::App& app, int& exit_code) {
 }
 
 namespace {
-
-/// A command-line parameter: JSON when it parses, else a string.
 
 void write_meta(json::Writer& w, const CallOutcome& o, const Chain& chain) {
   w.begin_object();
@@ -139,14 +139,6 @@ void print_unavailable(const CallOutcome& o, std::string_view method, const Chai
   if (o.retry_after_ms >= 0) fmt::print(stderr, "  retry after {}\n", format_ms(static_cast<double>(o.retry_after_ms)));
 }
 
-/// The answer is out, and stdout closed, before the state is saved: a slow or stuck state lock
-/// must not hold up the answer. Lost output is an error (exit 4) even though the call succeeded.
-int finish_call(StateStore& store, int code) {
-  const bool delivered = finish_stdout();
-  if (auto saved = store.save(); !saved) print_warning(fmt::format("state not saved: {}", saved.error().message));
-  return delivered || code != 0 ? code : 4;
-}
-
 int exit_for(const std::vector<CallOutcome>& outs) {
   int code = 0;
   for (const auto& o : outs) {
@@ -156,35 +148,19 @@ int exit_for(const std::vector<CallOutcome>& outs) {
   return code;
 }
 
-}  // namespace
-
-int run_call(const CallOptions& options) {
-  if (!options.raw && options.method.empty()) {
-    print_error("call needs a METHOD (or --raw with a request on stdin)");
-    return 2;
-  }
-  auto profile = load_selected_profile(options.profile);
-  if (!profile) {
-    print_error(profile.error().message);
-    return 2;
-  }
-  auto selected_chain = select_chain(*profile, options.chain);
-  if (!selected_chain) {
-    print_error(selected_chain.error().message);
-    return 2;
-  }
-  const Chain* chain = *selected_chain;
+/// --strategy, --provider, --timeout and --max-attempts; an error is printed.
+std::optional<RouteOptions> route_options(const CallOptions& options, const Chain& chain) {
   RouteOptions route;
   if (auto s = strategy_flag(options.strategy); !s) {
     print_error(s.error().message);
-    return 2;
+    return std::nullopt;
   } else {
     route.strategy = *s;
   }
   if (!options.provider.empty()) {
-    if (auto p = select_providers(*chain, options.provider); !p) {
+    if (auto p = select_providers(chain, options.provider); !p) {
       print_error(p.error().message);
-      return 2;
+      return std::nullopt;
     }
     route.provider = options.provider;
   }
@@ -192,110 +168,83 @@ int run_call(const CallOptions& options) {
     route.timeout_ms = parse_duration_ms(options.timeout);
     if (!route.timeout_ms || *route.timeout_ms <= 0) {
       print_error(fmt::format("bad --timeout '{}' (use e.g. 2500ms or 5s)", options.timeout));
-      return 2;
+      return std::nullopt;
     }
   }
   if (options.max_attempts > 0) route.max_attempts = options.max_attempts;
+  return route;
+}
 
-  jsonrpc::Body body;
+/// The request: a whole one from stdin (--raw), else the method and params words. An error is
+/// printed.
+std::optional<jsonrpc::Body> read_body(const CallOptions& options) {
   if (options.raw) {
     std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
     auto parsed = jsonrpc::parse_body(input);
     if (!parsed) {
       write_stdout(jsonrpc::make_error("null", parsed.error().code, parsed.error().message) + "\n");
       print_error(fmt::format("stdin is not a JSON-RPC request: {}", parsed.error().message));
-      return 2;
+      return std::nullopt;
     }
-    body = std::move(*parsed);
+    return std::move(*parsed);
+  }
+  // Words from argv get the checks a body sent to the sidecar gets: a call the node would refuse
+  // as unreadable (-32700) must not reach it, nor count against its breaker.
+  for (std::size_t i = 0; i <= options.params.size(); ++i) {
+    const std::string& word = i == 0 ? options.method : options.params[i - 1];
+    if (!simdjson::validate_utf8(word.data(), word.size())) {
+      print_error(i == 0 ? std::string("the method is not valid UTF-8") : fmt::format("parameter {} is not valid UTF-8", i));
+      return std::nullopt;
+    }
+  }
+  auto parsed = jsonrpc::parse_body(jsonrpc::make_call("1", options.method, params_json(options.params)));
+  if (!parsed || !parsed->calls.front().valid()) {
+    print_error(fmt::format("bad call: {}", parsed ? parsed->calls.front().invalid_reason : parsed.error().message));
+    return std::nullopt;
+  }
+  return std::move(*parsed);
+}
+
+/// --raw: the whole response (a batch's answers in one array), or its envelope with --json.
+void print_raw(const CallOptions& options, const jsonrpc::Body& body, const std::vector<CallOutcome>& outs,
+               const Chain& chain) {
+  std::string text;
+  if (body.batch) {
+    text = "[";
+    bool first = true;
+    for (const auto& o : outs) {
+      if (o.response.empty()) continue;
+      if (!first) text += ',';
+      text += o.response;
+      first = false;
+    }
+    text += "]";
   } else {
-    // Words from argv get the checks a body sent to the sidecar gets: a call the node would refuse
-    // as unreadable (-32700) must not reach it, nor count against its breaker.
-    for (std::size_t i = 0; i <= options.params.size(); ++i) {
-      const std::string& word = i == 0 ? options.method : options.params[i - 1];
-      if (!simdjson::validate_utf8(word.data(), word.size())) {
-        print_error(i == 0 ? std::string("the method is not valid UTF-8")
-                           : fmt::format("parameter {} is not valid UTF-8", i));
-        return 2;
-      }
-    }
-    auto parsed = jsonrpc::parse_body(jsonrpc::make_call("1", options.method, params_json(options.params)));
-    if (!parsed || !parsed->calls.front().valid()) {
-      print_error(fmt::format("bad call: {}", parsed ? parsed->calls.front().invalid_reason : parsed.error().message));
-      return 2;
-    }
-    body = std::move(*parsed);
+    text = outs.front().response;
   }
+  if (options.json) {
+    json::Writer w;
+    w.begin_object();
+    w.key("response");
+    w.raw(text.empty() ? "null" : text);
+    w.key("meta");
+    w.begin_array();
+    for (const auto& o : outs) write_meta(w, o, chain);
+    w.end_array();
+    w.end_object();
+    text = w.take();
+  }
+  if (!text.empty()) write_stdout(text + "\n");
+  if (options.verbose) {
+    for (const auto& o : outs) print_verbose(o, chain);
+  }
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    if (outs[i].status == CallOutcome::Status::unavailable) print_unavailable(outs[i], body.calls[i].method, chain);
+  }
+}
 
-  SystemClock clock;
-  Random rng;
-  StateStore store(resolve_state_path(options.state, options.no_state), clock,
-                   [](const std::string& m) { print_warning(m); });
-  if (auto loaded = store.load(); !loaded) {
-    print_error(loaded.error().message);
-    return 2;
-  }
-
-  std::vector<CallOutcome> outs;
-  std::exception_ptr failure;
-  {
-    asio::io_context io;
-    Engine engine(io);
-    Router router(*profile, engine, store, clock, rng);
-    asio::co_spawn(io, router.route(*chain, body.calls, route),
-                   [&](std::exception_ptr e, std::vector<CallOutcome> r) {
-                     failure = e;
-                     outs = std::move(r);
-                   });
-    io.run();
-  }
-  if (failure) {
-    try {
-      std::rethrow_exception(failure);
-    } catch (const std::exception& e) {
-      print_error(fmt::format("internal error: {}", e.what()));
-    }
-    return 4;
-  }
-
-  const int code = exit_for(outs);
-  if (options.raw) {
-    std::string text;
-    if (body.batch) {
-      text = "[";
-      bool first = true;
-      for (const auto& o : outs) {
-        if (o.response.empty()) continue;
-        if (!first) text += ',';
-        text += o.response;
-        first = false;
-      }
-      text += "]";
-    } else {
-      text = outs.front().response;
-    }
-    if (options.json) {
-      json::Writer w;
-      w.begin_object();
-      w.key("response");
-      w.raw(text.empty() ? "null" : text);
-      w.key("meta");
-      w.begin_array();
-      for (const auto& o : outs) write_meta(w, o, *chain);
-      w.end_array();
-      w.end_object();
-      text = w.take();
-    }
-    if (!text.empty()) write_stdout(text + "\n");
-    if (options.verbose) {
-      for (const auto& o : outs) print_verbose(o, *chain);
-    }
-    for (std::size_t i = 0; i < outs.size(); ++i) {
-      if (outs[i].status == CallOutcome::Status::unavailable) print_unavailable(outs[i], body.calls[i].method, *chain);
-    }
-    return finish_call(store, code);
-  }
-
-  const auto& o = outs.front();
+/// One call: its result or error as sent (or the envelope with --json), and our report on stderr.
+void print_one(const CallOptions& options, const CallOutcome& o, const Chain& chain) {
   if (options.json) {
     json::Writer w;
     w.begin_object();
@@ -307,11 +256,11 @@ int run_call(const CallOptions& options) {
       w.raw(o.error);
     }
     w.key("meta");
-    write_meta(w, o, *chain);
+    write_meta(w, o, chain);
     w.end_object();
     write_stdout(w.take() + "\n");
   }
-  if (options.verbose) print_verbose(o, *chain);
+  if (options.verbose) print_verbose(o, chain);
   switch (o.status) {
     case CallOutcome::Status::result:
     case CallOutcome::Status::local:
@@ -325,10 +274,38 @@ int run_call(const CallOptions& options) {
                  report_text(o.error));
       break;
     case CallOutcome::Status::unavailable:
-      print_unavailable(o, options.method, *chain);
+      print_unavailable(o, options.method, chain);
       break;
   }
-  return finish_call(store, code);
+}
+
+}  // namespace
+
+int run_call(const CallOptions& options) {
+  if (!options.raw && options.method.empty()) return usage_error("call needs a METHOD (or --raw with a request on stdin)");
+  Setup setup;
+  if (!setup.select(options.profile, options.chain)) return code_of(ExitCode::usage);
+  const Chain& chain = *setup.chain;
+  const auto route = route_options(options, chain);
+  if (!route) return code_of(ExitCode::usage);
+  const auto body = read_body(options);
+  if (!body) return code_of(ExitCode::usage);
+  if (!setup.open_state(resolve_state_path(options.state, options.no_state))) return code_of(ExitCode::usage);
+
+  EventLoop::Completion<std::vector<CallOutcome>> outs;
+  {
+    EventLoop loop;
+    Router router(setup.profile, loop.engine(), *setup.store, setup.clock, setup.rng);
+    // Until idle: a broadcast's other sends are still recorded after the first success returned.
+    outs = loop.run(router.route(chain, body->calls, *route), EventLoop::Until::idle);
+  }
+  if (!outs) return internal_error(outs.error());
+  if (options.raw) {
+    print_raw(options, *body, *outs, chain);
+  } else {
+    print_one(options, outs->front(), chain);
+  }
+  return setup.finish(exit_for(*outs));
 }
 
 }  // namespace rpcroute::cli

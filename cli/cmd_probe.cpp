@@ -4,7 +4,9 @@
 
 #include <fmt/format.h>
 
+#include "options.hpp"
 #include "output.hpp"
+#include "setup.hpp"
 #include "rpcroute/blocks.hpp"
 #include "rpcroute/json.hpp"
 #include "rpcroute/probe.hpp"
@@ -37,123 +39,124 @@ void optional_bool(json::Writer& w, const char* key, const std::optional<bool>& 
   if (v) w.value(*v); else w.null();
 }
 
-}  // namespace
-
-int run_probe(const ProbeOptions& options) {
-  auto profile = load_selected_profile(options.profile);
-  if (!profile) {
-    print_error(profile.error().message);
-    return 2;
-  }
-  auto chain = select_chain(*profile, options.chain);
-  if (!chain) {
-    print_error(chain.error().message);
-    return 2;
-  }
-  auto selected = select_providers(**chain, options.providers);
-  if (!selected) {
-    print_error(selected.error().message);
-    return 2;
-  }
-  std::optional<std::int64_t> timeout;
-  if (!options.timeout.empty()) {
-    timeout = parse_duration_ms(options.timeout);
-    if (!timeout || *timeout <= 0) {
-      print_error(fmt::format("bad --timeout '{}' (use e.g. 2500ms or 5s)", options.timeout));
-      return 2;
-    }
-  }
-
-  SystemClock clock;
-  Random rng;
-  StateStore store(resolve_state_path(options.state, options.no_state), clock,
-                   [](const std::string& m) { print_warning(m); });
-  if (auto loaded = store.load(); !loaded) {
-    print_error(loaded.error().message);
-    return 2;
-  }
-
-  std::vector<ProbeReport> reports(selected->size());
+/// Probes the providers at once, then judges lag once every one has answered, so that each is
+/// compared with all the others. A probe that failed internally leaves an empty report.
+std::vector<ProbeReport> probe_all(Setup& setup, const std::vector<const Provider*>& providers,
+                                   std::optional<std::int64_t> timeout) {
+  std::vector<ProbeReport> reports(providers.size());
   {
-    asio::io_context io;
-    Engine engine(io);
-    for (std::size_t i = 0; i < selected->size(); ++i) {
-      const Provider& p = *(*selected)[i];
-      asio::co_spawn(io,
-                     probe_provider(engine, *profile, **chain, p, &store, clock, rng, timeout.value_or(p.timeout_ms)),
+    EventLoop loop;
+    for (std::size_t i = 0; i < providers.size(); ++i) {
+      const Provider& p = *providers[i];
+      asio::co_spawn(loop.io(),
+                     probe_provider(loop.engine(), setup.profile, *setup.chain, p, &*setup.store, setup.clock,
+                                    setup.rng, timeout.value_or(p.timeout_ms)),
                      [&reports, i](std::exception_ptr e, ProbeReport r) {
                        if (!e) reports[i] = std::move(r);
                      });
     }
-    io.run();
+    loop.io().run();
   }
-  // Lag is judged once every provider has answered, so that each is compared with all the others.
-  for (const auto* p : *selected) judge_lag(store, *profile, **chain, *p, rng.uniform());
-  if (auto saved = store.save(); !saved) print_warning(fmt::format("state not saved: {}", saved.error().message));
+  for (const auto* p : providers) judge_lag(*setup.store, setup.profile, *setup.chain, *p, setup.rng.uniform());
+  return reports;
+}
 
-  auto verdicts = assess_probes(**chain, reports);
+/// What a probe run found, for the output.
+struct Findings {
+  const Chain& chain;
+  const std::vector<const Provider*>& providers;
+  const std::vector<ProbeReport>& reports;
+  const std::vector<ProbeVerdict>& verdicts;
   int healthy = 0;
-  for (const auto& v : verdicts) healthy += v.healthy ? 1 : 0;
-  const int code = healthy >= options.min_healthy ? 0 : 3;
+};
 
-  if (options.json) {
-    json::Writer w;
+void print_json(const Findings& findings, int min_healthy) {
+  json::Writer w;
+  w.begin_object();
+  w.key("chain");
+  w.value(findings.chain.name);
+  w.key("chain_id");
+  w.value(static_cast<std::uint64_t>(findings.chain.chain_id));
+  w.key("healthy");
+  w.value(findings.healthy);
+  w.key("min_healthy");
+  w.value(min_healthy);
+  w.key("providers");
+  w.begin_array();
+  for (std::size_t i = 0; i < findings.reports.size(); ++i) {
+    const auto& r = findings.reports[i];
     w.begin_object();
-    w.key("chain");
-    w.value((*chain)->name);
-    w.key("chain_id");
-    w.value(static_cast<std::uint64_t>((*chain)->chain_id));
+    w.key("provider");
+    w.value(findings.providers[i]->id);
     w.key("healthy");
-    w.value(healthy);
-    w.key("min_healthy");
-    w.value(options.min_healthy);
-    w.key("providers");
-    w.begin_array();
-    for (std::size_t i = 0; i < reports.size(); ++i) {
-      const auto& r = reports[i];
-      w.begin_object();
-      w.key("provider");
-      w.value((*selected)[i]->id);
-      w.key("healthy");
-      w.value(verdicts[i].healthy);
-      w.key("reason");
-      w.value(verdicts[i].reason);
-      w.key("reachable");
-      w.value(r.reachable);
-      w.key("chain_id");
-      if (r.chain_id) w.value(static_cast<std::uint64_t>(*r.chain_id)); else w.null();
-      w.key("height");
-      if (r.height) w.value(static_cast<std::uint64_t>(*r.height)); else w.null();
-      w.key("lag");
-      w.value(static_cast<std::uint64_t>(verdicts[i].lag));
-      optional_bool(w, "syncing", r.syncing);
-      optional_bool(w, "archival", r.archival);
-      optional_bool(w, "batch", r.batch);
-      w.key("client_version");
-      w.value(r.client_version);
-      w.key("latency_ms");
-      w.value(r.latency_ms);
-      w.end_object();
-    }
-    w.end_array();
+    w.value(findings.verdicts[i].healthy);
+    w.key("reason");
+    w.value(findings.verdicts[i].reason);
+    w.key("reachable");
+    w.value(r.reachable);
+    w.key("chain_id");
+    if (r.chain_id) w.value(static_cast<std::uint64_t>(*r.chain_id)); else w.null();
+    w.key("height");
+    if (r.height) w.value(static_cast<std::uint64_t>(*r.height)); else w.null();
+    w.key("lag");
+    w.value(static_cast<std::uint64_t>(findings.verdicts[i].lag));
+    optional_bool(w, "syncing", r.syncing);
+    optional_bool(w, "archival", r.archival);
+    optional_bool(w, "batch", r.batch);
+    w.key("client_version");
+    w.value(r.client_version);
+    w.key("latency_ms");
+    w.value(r.latency_ms);
     w.end_object();
-    write_stdout(w.take() + "\n");
-    return code;
   }
+  w.end_array();
+  w.end_object();
+  write_stdout(w.take() + "\n");
+}
 
+void print_table(const Findings& findings, int min_healthy) {
   Table t({"PROVIDER", "STATUS", "CHAIN ID", "HEIGHT", "LAG", "SYNCING", "ARCHIVE", "BATCH", "LATENCY", "CLIENT", "REASON"});
-  for (std::size_t i = 0; i < reports.size(); ++i) {
-    const auto& r = reports[i];
-    const auto& v = verdicts[i];
-    t.add({(*selected)[i]->id, v.healthy ? paint(stdout, "healthy", "32") : paint(stdout, "unhealthy", "31"),
+  for (std::size_t i = 0; i < findings.reports.size(); ++i) {
+    const auto& r = findings.reports[i];
+    const auto& v = findings.verdicts[i];
+    t.add({findings.providers[i]->id, v.healthy ? paint(stdout, "healthy", "32") : paint(stdout, "unhealthy", "31"),
            r.chain_id ? std::to_string(*r.chain_id) : "-", r.height ? std::to_string(*r.height) : "-",
            r.height ? std::to_string(v.lag) : "-", yes_no(r.syncing), yes_no(r.archival), yes_no(r.batch),
            r.reachable ? format_ms(r.latency_ms) : "-", r.client_version.empty() ? "-" : r.client_version, v.reason});
   }
   write_stdout(t.render());
-  fmt::print("{} of {} provider(s) healthy on {} (need {})\n", healthy, reports.size(), (*chain)->name,
-             options.min_healthy);
-  return code;
+  fmt::print("{} of {} provider(s) healthy on {} (need {})\n", findings.healthy, findings.reports.size(), findings.chain.name,
+             min_healthy);
+}
+
+}  // namespace
+
+int run_probe(const ProbeOptions& options) {
+  Setup setup;
+  if (!setup.select(options.profile, options.chain)) return code_of(ExitCode::usage);
+  auto selected = select_providers(*setup.chain, options.providers);
+  if (!selected) return usage_error(selected.error().message);
+  std::optional<std::int64_t> timeout;
+  if (!options.timeout.empty()) {
+    timeout = parse_duration_ms(options.timeout);
+    if (!timeout || *timeout <= 0) {
+      return usage_error(fmt::format("bad --timeout '{}' (use e.g. 2500ms or 5s)", options.timeout));
+    }
+  }
+  if (!setup.open_state(resolve_state_path(options.state, options.no_state))) return code_of(ExitCode::usage);
+  const auto reports = probe_all(setup, *selected, timeout);
+  setup.save_state();
+
+  const auto verdicts = assess_probes(*setup.chain, reports);
+  int healthy = 0;
+  for (const auto& v : verdicts) healthy += v.healthy ? 1 : 0;
+  const Findings findings{*setup.chain, *selected, reports, verdicts, healthy};
+  if (options.json) {
+    print_json(findings, options.min_healthy);
+  } else {
+    print_table(findings, options.min_healthy);
+  }
+  return healthy >= options.min_healthy ? 0 : 3;
 }
 
 }  // namespace rpcroute::cli

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "output.hpp"
+#include "setup.hpp"
 #include "rpcroute/config.hpp"
 #include "rpcroute/json.hpp"
 
@@ -186,20 +187,14 @@ int run_profiles(const ProfilesOptions& options) {
   }
   if (options.action == "validate") {
     auto p = load_profile_file(options.target);
-    if (!p) {
-      print_error(p.error().message);
-      return 2;
-    }
+    if (!p) return usage_error(p.error().message);
     std::size_t providers = 0;
     for (const auto& c : p->chains) providers += c.providers.size();
     fmt::print("{}: ok ({} chain(s), {} provider(s))\n", options.target, p->chains.size(), providers);
     return 0;
   }
   auto p = find_profile(options.target);
-  if (!p) {
-    print_error(p.error().message);
-    return 2;
-  }
+  if (!p) return usage_error(p.error().message);
   if (options.json) {
     write_profile_json(*p);
   } else {

@@ -4,7 +4,9 @@
 
 #include <fmt/format.h>
 
+#include "options.hpp"
 #include "output.hpp"
+#include "setup.hpp"
 #include "rpcroute/json.hpp"
 #include "rpcroute/plan_report.hpp"
 #include "rpcroute/router.hpp"
@@ -61,47 +63,32 @@ std::string tier_text(const Candidate& c, std::int64_t now) {
 }  // namespace
 
 int run_rank(const RankOptions& options) {
-  auto profile = load_selected_profile(options.profile);
-  if (!profile) {
-    print_error(profile.error().message);
-    return 2;
-  }
-  auto chain = select_chain(*profile, options.chain);
-  if (!chain) {
-    print_error(chain.error().message);
-    return 2;
-  }
+  Setup setup;
+  if (!setup.select(options.profile, options.chain)) return code_of(ExitCode::usage);
+  const Chain& chain = *setup.chain;
   RouteOptions route;
   route.with_stats = true;
   if (auto s = strategy_flag(options.strategy); !s) {
-    print_error(s.error().message);
-    return 2;
+    return usage_error(s.error().message);
   } else {
     route.strategy = *s;
   }
-  SystemClock clock;
-  Random rng;
-  StateStore store(resolve_state_path(options.state, options.no_state), clock,
-                   [](const std::string& m) { print_warning(m); });
-  if (auto loaded = store.load(); !loaded) {
-    print_error(loaded.error().message);
-    return 2;
-  }
-  asio::io_context io;
-  Engine engine(io);
-  Router router(*profile, engine, store, clock, rng);
+  if (!setup.open_state(resolve_state_path(options.state, options.no_state))) return code_of(ExitCode::usage);
+  // The router plans without sending anything; the loop is there only for its Engine.
+  EventLoop loop;
+  Router router(setup.profile, loop.engine(), *setup.store, setup.clock, setup.rng);
   const auto params = params_json(options.params);
-  const Plan plan = router.plan(**chain, options.method, params, route);
-  const auto now = clock.now_ms();
+  const Plan plan = router.plan(chain, options.method, params, route);
+  const auto now = setup.clock.now_ms();
 
   if (options.json) {
     json::Writer w;
-    write_plan_json(w, *profile, **chain, options.method, plan, now, options.explain);
+    write_plan_json(w, setup.profile, chain, options.method, plan, now, options.explain);
     write_stdout(w.take() + "\n");
     return 0;
   }
 
-  fmt::print("{} on {} ({}), strategy {}\n", options.method, (*chain)->name, (*chain)->chain_id,
+  fmt::print("{} on {} ({}), strategy {}\n", options.method, chain.name, chain.chain_id,
              strategy_name(plan.strategy));
   Table t({"#", "PROVIDER", "TIER", "BREAKER", metric_header(plan.strategy), "P(FIRST)", "SAMPLES", "P50", "SUCCESS"});
   for (std::size_t i = 0; i < plan.candidates.size(); ++i) {

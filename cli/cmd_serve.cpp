@@ -12,7 +12,9 @@
 
 #include <fmt/format.h>
 
+#include "options.hpp"
 #include "output.hpp"
+#include "setup.hpp"
 #include "server.hpp"
 
 namespace rpcroute::cli {
@@ -54,49 +56,47 @@ void setup_serve(CLI::App& app, int& exit_code) {
   sub->callback([opts, &exit_code] { exit_code = run_serve(*opts); });
 }
 
-int run_serve(const ServeOptions& options) {
-  sidecar::ServerConfig config;
-  auto colon = options.listen.rfind(':');
+namespace {
+
+/// --listen HOST:PORT ([::1]:PORT for IPv6) into the config; an error is printed.
+bool parse_listen(const std::string& listen, sidecar::ServerConfig& config) {
+  auto colon = listen.rfind(':');
   if (colon == std::string::npos) {
-    print_error(fmt::format("bad --listen '{}' (use HOST:PORT)", options.listen));
-    return 2;
+    print_error(fmt::format("bad --listen '{}' (use HOST:PORT)", listen));
+    return false;
   }
-  config.host = options.listen.substr(0, colon);
+  config.host = listen.substr(0, colon);
   if (config.host.size() > 2 && config.host.front() == '[' && config.host.back() == ']') {
     config.host = config.host.substr(1, config.host.size() - 2);
   }
   try {
-    auto port = std::stoul(options.listen.substr(colon + 1));
+    auto port = std::stoul(listen.substr(colon + 1));
     if (port > 65535) throw std::out_of_range("port");
     config.port = static_cast<std::uint16_t>(port);
   } catch (const std::exception&) {
-    print_error(fmt::format("bad port in --listen '{}'", options.listen));
-    return 2;
+    print_error(fmt::format("bad port in --listen '{}'", listen));
+    return false;
   }
-  config.allow_remote = options.allow_remote;
-  config.token = options.token;
-  if (config.token.empty()) {
-    if (const char* t = std::getenv("RPCROUTE_TOKEN"); t != nullptr) config.token = t;
-  }
-  config.allow_origins = options.allow_origins;
+  return true;
+}
+
+/// The limits and timeouts; an error is printed.
+bool parse_limits(const ServeOptions& options, sidecar::ServerConfig& config) {
   config.max_body = options.max_body;
   config.max_batch = options.max_batch;
   for (auto [value, name] : {std::pair{options.max_batch, "--max-batch"}, std::pair{options.max_connections, "--max-connections"},
                              std::pair{options.max_inflight_mb, "--max-inflight-mb"}}) {
     if (value == 0) {
       print_error(fmt::format("bad {} 0 (must be at least 1)", name));
-      return 2;
+      return false;
     }
   }
   if (options.max_inflight_mb > (SIZE_MAX >> 21)) {
     print_error(fmt::format("bad --max-inflight-mb {} (too large)", options.max_inflight_mb));
-    return 2;
+    return false;
   }
   config.max_connections = options.max_connections;
   config.max_inflight_bytes = options.max_inflight_mb << 20;
-  config.verbose = options.verbose;
-  config.json_logs = options.log_format == "json";
-  config.background_probes = !options.no_probe;
   // A grace of 0 stops at once; a zero read or idle timeout would close every connection unread.
   for (auto [text, target, name, min_ms] :
        {std::tuple{&options.grace, &config.grace_ms, "--grace", 0},
@@ -105,64 +105,85 @@ int run_serve(const ServeOptions& options) {
     auto ms = parse_duration_ms(*text);
     if (!ms || *ms < min_ms) {
       print_error(fmt::format("bad {} '{}' (use e.g. 10s or 2500ms{})", name, *text, min_ms > 0 ? ", more than 0" : ""));
-      return 2;
+      return false;
     }
     *target = *ms;
   }
+  return true;
+}
+
+/// The sidecar's configuration from the options; an error is printed.
+std::optional<sidecar::ServerConfig> server_config(const ServeOptions& options) {
+  sidecar::ServerConfig config;
+  if (!parse_listen(options.listen, config)) return std::nullopt;
+  config.allow_remote = options.allow_remote;
+  config.token = options.token;
+  if (config.token.empty()) {
+    if (const char* t = std::getenv("RPCROUTE_TOKEN"); t != nullptr) config.token = t;
+  }
+  config.allow_origins = options.allow_origins;
+  if (!parse_limits(options, config)) return std::nullopt;
+  config.verbose = options.verbose;
+  config.json_logs = options.log_format == "json";
+  config.background_probes = !options.no_probe;
   if (auto s = strategy_flag(options.strategy); !s) {
     print_error(s.error().message);
-    return 2;
+    return std::nullopt;
   } else {
     config.strategy = *s;
   }
+  return config;
+}
 
+/// Each --profile (none: the default one), each name once; an error is printed.
+std::optional<std::vector<Profile>> load_profiles(const std::vector<std::string>& names) {
   std::vector<Profile> profiles;
-  auto names = options.profiles.empty() ? std::vector<std::string>{""} : options.profiles;
   for (const auto& name : names) {
-    auto p = load_selected_profile(name);
-    if (!p) {
-      print_error(p.error().message);
-      return 2;
-    }
+    auto p = load_profile_flag(name);
+    if (!p) return std::nullopt;
     for (const auto& q : profiles) {
       if (q.name == p->name) {
         print_error(fmt::format("profile '{}' given twice", p->name));
-        return 2;
+        return std::nullopt;
       }
     }
     profiles.push_back(std::move(*p));
   }
+  return profiles;
+}
 
-  SystemClock clock;
-  StateStore store(resolve_state_path(options.state, options.no_state), clock,
-                   [](const std::string& m) { print_warning(m); });
-  if (auto loaded = store.load(); !loaded) {
-    print_error(loaded.error().message);
-    return 2;
-  }
+void write_port_file(const std::string& path, std::uint16_t port) {
+  auto tmp = path + ".tmp";
+  std::ofstream(tmp) << port << "\n";
+  std::rename(tmp.c_str(), path.c_str());
+}
+
+}  // namespace
+
+int run_serve(const ServeOptions& options) {
+  auto config = server_config(options);
+  if (!config) return code_of(ExitCode::usage);
+  const auto names = options.profiles.empty() ? std::vector<std::string>{""} : options.profiles;
+  auto profiles = load_profiles(names);
+  if (!profiles) return code_of(ExitCode::usage);
+  Setup setup;
+  if (!setup.open_state(resolve_state_path(options.state, options.no_state))) return code_of(ExitCode::usage);
+  StateStore& store = *setup.store;
 
   // Answers up to a few MiB (200 KB eth_getLogs) come from the heap and are reused: with glibc's
   // default sliding threshold each one could be a fresh mmap, ~50 page faults per 200 KB. Larger
   // ones are still mapped (and unmapped when freed); the heap is trimmed when the sidecar is idle.
   mallopt(M_MMAP_THRESHOLD, 4 << 20);
   mallopt(M_TRIM_THRESHOLD, 16 << 20);
-  // One thread does everything (accept, parse, route, curl's callbacks, timers, signals): no locks
-  // in the scheduler or the reactor. Nothing here resolves names through Asio (curl does its own).
-  asio::io_context io(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE);
-  Engine engine(io);
-  sidecar::Server server(io, config, std::move(profiles), engine, store, clock);
+  // Nothing here resolves names through Asio (curl does its own): the loop's one thread is enough.
+  EventLoop loop;
+  asio::io_context& io = loop.io();
+  sidecar::Server server(io, *config, std::move(*profiles), loop.engine(), store, setup.clock);
   auto port = server.listen();
-  if (!port) {
-    print_error(port.error().message);
-    return 2;
-  }
-  if (!options.port_file.empty()) {
-    auto tmp = options.port_file + ".tmp";
-    std::ofstream(tmp) << *port << "\n";
-    std::rename(tmp.c_str(), options.port_file.c_str());
-  }
+  if (!port) return usage_error(port.error().message);
+  if (!options.port_file.empty()) write_port_file(options.port_file, *port);
   fmt::print(stderr, "rpcroute: serving on http://{}:{}/rpc/<chain> (profile {}; state {})\n",
-             config.host.find(':') != std::string::npos ? "[" + config.host + "]" : config.host, *port,
+             config->host.find(':') != std::string::npos ? "[" + config->host + "]" : config->host, *port,
              names.front().empty() ? std::string(kDefaultProfile) : names.front(),
              store.path() ? store.path()->string() : "in memory");
 
@@ -181,25 +202,12 @@ int run_serve(const ServeOptions& options) {
     save_signals.async_wait(on_save_signal);
   };
   save_signals.async_wait(on_save_signal);
-  std::exception_ptr failure;
-  bool finished = false;
-  asio::co_spawn(io, server.run(), [&](std::exception_ptr e) {
-    failure = e;
-    finished = true;
+  // Background loops and timers end with the context.
+  const auto ran = loop.run(server.run(), EventLoop::Until::done, [&] {
     signals.cancel();
     save_signals.cancel();
-    io.stop();  // background loops and timers end with the context
   });
-  io.run();
-  if (failure) {
-    try {
-      std::rethrow_exception(failure);
-    } catch (const std::exception& e) {
-      print_error(fmt::format("internal error: {}", e.what()));
-    }
-    return 4;
-  }
-  (void)finished;
+  if (!ran) return internal_error(ran.error());
   fmt::print(stderr, "rpcroute: stopped\n");
   return 0;
 }

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "output.hpp"
+#include "setup.hpp"
 #include "rpcroute/metrics.hpp"
 #include "rpcroute/state.hpp"
 
@@ -34,22 +35,18 @@ int run_state(const StateOptions& options) {
     write_stdout(path.string() + "\n");
     return 0;
   }
-  SystemClock clock;
-  StateStore store(path, clock, [](const std::string& m) { print_warning(m); });
+  Setup setup;
   if (options.action == "reset") {
-    if (auto r = store.reset(); !r) {
+    if (auto r = setup.new_store(path).reset(); !r) {
       print_error(r.error().message);
       return static_cast<int>(r.error().exit);
     }
     fmt::print("state reset: {}\n", path.string());
     return 0;
   }
-  if (auto loaded = store.load(); !loaded) {
-    print_error(loaded.error().message);
-    return 2;
-  }
-  const auto now = clock.now_ms();
-  const auto& state = store.state();
+  if (!setup.open_state(path)) return code_of(ExitCode::usage);
+  const auto now = setup.clock.now_ms();
+  const auto& state = setup.store->state();
   if (options.json) {
     write_stdout(serialize_state(state, now));
     return 0;

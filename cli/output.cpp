@@ -5,17 +5,11 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
-#include <simdjson.h>
-
-#include "rpcroute/json.hpp"
-#include "rpcroute/state.hpp"
 
 namespace rpcroute::cli {
 
@@ -97,90 +91,6 @@ std::string relative_time(std::int64_t t_ms, std::int64_t now_ms) {
   return d >= 0 ? "in " + span : span + " ago";
 }
 
-Result<Profile> load_selected_profile(const std::string& flag) {
-  std::string name = flag;
-  if (name.empty()) {
-    const char* env = std::getenv("RPCROUTE_PROFILE");
-    name = env != nullptr && env[0] != '\0' ? env : std::string(kDefaultProfile);
-  }
-  return find_profile(name);
-}
-
-Result<const Chain*> select_chain(const Profile& profile, const std::string& flag) {
-  const Chain* chain = flag.empty() ? &profile.chains.front() : profile.find_chain(flag);
-  if (chain != nullptr) return chain;
-  std::string names;
-  for (const auto& c : profile.chains) names += fmt::format("{}{} ({})", names.empty() ? "" : ", ", c.name, c.chain_id);
-  return fail(fmt::format("unknown chain '{}' in profile '{}' (chains: {})", flag, profile.name, names));
-}
-
-Result<std::vector<const Provider*>> select_providers(const Chain& chain, const std::string& list) {
-  std::vector<const Provider*> out;
-  if (list.empty()) {
-    for (const auto& p : chain.providers) out.push_back(&p);
-    return out;
-  }
-  std::string_view rest = list;
-  while (!rest.empty()) {
-    auto comma = rest.find(',');
-    auto id = rest.substr(0, comma);
-    if (!id.empty()) {
-      const Provider* p = chain.find_provider(id);
-      if (p == nullptr) {
-        std::string ids;
-        for (const auto& q : chain.providers) ids += fmt::format("{}{}", ids.empty() ? "" : ", ", q.id);
-        return fail(fmt::format("unknown provider '{}' on chain {} (providers: {})", id, chain.name, ids));
-      }
-      if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
-    }
-    if (comma == std::string_view::npos) break;
-    rest.remove_prefix(comma + 1);
-  }
-  if (out.empty()) return fail("no provider selected");
-  return out;
-}
-
-Result<std::optional<Strategy>> strategy_flag(const std::string& flag) {
-  if (flag.empty()) return std::optional<Strategy>();
-  if (auto s = parse_strategy(flag)) return std::optional<Strategy>(*s);
-  return fail(fmt::format("unknown strategy '{}' (expected one of: load_balanced, round_robin, random, weighted, "
-                          "priority, fastest, latency_weighted)",
-                          flag));
-}
-
-std::optional<std::filesystem::path> resolve_state_path(const std::string& flag, bool no_state) {
-  if (no_state) return std::nullopt;
-  if (!flag.empty()) return std::filesystem::path(flag);
-  return default_state_path();
-}
-
-std::optional<std::int64_t> parse_duration_ms(std::string_view text) {
-  double v = 0;
-  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || v < 0) return std::nullopt;
-  std::string_view unit(p, static_cast<std::size_t>(text.data() + text.size() - p));
-  double scale = 0;
-  if (unit.empty() || unit == "ms") scale = 1;
-  else if (unit == "s") scale = 1000;
-  else if (unit == "m") scale = 60'000;
-  else return std::nullopt;
-  // "inf", "nan" and 1e300 parse as doubles: converting them to an integer is undefined.
-  const double ms = v * scale;
-  if (!(ms <= static_cast<double>(kMaxDurationMs))) return std::nullopt;
-  return static_cast<std::int64_t>(ms);
-}
-
-CLI::Validator whole_number(std::int64_t min, std::int64_t max) {
-  auto check = [min, max](std::string& input) -> std::string {
-    std::int64_t v = 0;
-    const char* end = input.data() + input.size();
-    auto [p, ec] = std::from_chars(input.data(), end, v);
-    if (!input.empty() && ec == std::errc() && p == end && v >= min && v <= max) return {};
-    return fmt::format("{} is not a whole number from {} to {}", input, min, max);
-  };
-  return CLI::Validator(check, fmt::format("INT in [{} - {}]", min, max));
-}
-
 namespace {
 
 int stdout_errno = 0;                // the first failed write's errno
@@ -223,22 +133,5 @@ bool finish_stdout(int failed_errno) {
 }
 
 int finish_output(int code, int failed_errno) { return finish_stdout(failed_errno) || code != 0 ? code : 4; }
-
-std::string params_json(const std::vector<std::string>& words) {
-  simdjson::dom::parser parser;
-  std::string params = "[";
-  for (std::size_t i = 0; i < words.size(); ++i) {
-    if (i > 0) params += ',';
-    simdjson::dom::element e;
-    const auto& text = words[i];
-    if (!text.empty() && parser.parse(text).get(e) == simdjson::SUCCESS) {
-      params += text;
-    } else {
-      params += json::quote(text);
-    }
-  }
-  params += ']';
-  return params;
-}
 
 }  // namespace rpcroute::cli

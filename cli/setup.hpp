@@ -1,0 +1,125 @@
+#pragma once
+// What every subcommand does before and after its own work, in one place: the profile and chain,
+// the state store, the event loop with its HTTP client, and how failures become exit codes.
+#include <exception>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <tl/expected.hpp>
+
+#include "rpcroute/asio_compat.hpp"
+#include "rpcroute/clock.hpp"
+#include "rpcroute/config.hpp"
+#include "rpcroute/error.hpp"
+#include "rpcroute/state.hpp"
+#include "rpcroute/transport.hpp"
+
+namespace rpcroute::cli {
+
+[[nodiscard]] constexpr int code_of(ExitCode code) { return static_cast<int>(code); }
+
+/// Prints "rpcroute: error: MESSAGE" and gives the usage exit code: `return usage_error(...)`.
+[[nodiscard]] int usage_error(std::string_view message);
+/// Prints "rpcroute: error: internal error: ..." for an exception that escaped a command's work
+/// and gives the internal exit code (4). An exception that is not a std::exception goes on.
+[[nodiscard]] int internal_error(std::exception_ptr failure);
+
+/// --profile value, else $RPCROUTE_PROFILE, else the embedded default.
+[[nodiscard]] Result<Profile> load_selected_profile(const std::string& flag);
+/// The same, with the error printed.
+[[nodiscard]] std::optional<Profile> load_profile_flag(const std::string& flag);
+
+/// --chain value (name or id), else the profile's first chain; the error lists the chains.
+[[nodiscard]] Result<const Chain*> select_chain(const Profile& profile, const std::string& flag);
+/// "a,b" → those providers (unknown ids are an error listing the valid ones); empty → all.
+[[nodiscard]] Result<std::vector<const Provider*>> select_providers(const Chain& chain, const std::string& list);
+
+/// --state / --no-state / $RPCROUTE_STATE / XDG rules.
+[[nodiscard]] std::optional<std::filesystem::path> resolve_state_path(const std::string& flag, bool no_state);
+
+/// A command's profile, chain, clock, random source and state store. Built in place (the store
+/// keeps a reference to the clock), then filled by the steps the command needs; each step prints
+/// its own error, so a command only returns the exit code:
+///
+///   Setup setup;
+///   if (!setup.select(options.profile, options.chain)) return code_of(ExitCode::usage);
+///   if (!setup.open_state(resolve_state_path(options.state, options.no_state))) return ...;
+class Setup {
+ public:
+  Setup() = default;
+  Setup(const Setup&) = delete;
+  Setup& operator=(const Setup&) = delete;
+
+  /// Loads the profile (load_profile_flag) and picks the chain: --chain (name or id), else the
+  /// profile's first. False: the error is printed (exit 2).
+  [[nodiscard]] bool select(const std::string& profile_flag, const std::string& chain_flag);
+
+  /// A state store at `path` (nullopt: memory only), not loaded; warnings go to stderr.
+  StateStore& new_store(std::optional<std::filesystem::path> path);
+  /// new_store() and load it. False: the file was refused, the error is printed (exit 2).
+  [[nodiscard]] bool open_state(std::optional<std::filesystem::path> path);
+  /// Saves the state; a failure is a warning, not an error (what was answered stays answered).
+  void save_state();
+  /// The command's exit code once its answer is out: stdout is finished and let go first, so a slow
+  /// or stuck state lock never holds up the answer, then the state is saved. Lost output turns a
+  /// success into exit 4.
+  [[nodiscard]] int finish(int code);
+
+  Profile profile;
+  const Chain* chain = nullptr;  // into profile
+  SystemClock clock;
+  Random rng;
+  std::optional<StateStore> store;
+};
+
+/// A command's event loop and its HTTP client. One thread does everything (curl's callbacks,
+/// timers, signals), so the loop is told so: no locks in its scheduler or reactor.
+class EventLoop {
+ public:
+  EventLoop() : io_(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE), engine_(io_) {}
+  EventLoop(const EventLoop&) = delete;
+  EventLoop& operator=(const EventLoop&) = delete;
+
+  [[nodiscard]] asio::io_context& io() { return io_; }
+  [[nodiscard]] Engine& engine() { return engine_; }
+
+  /// When run() returns. `idle`: once nothing is left to do, so that work the command started and
+  /// did not wait for (a broadcast's other sends) is still recorded. `done`: as soon as the work is
+  /// done; idle keep-alive connections and background loops end with it.
+  enum class Until { idle, done };
+
+  /// What run() gives: the work's value, or the exception that escaped it (an internal error: see
+  /// internal_error()).
+  template <class T>
+  using Completion = tl::expected<T, std::exception_ptr>;
+
+  /// Runs `work` on the loop until `until`.
+  template <class T>
+  [[nodiscard]] Completion<T> run(asio::awaitable<T> work, Until until) {
+    Completion<T> out;
+    asio::co_spawn(io_, std::move(work), [&](std::exception_ptr e, T v) {
+      if (e) {
+        out = tl::unexpected(e);
+      } else {
+        out = std::move(v);
+      }
+      if (until == Until::done) io_.stop();
+    });
+    io_.run();
+    return out;
+  }
+  /// The same for work without a value; `on_done` is called when it ends.
+  [[nodiscard]] Completion<void> run(asio::awaitable<void> work, Until until, const std::function<void()>& on_done = {});
+
+ private:
+  // The Engine (curl's multi handle) goes before the io_context it is registered with.
+  asio::io_context io_;
+  Engine engine_;
+};
+
+}  // namespace rpcroute::cli
