@@ -37,6 +37,72 @@ void setup_profiles(CLI::App& app, int& exit_code) {
 
 namespace {
 
+/// A provider with its secrets redacted: no key in the URL, header values as ***.
+void write_provider_json(json::Writer& w, const Profile& p, const Provider& pr) {
+  w.begin_object();
+  w.key("id");
+  w.value(pr.id);
+  w.key("url");
+  w.value(p.scrub(redact_url(pr.url)));
+  if (!pr.ws_url.empty()) {
+    w.key("ws_url");
+    w.value(p.scrub(redact_url(pr.ws_url)));
+  }
+  w.key("headers");
+  w.begin_object();
+  for (const auto& h : pr.headers) {
+    w.key(h.name);
+    w.value("***");
+  }
+  w.end_object();
+  w.key("priority");
+  w.value(pr.priority);
+  w.key("weight");
+  w.value(pr.weight);
+  w.key("archival");
+  if (pr.archival) w.value(*pr.archival); else w.null();
+  w.key("timeout_ms");
+  w.value(pr.timeout_ms);
+  if (pr.rate_limit) {
+    w.key("rate_limit");
+    w.begin_object();
+    w.key("rps");
+    w.value(pr.rate_limit->rps);
+    w.key("burst");
+    w.value(pr.rate_limit->burst);
+    w.end_object();
+  }
+  w.end_object();
+}
+
+void write_overrides_json(json::Writer& w, const Profile& p) {
+  w.begin_object();
+  for (const auto& o : p.routing.method_overrides) {
+    w.key(o.pattern);
+    w.begin_object();
+    if (o.policy.strategy) {
+      w.key("strategy");
+      w.value(strategy_name(*o.policy.strategy));
+    }
+    if (!o.policy.providers.empty()) {
+      w.key("providers");
+      w.begin_array();
+      for (const auto& id : o.policy.providers) w.value(id);
+      w.end_array();
+    }
+    if (o.policy.timeout_ms) {
+      w.key("timeout_ms");
+      w.value(*o.policy.timeout_ms);
+    }
+    if (o.policy.broadcast) {
+      w.key("broadcast");
+      w.value(true);
+    }
+    w.end_object();
+  }
+  w.end_object();
+}
+
 void write_profile_json(const Profile& p) {
   json::Writer w;
   w.begin_object();
@@ -66,72 +132,13 @@ void write_profile_json(const Profile& p) {
     w.value(static_cast<std::uint64_t>(c.max_lag_blocks));
     w.key("providers");
     w.begin_array();
-    for (const auto& pr : c.providers) {
-      w.begin_object();
-      w.key("id");
-      w.value(pr.id);
-      w.key("url");
-      w.value(p.scrub(redact_url(pr.url)));
-      if (!pr.ws_url.empty()) {
-        w.key("ws_url");
-        w.value(p.scrub(redact_url(pr.ws_url)));
-      }
-      w.key("headers");
-      w.begin_object();
-      for (const auto& h : pr.headers) {
-        w.key(h.name);
-        w.value("***");
-      }
-      w.end_object();
-      w.key("priority");
-      w.value(pr.priority);
-      w.key("weight");
-      w.value(pr.weight);
-      w.key("archival");
-      if (pr.archival) w.value(*pr.archival); else w.null();
-      w.key("timeout_ms");
-      w.value(pr.timeout_ms);
-      if (pr.rate_limit) {
-        w.key("rate_limit");
-        w.begin_object();
-        w.key("rps");
-        w.value(pr.rate_limit->rps);
-        w.key("burst");
-        w.value(pr.rate_limit->burst);
-        w.end_object();
-      }
-      w.end_object();
-    }
+    for (const auto& pr : c.providers) write_provider_json(w, p, pr);
     w.end_array();
     w.end_object();
   }
   w.end_array();
   w.key("method_overrides");
-  w.begin_object();
-  for (const auto& o : p.routing.method_overrides) {
-    w.key(o.pattern);
-    w.begin_object();
-    if (o.policy.strategy) {
-      w.key("strategy");
-      w.value(strategy_name(*o.policy.strategy));
-    }
-    if (!o.policy.providers.empty()) {
-      w.key("providers");
-      w.begin_array();
-      for (const auto& id : o.policy.providers) w.value(id);
-      w.end_array();
-    }
-    if (o.policy.timeout_ms) {
-      w.key("timeout_ms");
-      w.value(*o.policy.timeout_ms);
-    }
-    if (o.policy.broadcast) {
-      w.key("broadcast");
-      w.value(true);
-    }
-    w.end_object();
-  }
-  w.end_object();
+  write_overrides_json(w, p);
   w.end_object();
   write_stdout(w.take() + "\n");
 }
