@@ -223,3 +223,17 @@ block_number_samples() { # ID
   assert_jq 'all(.methods[].providers[]; .ok > 1 and .requests == .ok)'
   (( t1 - t0 >= 1000 )) || { echo "two methods of 0.5 s took $((t1 - t0)) ms" >&2; false; }
 }
+
+@test "table output: the errors section lists each message once per provider, with its methods" {
+  start_fake up
+  dead_port gone
+  write_profile "$P" up gone
+  run --separate-stderr rpcroute bench --profile "$P" --requests 2 --methods eth_blockNumber,eth_gasPrice --no-record
+  assert_status 0
+  grep -Eq '^gone +0 +2 provider_failure ' <<<"$output" || { _dump_run; false; }
+  [[ $output == *$'\nerrors\n'* ]] || { _dump_run; false; }
+  # The same refusal on both methods: one line, counted over both, "every method".
+  assert_equal "$(grep -c '^  gone: ' <<<"$output")" 1 "error lines of gone"
+  grep -Eq '^  gone: .* ×4 \(every method\)$' <<<"$output" || { _dump_run; false; }
+  [[ $output != *"  up: "* ]] || { _dump_run; false; }
+}
