@@ -3,7 +3,7 @@
 // did. `rpcroute bench` renders the results; the sidecar or a test can run it the same way.
 //
 //   bench::Plan plan{.profile = &profile, .chain = &chain, .providers = {...}, .methods = {...}};
-//   bench::Results r = co_await bench::run(plan, engine, clock, rng, &store);
+//   bench::Results r = co_await bench::run(plan, engine, clock, rng, &store);  // store: any HealthSink
 #include <algorithm>
 #include <array>
 #include <cstddef>
@@ -17,9 +17,9 @@
 #include "rpcroute/asio_compat.hpp"
 #include "rpcroute/clock.hpp"
 #include "rpcroute/config.hpp"
-#include "rpcroute/exchange.hpp"
+#include "rpcroute/health/exchange.hpp"
+#include "rpcroute/health/store.hpp"
 #include "rpcroute/outcome.hpp"
-#include "rpcroute/state.hpp"
 #include "rpcroute/transport.hpp"
 
 namespace rpcroute::bench {
@@ -85,7 +85,7 @@ struct Tally {
   std::vector<double> latencies_ms;                   // answered requests only
   std::vector<std::pair<std::string, int>> messages;  // the first few distinct ones, with counts
   int other_messages = 0;
-  std::int64_t started_us = 0;  // steady_us()
+  std::int64_t started_us = 0;  // Clock::mono_us()
   std::int64_t finished_us = 0;
 
   /// Counts one exchange of one call.
@@ -127,7 +127,7 @@ struct ErrorLine {
 [[nodiscard]] std::vector<ErrorLine> error_lines(const Plan& plan, const Results& results);
 
 /// One phase of a run: the warm-up (`method` empty, `total` the providers), or method `index` of
-/// `count`, `total` requests over all providers, or until `deadline_us` (steady_us(); 0: none).
+/// `count`, `total` requests over all providers, or until `deadline_us` (Clock::mono_us(); 0: none).
 struct Phase {
   std::string_view method;
   std::size_t index = 0;
@@ -150,11 +150,12 @@ class Observer {
 
 /// Runs the plan on the calling coroutine's executor: a warm-up of each provider (the cold first
 /// request, the head for eth_getLogs, the workers' connections opened), then each method in turn
-/// with every provider at once, `plan.workers()` requests in flight per provider. With a store,
+/// with every provider at once, `plan.workers()` requests in flight per provider. With a sink,
 /// every exchange is recorded as the router records its own, and heights are learned from
 /// eth_blockNumber of providers whose warm-up confirmed the chain id. An exception from any request
-/// ends the run with it, once the phase's requests are done.
-[[nodiscard]] asio::awaitable<Results> run(const Plan& plan, Engine& engine, const Clock& clock, Random& rng,
-                                           StateStore* store, Observer* observer = nullptr);
+/// ends the run with it, once the phase's requests are done. Timed runs and requests per second
+/// follow clock.mono_us().
+[[nodiscard]] asio::awaitable<Results> run(const Plan& plan, Transport& transport, const Clock& clock, Random& rng,
+                                           HealthSink* sink, Observer* observer = nullptr);
 
 }  // namespace rpcroute::bench

@@ -37,14 +37,14 @@ class WaitGroup {
 /// Runs one plan on one executor: warm-up, then each method in turn with every provider at once.
 class Runner {
  public:
-  Runner(const Plan& plan, asio::any_io_executor ex, Engine& engine, const Clock& clock, Random& rng,
-         StateStore* store, Observer* observer)
+  Runner(const Plan& plan, asio::any_io_executor ex, Transport& transport, const Clock& clock, Random& rng,
+         HealthSink* sink, Observer* observer)
       : plan_(plan),
         ex_(std::move(ex)),
-        engine_(engine),
+        transport_(transport),
         clock_(clock),
         rng_(rng),
-        store_(store),
+        sink_(sink),
         observer_(observer),
         params_(plan.methods.size(), std::vector<std::string>(plan.providers.size())),
         heights_(plan.providers.size(), 0) {
@@ -57,7 +57,7 @@ class Runner {
     const auto providers = plan_.providers.size();
     Phase warm_up_phase;  // no method: the warm-up
     warm_up_phase.total = providers;
-    warm_up_phase.start_us = steady_us();
+    warm_up_phase.start_us = clock_.mono_us();
     begin(warm_up_phase);
     {
       WaitGroup group(ex_);
@@ -96,7 +96,7 @@ class Runner {
   asio::awaitable<void> measure(std::size_t m) {
     const auto providers = plan_.providers.size();
     for (std::size_t p = 0; p < providers; ++p) params_[m][p] = params_for(plan_.methods[m], results_.warmups[p].head);
-    const auto start = steady_us();
+    const auto start = clock_.mono_us();
     const std::int64_t deadline = plan_.duration_ms ? start + *plan_.duration_ms * 1000 : 0;
     for (auto& t : results_.tallies[m]) t.started_us = start;
     begin(Phase{plan_.methods[m], m, plan_.methods.size(), static_cast<std::size_t>(plan_.requests) * providers, start,
@@ -142,27 +142,27 @@ class Runner {
   /// Not a coroutine of its own: no frame per request beyond send_exchange's.
   [[nodiscard]] asio::awaitable<Exchange> send(std::size_t p, std::span<const UpstreamCall> calls) {
     const Provider& provider = *plan_.providers[p];
-    return send_exchange(engine_, provider, calls, plan_.timeout_for(provider), clock_, *plan_.profile);
+    return send_exchange(transport_, provider, calls, plan_.timeout_for(provider), clock_, *plan_.profile);
   }
 
   asio::awaitable<void> worker(std::size_t m, std::size_t p, std::int64_t deadline_us) {
     Tally& tally = results_.tallies[m][p];
     const std::array<UpstreamCall, 1> calls = {UpstreamCall{plan_.methods[m], params_[m][p]}};
     for (;;) {
-      if (deadline_us > 0 ? steady_us() >= deadline_us : tally.issued >= plan_.requests) break;
+      if (deadline_us > 0 ? clock_.mono_us() >= deadline_us : tally.issued >= plan_.requests) break;
       ++tally.issued;
       Exchange ex = co_await send(p, calls);
       tally.add(ex, *plan_.profile);
-      if (store_ != nullptr) record(p, calls, ex);
+      if (sink_ != nullptr) record(p, calls, ex);
       advance();
     }
-    tally.finished_us = std::max(tally.finished_us, steady_us());
+    tally.finished_us = std::max(tally.finished_us, clock_.mono_us());
   }
 
   /// Records the exchange as the router records its own.
   void record(std::size_t p, std::span<const UpstreamCall> calls, const Exchange& ex) {
     const auto now = clock_.now_ms();
-    record_exchange(*store_, plan_.profile->health, keys_[p], calls, ex, now, rng_.uniform());
+    record_exchange(*sink_, plan_.profile->health, keys_[p], calls, ex, now, rng_.uniform());
     if (calls.front().method == "eth_blockNumber") record_height(p, ex, now);
   }
 
@@ -177,17 +177,17 @@ class Runner {
     if (auto h = jsonrpc::parse_quantity(*reply->result); h && *h > heights_[p]) {
       heights_[p] = *h;
       const auto& health = plan_.profile->health;
-      store_->record(HeightEvent{keys_[p], Height{*h, now}}, health);
-      store_->record(HighWaterEvent{chain_key(plan_.profile->name, *plan_.chain), Height{*h, now}}, health);
+      sink_->record(HeightEvent{keys_[p], Height{*h, now}}, health);
+      sink_->record(HighWaterEvent{chain_key(plan_.profile->name, *plan_.chain), Height{*h, now}}, health);
     }
   }
 
   const Plan& plan_;
   asio::any_io_executor ex_;
-  Engine& engine_;
+  Transport& transport_;
   const Clock& clock_;
   Random& rng_;
-  StateStore* store_;    // null: nothing is recorded
+  HealthSink* sink_;     // null: nothing is recorded
   Observer* observer_;   // may be null
   std::vector<std::string> keys_;
   std::vector<std::vector<std::string>> params_;  // [method][provider]; the calls point into it
@@ -199,9 +199,9 @@ class Runner {
 
 }  // namespace
 
-asio::awaitable<Results> run(const Plan& plan, Engine& engine, const Clock& clock, Random& rng, StateStore* store,
+asio::awaitable<Results> run(const Plan& plan, Transport& transport, const Clock& clock, Random& rng, HealthSink* sink,
                              Observer* observer) {
-  Runner runner(plan, co_await asio::this_coro::executor, engine, clock, rng, store, observer);
+  Runner runner(plan, co_await asio::this_coro::executor, transport, clock, rng, sink, observer);
   co_await runner.run();
   co_return runner.take_results();
 }

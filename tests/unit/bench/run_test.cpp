@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "rpcroute/bench.hpp"
+#include "rpcroute/state.hpp"
 
 using namespace rpcroute;
 using tcp = asio::ip::tcp;
@@ -101,7 +102,7 @@ chains:
 }
 
 /// Runs the plan with the nodes up; gives up after a generous bound.
-bench::Results run_plan(asio::io_context& io, std::vector<Node*> nodes, const bench::Plan& plan, StateStore* store,
+bench::Results run_plan(asio::io_context& io, std::vector<Node*> nodes, const bench::Plan& plan, HealthSink* store,
                         bench::Observer* observer) {
   Engine engine(io);
   FakeClock clock;
