@@ -1,10 +1,10 @@
 #include "bench_report.hpp"
 
+#include <fmt/format.h>
+
 #include <cstdint>
 #include <string_view>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "output.hpp"
 #include "rpcroute/json.hpp"
@@ -24,14 +24,17 @@ std::string errors_cell(const bench::Tally& t) {
   return cell.empty() ? "-" : cell;
 }
 
-std::string per_s_cell(double v) { return v >= 100 ? fmt::format("{:.0f}", v) : fmt::format("{:.1f}", v); }
+std::string per_s_cell(double v) {
+  return v >= 100 ? fmt::format("{:.0f}", v) : fmt::format("{:.1f}", v);
+}
 
 std::string method_heading(const bench::Plan& plan, std::string_view method) {
   if (plan.duration_ms) {
     return fmt::format("{} ({} per provider, concurrency {})", method,
                        format_ms(static_cast<double>(*plan.duration_ms)), plan.concurrency);
   }
-  return fmt::format("{} ({} requests per provider, concurrency {})", method, plan.requests, plan.workers());
+  return fmt::format("{} ({} requests per provider, concurrency {})", method, plan.requests,
+                     plan.workers());
 }
 
 /// Method m's heading, table and rate-limit notes.
@@ -43,11 +46,11 @@ std::string method_text(const bench::Plan& plan, const bench::Results& results, 
     const auto& t = results.tallies[m][p];
     const auto& f = figures[p];
     auto ms = [&](double v) { return f.has_latency ? format_ms(v) : std::string("-"); };
-    table.add({plan.providers[p]->id, std::to_string(t.ok), errors_cell(t), ms(f.p50), ms(f.p90), ms(f.p99),
-               ms(f.min), ms(f.max), per_s_cell(f.per_s)});
+    table.add({plan.providers[p]->id, std::to_string(t.ok), errors_cell(t), ms(f.p50), ms(f.p90),
+               ms(f.p99), ms(f.min), ms(f.max), per_s_cell(f.per_s)});
     if (t.rate_limited > 0) {
-      notes += fmt::format("  {}: rate-limited {} of {} (not counted as latency)\n", plan.providers[p]->id,
-                           t.rate_limited, t.issued);
+      notes += fmt::format("  {}: rate-limited {} of {} (not counted as latency)\n",
+                           plan.providers[p]->id, t.rate_limited, t.issued);
     }
   }
   return "\n" + method_heading(plan, plan.methods[m]) + "\n" + table.render() + notes;
@@ -57,8 +60,8 @@ std::string warmup_text(const bench::Plan& plan, const bench::Results& results) 
   Table warm({"PROVIDER", "LATENCY", "CONNECT", "STATUS"});
   for (std::size_t p = 0; p < plan.providers.size(); ++p) {
     const auto& w = results.warmups[p];
-    warm.add({plan.providers[p]->id, format_ms(w.latency_ms), w.connect_ms > 0 ? format_ms(w.connect_ms) : "-",
-              w.ok ? "ok" : w.message});
+    warm.add({plan.providers[p]->id, format_ms(w.latency_ms),
+              w.connect_ms > 0 ? format_ms(w.connect_ms) : "-", w.ok ? "ok" : w.message});
   }
   return "\nwarm-up (connect), not counted above\n" + warm.render();
 }
@@ -76,7 +79,8 @@ std::string errors_text(const bench::Plan& plan, const bench::Results& results) 
       for (auto m : l.methods) where += fmt::format("{}{}", where.empty() ? " (" : ", ", m);
       where += ")";
     }
-    errors += fmt::format("  {}: {} ×{}{}\n", plan.providers[l.provider]->id, l.message, l.count, where);
+    errors +=
+        fmt::format("  {}: {} ×{}{}\n", plan.providers[l.provider]->id, l.message, l.count, where);
   }
   return errors.empty() ? std::string() : "\nerrors\n" + errors;
 }
@@ -108,7 +112,8 @@ void write_warmups(json::Writer& w, const bench::Plan& plan, const bench::Result
   w.end_array();
 }
 
-void write_tally(json::Writer& w, const std::string& provider, const bench::Tally& t, const bench::Figures& f) {
+void write_tally(json::Writer& w, const std::string& provider, const bench::Tally& t,
+                 const bench::Figures& f) {
   w.begin_object();
   w.key("provider");
   w.value(provider);
@@ -157,7 +162,8 @@ void write_methods(json::Writer& w, const bench::Plan& plan, const bench::Result
     w.value(plan.methods[m]);
     w.key("providers");
     w.begin_array();
-    for (auto p : bench::order_by_p50(figures)) write_tally(w, plan.providers[p]->id, results.tallies[m][p], figures[p]);
+    for (auto p : bench::order_by_p50(figures))
+      write_tally(w, plan.providers[p]->id, results.tallies[m][p], figures[p]);
     w.end_array();
     w.end_object();
   }
@@ -167,15 +173,17 @@ void write_methods(json::Writer& w, const bench::Plan& plan, const bench::Result
 }  // namespace
 
 std::string render_bench_text(const bench::Plan& plan, const bench::Results& results) {
-  std::string out = fmt::format("chain {} ({}), {} provider{}\n", plan.chain->name, plan.chain->chain_id,
-                                plan.providers.size(), plan.providers.size() == 1 ? "" : "s");
+  std::string out =
+      fmt::format("chain {} ({}), {} provider{}\n", plan.chain->name, plan.chain->chain_id,
+                  plan.providers.size(), plan.providers.size() == 1 ? "" : "s");
   for (std::size_t m = 0; m < plan.methods.size(); ++m) out += method_text(plan, results, m);
   out += warmup_text(plan, results);
   out += errors_text(plan, results);
   return out;
 }
 
-std::string render_bench_json(const bench::Plan& plan, const bench::Results& results, bool recorded) {
+std::string render_bench_json(const bench::Plan& plan, const bench::Results& results,
+                              bool recorded) {
   json::Writer w;
   w.begin_object();
   w.key("chain");

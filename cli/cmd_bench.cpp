@@ -1,5 +1,6 @@
 #include "cmd_bench.hpp"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,8 +11,6 @@
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "bench_report.hpp"
 #include "options.hpp"
@@ -72,8 +71,9 @@ class Progress final : public bench::Observer {
   Progress& operator=(const Progress&) = delete;
 
   void begin(const bench::Phase& phase) override {
-    label_ = phase.method.empty() ? std::string("warming up connections")
-                                  : fmt::format("{} ({}/{})", phase.method, phase.index + 1, phase.count);
+    label_ = phase.method.empty()
+                 ? std::string("warming up connections")
+                 : fmt::format("{} ({}/{})", phase.method, phase.index + 1, phase.count);
     total_ = phase.total;
     start_us_ = phase.start_us;
     deadline_us_ = phase.deadline_us;
@@ -145,11 +145,14 @@ bool select_bench_providers(const BenchOptions& options, bench::Plan& plan) {
     const Provider* p = chain.find_provider(id);
     if (p == nullptr) {
       std::string ids;
-      for (const auto& q : chain.providers) ids += fmt::format("{}{}", ids.empty() ? "" : ", ", q.id);
-      print_error(fmt::format("unknown provider '{}' on chain {} (providers: {})", id, chain.name, ids));
+      for (const auto& q : chain.providers)
+        ids += fmt::format("{}{}", ids.empty() ? "" : ", ", q.id);
+      print_error(
+          fmt::format("unknown provider '{}' on chain {} (providers: {})", id, chain.name, ids));
       return false;
     }
-    if (std::find(plan.providers.begin(), plan.providers.end(), p) == plan.providers.end()) plan.providers.push_back(p);
+    if (std::find(plan.providers.begin(), plan.providers.end(), p) == plan.providers.end())
+      plan.providers.push_back(p);
   }
   if (options.providers.empty()) {
     for (const auto& p : chain.providers) plan.providers.push_back(&p);
@@ -168,7 +171,8 @@ bool select_methods(const BenchOptions& options, bench::Plan& plan) {
     return true;
   }
   for (const auto& m : options.methods) {
-    if (!m.empty() && std::find(plan.methods.begin(), plan.methods.end(), m) == plan.methods.end()) {
+    if (!m.empty() &&
+        std::find(plan.methods.begin(), plan.methods.end(), m) == plan.methods.end()) {
       plan.methods.push_back(m);
     }
   }
@@ -190,7 +194,8 @@ std::optional<bench::Plan> plan_of(const BenchOptions& options, const Setup& set
   if (!options.duration.empty()) {
     plan.duration_ms = parse_duration_s(options.duration);
     if (!plan.duration_ms || *plan.duration_ms <= 0) {
-      print_error(fmt::format("bad --duration '{}' (use e.g. 10, 10s or 1500ms)", options.duration));
+      print_error(
+          fmt::format("bad --duration '{}' (use e.g. 10, 10s or 1500ms)", options.duration));
       return std::nullopt;
     }
   }
@@ -209,8 +214,8 @@ void warn_other_chains(const bench::Plan& plan, const bench::Results& results) {
   for (std::size_t p = 0; p < plan.providers.size(); ++p) {
     const auto& w = results.warmups[p];
     if (w.chain_id && *w.chain_id != chain.chain_id) {
-      print_warning(fmt::format("{} answers chain id {}, but chain {} has id {}", plan.providers[p]->id, *w.chain_id,
-                                chain.name, chain.chain_id));
+      print_warning(fmt::format("{} answers chain id {}, but chain {} has id {}",
+                                plan.providers[p]->id, *w.chain_id, chain.name, chain.chain_id));
     }
   }
 }
@@ -234,13 +239,14 @@ int run_bench(const BenchOptions& options) {
     Progress progress;
     EventLoop loop;
     // Until done: the work is over; idle keep-alive connections may still be watched.
-    results = loop.run(bench::run(*plan, loop.engine(), setup.clock, setup.rng, setup.store ? &*setup.store : nullptr,
-                                  &progress),
+    results = loop.run(bench::run(*plan, loop.engine(), setup.clock, setup.rng,
+                                  setup.store ? &*setup.store : nullptr, &progress),
                        EventLoop::Until::done);
   }
   if (!results) return internal_error(results.error());
-  const std::string text = options.json ? render_bench_json(*plan, *results, setup.store.has_value()) + "\n"
-                                        : render_bench_text(*plan, *results);
+  const std::string text = options.json
+                               ? render_bench_json(*plan, *results, setup.store.has_value()) + "\n"
+                               : render_bench_text(*plan, *results);
   warn_other_chains(*plan, *results);
   if (setup.store) setup.save_state();
   write_stdout(text);

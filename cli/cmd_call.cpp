@@ -1,38 +1,48 @@
 #include "cmd_call.hpp"
 
+#include <fmt/format.h>
+#include <simdjson.h>
+
 #include <iostream>
 #include <iterator>
 #include <memory>
 
-#include <fmt/format.h>
-#include <simdjson.h>
-
 #include "options.hpp"
 #include "output.hpp"
-#include "setup.hpp"
 #include "rpcroute/json.hpp"
 #include "rpcroute/router.hpp"
+#include "setup.hpp"
 
 namespace rpcroute::cli {
 
 void setup_call(CLI::App& app, int& exit_code) {
   auto opts = std::make_shared<CallOptions>();
-  auto* sub = app.add_subcommand("call", "Send one JSON-RPC call through the router; the result is printed as JSON");
+  auto* sub = app.add_subcommand(
+      "call", "Send one JSON-RPC call through the router; the result is printed as JSON");
   sub->add_option("method", opts->method, "JSON-RPC method, e.g. eth_blockNumber");
-  sub->add_option("params", opts->params,
-                  "Parameters: each is taken as JSON if it parses, else as a string (latest, 0xabc...)");
-  sub->add_option("--profile,-p", opts->profile, "Profile name or path (default: $RPCROUTE_PROFILE or 'public')");
-  sub->add_option("--chain,-c", opts->chain, "Chain name or decimal chain id (default: the profile's first chain)");
-  sub->add_option("--strategy,-s", opts->strategy,
-                  "load_balanced, round_robin, random, weighted, priority, fastest or latency_weighted");
+  sub->add_option(
+      "params", opts->params,
+      "Parameters: each is taken as JSON if it parses, else as a string (latest, 0xabc...)");
+  sub->add_option("--profile,-p", opts->profile,
+                  "Profile name or path (default: $RPCROUTE_PROFILE or 'public')");
+  sub->add_option("--chain,-c", opts->chain,
+                  "Chain name or decimal chain id (default: the profile's first chain)");
+  sub->add_option(
+      "--strategy,-s", opts->strategy,
+      "load_balanced, round_robin, random, weighted, priority, fastest or latency_weighted");
   sub->add_option("--provider", opts->provider, "Use exactly this provider id (no fallback)");
-  sub->add_option("--timeout,-t", opts->timeout, "Overall deadline: 30s, 2500ms or milliseconds (default: the profile's)");
-  sub->add_option("--max-attempts", opts->max_attempts, "Try at most N providers (1 to 1000)")->check(whole_number(1, 1000));
-  sub->add_option("--state", opts->state, "State file (default: $RPCROUTE_STATE or $XDG_STATE_HOME/rpcroute/state.json)");
+  sub->add_option("--timeout,-t", opts->timeout,
+                  "Overall deadline: 30s, 2500ms or milliseconds (default: the profile's)");
+  sub->add_option("--max-attempts", opts->max_attempts, "Try at most N providers (1 to 1000)")
+      ->check(whole_number(1, 1000));
+  sub->add_option("--state", opts->state,
+                  "State file (default: $RPCROUTE_STATE or $XDG_STATE_HOME/rpcroute/state.json)");
   sub->add_flag("--no-state", opts->no_state, "Neither read nor write the state file");
-  sub->add_flag("--json", opts->json, "Print an envelope with result or error plus routing metadata");
+  sub->add_flag("--json", opts->json,
+                "Print an envelope with result or error plus routing metadata");
   sub->add_flag("-v,--verbose", opts->verbose, "Print routing metadata on stderr");
-  sub->add_flag("--raw", opts->raw, "Read a whole JSON-RPC request or batch from stdin and print the whole response");
+  sub->add_flag("--raw", opts->raw,
+                "Read a whole JSON-RPC request or batch from stdin and print the whole response");
   sub->callback([opts, &exit_code] { exit_code = run_call(*opts); });
 }
 
@@ -41,7 +51,10 @@ namespace {
 void write_meta(json::Writer& w, const CallOutcome& o, const Chain& chain) {
   w.begin_object();
   w.key("provider");
-  if (o.provider.empty()) w.null(); else w.value(o.provider);
+  if (o.provider.empty())
+    w.null();
+  else
+    w.value(o.provider);
   w.key("chain");
   w.value(chain.name);
   w.key("chain_id");
@@ -104,7 +117,8 @@ void write_meta(json::Writer& w, const CallOutcome& o, const Chain& chain) {
 }
 
 std::string attempt_line(const AttemptRecord& a) {
-  std::string line = fmt::format("  {}: {} ({})", a.provider, outcome_name(a.result.outcome), class_name(a.result.cls));
+  std::string line = fmt::format("  {}: {} ({})", a.provider, outcome_name(a.result.outcome),
+                                 class_name(a.result.cls));
   if (a.http_status != 0 && a.http_status != 200) line += fmt::format(" HTTP {}", a.http_status);
   line += fmt::format(" after {}", format_ms(a.latency_ms));
   if (!a.result.message.empty()) line += ": " + a.result.message;
@@ -113,37 +127,43 @@ std::string attempt_line(const AttemptRecord& a) {
 
 void print_verbose(const CallOutcome& o, const Chain& chain) {
   if (o.status == CallOutcome::Status::local) {
-    fmt::print(stderr, "rpcroute: answered locally (chain {} has id {})\n", chain.name, chain.chain_id);
+    fmt::print(stderr, "rpcroute: answered locally (chain {} has id {})\n", chain.name,
+               chain.chain_id);
     return;
   }
-  fmt::print(stderr, "rpcroute: chain={} strategy={} provider={} attempts={} upstream={}\n", chain.name,
-             strategy_name(o.strategy), o.provider.empty() ? "-" : o.provider, o.attempts.size(),
-             format_ms(o.upstream_latency_ms));
+  fmt::print(stderr, "rpcroute: chain={} strategy={} provider={} attempts={} upstream={}\n",
+             chain.name, strategy_name(o.strategy), o.provider.empty() ? "-" : o.provider,
+             o.attempts.size(), format_ms(o.upstream_latency_ms));
   for (const auto& a : o.attempts) fmt::print(stderr, "{}\n", attempt_line(a));
   for (const auto& e : o.excluded) fmt::print(stderr, "  excluded {}: {}\n", e.provider, e.reason);
   if (o.raised_from) {
-    fmt::print(stderr, "  {} answered 0x{:x}, below the high-water mark: raised to {}\n", o.provider, *o.raised_from,
-               o.result);
+    fmt::print(stderr, "  {} answered 0x{:x}, below the high-water mark: raised to {}\n",
+               o.provider, *o.raised_from, o.result);
   }
-  if (o.broadcast) fmt::print(stderr, "  broadcast to every eligible provider; the first success was returned\n");
+  if (o.broadcast)
+    fmt::print(stderr, "  broadcast to every eligible provider; the first success was returned\n");
 }
 
 void print_unavailable(const CallOutcome& o, std::string_view method, const Chain& chain) {
   fmt::print(stderr, "rpcroute: no provider could serve {} on {}", method, chain.name);
   // The router's reason: with no attempt it may be the deadline as well as an empty plan.
-  if (!o.unavailable_reason.empty()) fmt::print(stderr, " ({})", o.unavailable_reason);
-  else if (o.attempts.empty()) fmt::print(stderr, " (no eligible provider)");
+  if (!o.unavailable_reason.empty())
+    fmt::print(stderr, " ({})", o.unavailable_reason);
+  else if (o.attempts.empty())
+    fmt::print(stderr, " (no eligible provider)");
   fmt::print(stderr, "\n");
   for (const auto& a : o.attempts) fmt::print(stderr, "{}\n", attempt_line(a));
   for (const auto& e : o.excluded) fmt::print(stderr, "  excluded {}: {}\n", e.provider, e.reason);
-  if (o.retry_after_ms >= 0) fmt::print(stderr, "  retry after {}\n", format_ms(static_cast<double>(o.retry_after_ms)));
+  if (o.retry_after_ms >= 0)
+    fmt::print(stderr, "  retry after {}\n", format_ms(static_cast<double>(o.retry_after_ms)));
 }
 
 int exit_for(const std::vector<CallOutcome>& outs) {
   int code = 0;
   for (const auto& o : outs) {
     if (o.status == CallOutcome::Status::unavailable) return 3;
-    if (o.status == CallOutcome::Status::rpc_error || o.status == CallOutcome::Status::invalid) code = 1;
+    if (o.status == CallOutcome::Status::rpc_error || o.status == CallOutcome::Status::invalid)
+      code = 1;
   }
   return code;
 }
@@ -193,21 +213,24 @@ std::optional<jsonrpc::Body> read_body(const CallOptions& options) {
   for (std::size_t i = 0; i <= options.params.size(); ++i) {
     const std::string& word = i == 0 ? options.method : options.params[i - 1];
     if (!simdjson::validate_utf8(word.data(), word.size())) {
-      print_error(i == 0 ? std::string("the method is not valid UTF-8") : fmt::format("parameter {} is not valid UTF-8", i));
+      print_error(i == 0 ? std::string("the method is not valid UTF-8")
+                         : fmt::format("parameter {} is not valid UTF-8", i));
       return std::nullopt;
     }
   }
-  auto parsed = jsonrpc::parse_body(jsonrpc::make_call("1", options.method, params_json(options.params)));
+  auto parsed =
+      jsonrpc::parse_body(jsonrpc::make_call("1", options.method, params_json(options.params)));
   if (!parsed || !parsed->calls.front().valid()) {
-    print_error(fmt::format("bad call: {}", parsed ? parsed->calls.front().invalid_reason : parsed.error().message));
+    print_error(fmt::format(
+        "bad call: {}", parsed ? parsed->calls.front().invalid_reason : parsed.error().message));
     return std::nullopt;
   }
   return std::move(*parsed);
 }
 
 /// --raw: the whole response (a batch's answers in one array), or its envelope with --json.
-void print_raw(const CallOptions& options, const jsonrpc::Body& body, const std::vector<CallOutcome>& outs,
-               const Chain& chain) {
+void print_raw(const CallOptions& options, const jsonrpc::Body& body,
+               const std::vector<CallOutcome>& outs, const Chain& chain) {
   std::string text;
   if (body.batch) {
     text = "[";
@@ -239,7 +262,8 @@ void print_raw(const CallOptions& options, const jsonrpc::Body& body, const std:
     for (const auto& o : outs) print_verbose(o, chain);
   }
   for (std::size_t i = 0; i < outs.size(); ++i) {
-    if (outs[i].status == CallOutcome::Status::unavailable) print_unavailable(outs[i], body.calls[i].method, chain);
+    if (outs[i].status == CallOutcome::Status::unavailable)
+      print_unavailable(outs[i], body.calls[i].method, chain);
   }
 }
 
@@ -270,8 +294,8 @@ void print_one(const CallOptions& options, const CallOutcome& o, const Chain& ch
     case CallOutcome::Status::invalid:
       if (!options.json) write_stdout(o.error + "\n");
       // stdout carries the node's error as sent; this line is our report of it.
-      fmt::print(stderr, "rpcroute: {} answered with an error: {}\n", o.provider.empty() ? "the router" : o.provider,
-                 report_text(o.error));
+      fmt::print(stderr, "rpcroute: {} answered with an error: {}\n",
+                 o.provider.empty() ? "the router" : o.provider, report_text(o.error));
       break;
     case CallOutcome::Status::unavailable:
       print_unavailable(o, options.method, chain);
@@ -282,7 +306,8 @@ void print_one(const CallOptions& options, const CallOutcome& o, const Chain& ch
 }  // namespace
 
 int run_call(const CallOptions& options) {
-  if (!options.raw && options.method.empty()) return usage_error("call needs a METHOD (or --raw with a request on stdin)");
+  if (!options.raw && options.method.empty())
+    return usage_error("call needs a METHOD (or --raw with a request on stdin)");
   Setup setup;
   if (!setup.select(options.profile, options.chain)) return code_of(ExitCode::usage);
   const Chain& chain = *setup.chain;
@@ -290,7 +315,8 @@ int run_call(const CallOptions& options) {
   if (!route) return code_of(ExitCode::usage);
   const auto body = read_body(options);
   if (!body) return code_of(ExitCode::usage);
-  if (!setup.open_state(resolve_state_path(options.state, options.no_state))) return code_of(ExitCode::usage);
+  if (!setup.open_state(resolve_state_path(options.state, options.no_state)))
+    return code_of(ExitCode::usage);
 
   EventLoop::Completion<std::vector<CallOutcome>> outs;
   {

@@ -1,7 +1,6 @@
 #pragma once
-#include <string>
-
 #include <CLI/CLI.hpp>
+#include <string>
 
 namespace rpcroute::cli {
 

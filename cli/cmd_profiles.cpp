@@ -1,13 +1,13 @@
 #include "cmd_profiles.hpp"
 
-#include <memory>
-
 #include <fmt/format.h>
 
+#include <memory>
+
 #include "output.hpp"
-#include "setup.hpp"
 #include "rpcroute/config.hpp"
 #include "rpcroute/json.hpp"
+#include "setup.hpp"
 
 namespace rpcroute::cli {
 
@@ -15,7 +15,8 @@ void setup_profiles(CLI::App& app, int& exit_code) {
   auto opts = std::make_shared<ProfilesOptions>();
   auto* sub = app.add_subcommand("profiles", "List, show and validate profiles");
   sub->require_subcommand(1);
-  auto* list = sub->add_subcommand("list", "List the profiles on the search path and the embedded ones");
+  auto* list =
+      sub->add_subcommand("list", "List the profiles on the search path and the embedded ones");
   list->callback([opts, &exit_code] {
     opts->action = "list";
     exit_code = run_profiles(*opts);
@@ -27,7 +28,8 @@ void setup_profiles(CLI::App& app, int& exit_code) {
     opts->action = "show";
     exit_code = run_profiles(*opts);
   });
-  auto* validate = sub->add_subcommand("validate", "Check a profile file; errors name file, line and column");
+  auto* validate =
+      sub->add_subcommand("validate", "Check a profile file; errors name file, line and column");
   validate->add_option("file", opts->target, "Profile file")->required();
   validate->callback([opts, &exit_code] {
     opts->action = "validate";
@@ -60,7 +62,10 @@ void write_provider_json(json::Writer& w, const Profile& p, const Provider& pr) 
   w.key("weight");
   w.value(pr.weight);
   w.key("archival");
-  if (pr.archival) w.value(*pr.archival); else w.null();
+  if (pr.archival)
+    w.value(*pr.archival);
+  else
+    w.null();
   w.key("timeout_ms");
   w.value(pr.timeout_ms);
   if (pr.rate_limit) {
@@ -144,9 +149,11 @@ void write_profile_json(const Profile& p) {
 }
 
 void write_profile_text(const Profile& p) {
-  fmt::print("profile {}{}  ({})\n", p.name, p.title.empty() || p.title == p.name ? "" : " — " + p.title, p.source);
+  fmt::print("profile {}{}  ({})\n", p.name,
+             p.title.empty() || p.title == p.name ? "" : " — " + p.title, p.source);
   if (!p.description.empty()) fmt::print("{}\n", p.description);
-  fmt::print("default strategy: {}; overall timeout: {}\n", strategy_name(p.routing.default_strategy),
+  fmt::print("default strategy: {}; overall timeout: {}\n",
+             strategy_name(p.routing.default_strategy),
              format_ms(static_cast<double>(p.routing.timeout_ms)));
   for (const auto& c : p.chains) {
     fmt::print("\nchain {} (id {}, block time {}, max lag {} blocks)\n", c.name, c.chain_id,
@@ -154,10 +161,11 @@ void write_profile_text(const Profile& p) {
     Table t({"  ID", "URL", "PRIORITY", "WEIGHT", "ARCHIVAL", "TIMEOUT", "HEADERS"});
     for (const auto& pr : c.providers) {
       std::string headers;
-      for (const auto& h : pr.headers) headers += fmt::format("{}{}: ***", headers.empty() ? "" : ", ", h.name);
-      t.add({"  " + pr.id, p.scrub(redact_url(pr.url)), std::to_string(pr.priority), fmt::format("{:g}", pr.weight),
-             pr.archival ? (*pr.archival ? "yes" : "no") : "?", format_ms(static_cast<double>(pr.timeout_ms)),
-             headers.empty() ? "-" : headers});
+      for (const auto& h : pr.headers)
+        headers += fmt::format("{}{}: ***", headers.empty() ? "" : ", ", h.name);
+      t.add({"  " + pr.id, p.scrub(redact_url(pr.url)), std::to_string(pr.priority),
+             fmt::format("{:g}", pr.weight), pr.archival ? (*pr.archival ? "yes" : "no") : "?",
+             format_ms(static_cast<double>(pr.timeout_ms)), headers.empty() ? "-" : headers});
     }
     write_stdout(t.render());
   }
@@ -166,7 +174,8 @@ void write_profile_text(const Profile& p) {
     for (const auto& o : p.routing.method_overrides) {
       std::string what;
       if (o.policy.strategy) what += fmt::format(" strategy={}", strategy_name(*o.policy.strategy));
-      if (!o.policy.providers.empty()) what += fmt::format(" providers={}", fmt::join(o.policy.providers, ","));
+      if (!o.policy.providers.empty())
+        what += fmt::format(" providers={}", fmt::join(o.policy.providers, ","));
       if (o.policy.timeout_ms) what += fmt::format(" timeout={}ms", *o.policy.timeout_ms);
       if (o.policy.broadcast) what += " broadcast";
       fmt::print("  {}:{}\n", o.pattern, what);
@@ -183,7 +192,8 @@ int run_profiles(const ProfilesOptions& options) {
       auto p = find_profile(loc.source == "embedded" ? loc.name : loc.source);
       std::string chains;
       if (p) {
-        for (const auto& c : p->chains) chains += fmt::format("{}{}", chains.empty() ? "" : ",", c.name);
+        for (const auto& c : p->chains)
+          chains += fmt::format("{}{}", chains.empty() ? "" : ",", c.name);
       } else {
         chains = "(invalid: see 'rpcroute profiles validate')";
       }
@@ -197,7 +207,8 @@ int run_profiles(const ProfilesOptions& options) {
     if (!p) return usage_error(p.error().message);
     std::size_t providers = 0;
     for (const auto& c : p->chains) providers += c.providers.size();
-    fmt::print("{}: ok ({} chain(s), {} provider(s))\n", options.target, p->chains.size(), providers);
+    fmt::print("{}: ok ({} chain(s), {} provider(s))\n", options.target, p->chains.size(),
+               providers);
     return 0;
   }
   auto p = find_profile(options.target);

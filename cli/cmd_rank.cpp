@@ -1,32 +1,40 @@
 #include "cmd_rank.hpp"
 
-#include <memory>
-
 #include <fmt/format.h>
+
+#include <memory>
 
 #include "options.hpp"
 #include "output.hpp"
-#include "setup.hpp"
 #include "rpcroute/json.hpp"
 #include "rpcroute/plan_report.hpp"
 #include "rpcroute/router.hpp"
+#include "setup.hpp"
 
 namespace rpcroute::cli {
 
 void setup_rank(CLI::App& app, int& exit_code) {
   auto opts = std::make_shared<RankOptions>();
-  auto* sub = app.add_subcommand("rank", "Show the ordered candidates the router would use now, and why");
-  sub->add_option("--profile,-p", opts->profile, "Profile name or path (default: $RPCROUTE_PROFILE or 'public')");
-  sub->add_option("--chain,-c", opts->chain, "Chain name or decimal chain id (default: the profile's first chain)");
+  auto* sub =
+      app.add_subcommand("rank", "Show the ordered candidates the router would use now, and why");
+  sub->add_option("--profile,-p", opts->profile,
+                  "Profile name or path (default: $RPCROUTE_PROFILE or 'public')");
+  sub->add_option("--chain,-c", opts->chain,
+                  "Chain name or decimal chain id (default: the profile's first chain)");
   sub->add_option("--method,-m", opts->method, "Method to rank for (default eth_blockNumber)");
-  sub->add_option("--strategy,-s", opts->strategy, "Strategy (default: the profile's, with method overrides applied)");
-  sub->add_option("params", opts->params,
-                  "Params of the call to rank for, as for call (e.g. an address and block 0x1: archive and "
-                  "block-range filters depend on them)");
-  sub->add_option("--state", opts->state, "State file (default: $RPCROUTE_STATE or $XDG_STATE_HOME/rpcroute/state.json)");
-  sub->add_flag("--no-state", opts->no_state, "Rank without the state file (no latency data, breakers or heights)");
+  sub->add_option("--strategy,-s", opts->strategy,
+                  "Strategy (default: the profile's, with method overrides applied)");
+  sub->add_option(
+      "params", opts->params,
+      "Params of the call to rank for, as for call (e.g. an address and block 0x1: archive and "
+      "block-range filters depend on them)");
+  sub->add_option("--state", opts->state,
+                  "State file (default: $RPCROUTE_STATE or $XDG_STATE_HOME/rpcroute/state.json)");
+  sub->add_flag("--no-state", opts->no_state,
+                "Rank without the state file (no latency data, breakers or heights)");
   sub->add_flag("--json", opts->json, "Print as JSON");
-  sub->add_flag("--explain", opts->explain, "One plain sentence per provider saying why it is where it is");
+  sub->add_flag("--explain", opts->explain,
+                "One plain sentence per provider saying why it is where it is");
   sub->callback([opts, &exit_code] { exit_code = run_rank(*opts); });
 }
 
@@ -34,29 +42,39 @@ namespace {
 
 std::string metric_header(Strategy s) {
   switch (s) {
-    case Strategy::fastest: return "P50 RANKED";
+    case Strategy::fastest:
+      return "P50 RANKED";
     case Strategy::weighted:
-    case Strategy::latency_weighted: return "WEIGHT";
-    case Strategy::priority: return "PRIORITY";
-    case Strategy::round_robin: return "CURSOR";
-    default: return "METRIC";
+    case Strategy::latency_weighted:
+      return "WEIGHT";
+    case Strategy::priority:
+      return "PRIORITY";
+    case Strategy::round_robin:
+      return "CURSOR";
+    default:
+      return "METRIC";
   }
 }
 
 std::string metric_text(Strategy s, const Candidate& c) {
   switch (s) {
-    case Strategy::fastest: return c.cold ? fmt::format("{} (baseline)", format_ms(c.metric)) : format_ms(c.metric);
+    case Strategy::fastest:
+      return c.cold ? fmt::format("{} (baseline)", format_ms(c.metric)) : format_ms(c.metric);
     case Strategy::weighted:
-    case Strategy::latency_weighted: return fmt::format("{:.3g}", c.metric);
+    case Strategy::latency_weighted:
+      return fmt::format("{:.3g}", c.metric);
     case Strategy::priority:
-    case Strategy::round_robin: return fmt::format("{:g}", c.metric);
-    default: return "-";
+    case Strategy::round_robin:
+      return fmt::format("{:g}", c.metric);
+    default:
+      return "-";
   }
 }
 
 std::string tier_text(const Candidate& c, std::int64_t now) {
   std::string t = fmt::format("{} {}", static_cast<int>(c.tier), tier_name(c.tier));
-  if (c.rate_limited_until_ms > now) t += fmt::format(" (until {})", relative_time(c.rate_limited_until_ms, now));
+  if (c.rate_limited_until_ms > now)
+    t += fmt::format(" (until {})", relative_time(c.rate_limited_until_ms, now));
   return t;
 }
 
@@ -73,7 +91,8 @@ int run_rank(const RankOptions& options) {
   } else {
     route.strategy = *s;
   }
-  if (!setup.open_state(resolve_state_path(options.state, options.no_state))) return code_of(ExitCode::usage);
+  if (!setup.open_state(resolve_state_path(options.state, options.no_state)))
+    return code_of(ExitCode::usage);
   // The router plans without sending anything; the loop is there only for its Engine.
   EventLoop loop;
   Router router(setup.profile, loop.engine(), *setup.store, setup.clock, setup.rng);
@@ -90,11 +109,13 @@ int run_rank(const RankOptions& options) {
 
   fmt::print("{} on {} ({}), strategy {}\n", options.method, chain.name, chain.chain_id,
              strategy_name(plan.strategy));
-  Table t({"#", "PROVIDER", "TIER", "BREAKER", metric_header(plan.strategy), "P(FIRST)", "SAMPLES", "P50", "SUCCESS"});
+  Table t({"#", "PROVIDER", "TIER", "BREAKER", metric_header(plan.strategy), "P(FIRST)", "SAMPLES",
+           "P50", "SUCCESS"});
   for (std::size_t i = 0; i < plan.candidates.size(); ++i) {
     const auto& c = plan.candidates[i];
-    t.add({std::to_string(i + 1), c.provider->id, tier_text(c, now), std::string(breaker_state_name(c.breaker)),
-           metric_text(plan.strategy, c), fmt::format("{:.1f}%", c.first_probability * 100), std::to_string(c.stats.calls),
+    t.add({std::to_string(i + 1), c.provider->id, tier_text(c, now),
+           std::string(breaker_state_name(c.breaker)), metric_text(plan.strategy, c),
+           fmt::format("{:.1f}%", c.first_probability * 100), std::to_string(c.stats.calls),
            c.stats.has_latency() ? format_ms(c.stats.p50_ms) : "-",
            c.stats.calls > 0 ? fmt::format("{:.0f}%", c.stats.success_rate * 100) : "-"});
   }

@@ -1,8 +1,7 @@
 #pragma once
+#include <CLI/CLI.hpp>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 namespace rpcroute::cli {
 

@@ -1,5 +1,6 @@
 #include "cmd_serve.hpp"
 
+#include <fmt/format.h>
 #include <malloc.h>
 #include <unistd.h>
 
@@ -10,49 +11,65 @@
 #include <functional>
 #include <memory>
 
-#include <fmt/format.h>
-
 #include "options.hpp"
 #include "output.hpp"
-#include "setup.hpp"
 #include "server.hpp"
+#include "setup.hpp"
 
 namespace rpcroute::cli {
 
 void setup_serve(CLI::App& app, int& exit_code) {
   auto opts = std::make_shared<ServeOptions>();
-  auto* sub = app.add_subcommand("serve", "Run the localhost sidecar: point your app's RPC URL at http://127.0.0.1:8545/rpc/CHAIN");
-  sub->add_option("--listen,-l", opts->listen, "Address and port (default 127.0.0.1:8545; port 0 picks one)");
+  auto* sub = app.add_subcommand(
+      "serve",
+      "Run the localhost sidecar: point your app's RPC URL at http://127.0.0.1:8545/rpc/CHAIN");
+  sub->add_option("--listen,-l", opts->listen,
+                  "Address and port (default 127.0.0.1:8545; port 0 picks one)");
   sub->add_option("--profile,-p", opts->profiles,
-                  "Profile name or path; repeat to serve several (the first is the default; others on the search path "
+                  "Profile name or path; repeat to serve several (the first is the default; others "
+                  "on the search path "
                   "are served under /rpc/profile/NAME/...)");
-  sub->add_option("--state", opts->state, "State file (default: $RPCROUTE_STATE or $XDG_STATE_HOME/rpcroute/state.json)");
+  sub->add_option("--state", opts->state,
+                  "State file (default: $RPCROUTE_STATE or $XDG_STATE_HOME/rpcroute/state.json)");
   sub->add_flag("--no-state", opts->no_state, "Keep state in memory only");
-  sub->add_option("--strategy,-s", opts->strategy, "Strategy for routes without a strategy segment (default: the profile's)");
-  sub->add_option("--log-format", opts->log_format, "Request log format: text or json")->check(CLI::IsMember({"text", "json"}));
-  sub->add_flag("-v,--verbose", opts->verbose, "Log one line per request on stderr (never URLs or keys)");
-  sub->add_flag("--allow-remote", opts->allow_remote, "Allow a non-loopback --listen address (needs a token)");
-  sub->add_option("--token", opts->token, "Bearer token required on every route but /healthz (default: $RPCROUTE_TOKEN)");
+  sub->add_option("--strategy,-s", opts->strategy,
+                  "Strategy for routes without a strategy segment (default: the profile's)");
+  sub->add_option("--log-format", opts->log_format, "Request log format: text or json")
+      ->check(CLI::IsMember({"text", "json"}));
+  sub->add_flag("-v,--verbose", opts->verbose,
+                "Log one line per request on stderr (never URLs or keys)");
+  sub->add_flag("--allow-remote", opts->allow_remote,
+                "Allow a non-loopback --listen address (needs a token)");
+  sub->add_option("--token", opts->token,
+                  "Bearer token required on every route but /healthz (default: $RPCROUTE_TOKEN)");
   sub->add_option("--allow-origin", opts->allow_origins,
-                  "Extra browser origin allowed (repeatable; '*' allows any). localhost and 127.0.0.1 are always allowed");
-  sub->add_option("--max-body", opts->max_body, "Largest request body in bytes, 1 to 1 GiB (default 8 MiB; larger: 413)")
+                  "Extra browser origin allowed (repeatable; '*' allows any). localhost and "
+                  "127.0.0.1 are always allowed");
+  sub->add_option("--max-body", opts->max_body,
+                  "Largest request body in bytes, 1 to 1 GiB (default 8 MiB; larger: 413)")
       ->check(whole_number(1, 1LL << 30));
   sub->add_option("--max-batch", opts->max_batch,
-                  "Batch items routed, 1 to 1000000 (default 1000, viem's batch size); each item beyond gets its own -32600")
+                  "Batch items routed, 1 to 1000000 (default 1000, viem's batch size); each item "
+                  "beyond gets its own -32600")
       ->check(whole_number(1, 1'000'000));
   sub->add_option("--max-connections", opts->max_connections,
-                  "Client connections open at once, 1 to 1000000 (default 1024); more are answered 503 with Retry-After")
+                  "Client connections open at once, 1 to 1000000 (default 1024); more are answered "
+                  "503 with Retry-After")
       ->check(whole_number(1, 1'000'000));
   sub->add_option("--max-inflight-mb", opts->max_inflight_mb,
-                  "Request-body MiB held at once by all requests, 1 to 1048576 (default 256); a body past it: 503 with Retry-After")
+                  "Request-body MiB held at once by all requests, 1 to 1048576 (default 256); a "
+                  "body past it: 503 with Retry-After")
       ->check(whole_number(1, 1LL << 20));
-  sub->add_option("--grace", opts->grace, "At SIGINT/SIGTERM, time to finish in-flight requests (default 10s)");
-  sub->add_option("--read-timeout", opts->read_timeout, "Time a client has to send one request, more than 0 (default 10s)");
+  sub->add_option("--grace", opts->grace,
+                  "At SIGINT/SIGTERM, time to finish in-flight requests (default 10s)");
+  sub->add_option("--read-timeout", opts->read_timeout,
+                  "Time a client has to send one request, more than 0 (default 10s)");
   sub->add_option("--idle-timeout", opts->idle_timeout,
                   "Idle keep-alive connections close after this, more than 0 (default 60s)");
   sub->add_flag("--no-probe", opts->no_probe,
                 "No background polling of providers, nor recovery probes of open breakers");
-  sub->add_option("--port-file", opts->port_file, "Write the bound port to this file once listening");
+  sub->add_option("--port-file", opts->port_file,
+                  "Write the bound port to this file once listening");
   sub->callback([opts, &exit_code] { exit_code = run_serve(*opts); });
 }
 
@@ -84,7 +101,8 @@ bool parse_listen(const std::string& listen, sidecar::ServerConfig& config) {
 bool parse_limits(const ServeOptions& options, sidecar::ServerConfig& config) {
   config.max_body = options.max_body;
   config.max_batch = options.max_batch;
-  for (auto [value, name] : {std::pair{options.max_batch, "--max-batch"}, std::pair{options.max_connections, "--max-connections"},
+  for (auto [value, name] : {std::pair{options.max_batch, "--max-batch"},
+                             std::pair{options.max_connections, "--max-connections"},
                              std::pair{options.max_inflight_mb, "--max-inflight-mb"}}) {
     if (value == 0) {
       print_error(fmt::format("bad {} 0 (must be at least 1)", name));
@@ -104,7 +122,8 @@ bool parse_limits(const ServeOptions& options, sidecar::ServerConfig& config) {
         std::tuple{&options.idle_timeout, &config.idle_timeout_ms, "--idle-timeout", 1}}) {
     auto ms = parse_duration_ms(*text);
     if (!ms || *ms < min_ms) {
-      print_error(fmt::format("bad {} '{}' (use e.g. 10s or 2500ms{})", name, *text, min_ms > 0 ? ", more than 0" : ""));
+      print_error(fmt::format("bad {} '{}' (use e.g. 10s or 2500ms{})", name, *text,
+                              min_ms > 0 ? ", more than 0" : ""));
       return false;
     }
     *target = *ms;
@@ -167,7 +186,8 @@ int run_serve(const ServeOptions& options) {
   auto profiles = load_profiles(names);
   if (!profiles) return code_of(ExitCode::usage);
   Setup setup;
-  if (!setup.open_state(resolve_state_path(options.state, options.no_state))) return code_of(ExitCode::usage);
+  if (!setup.open_state(resolve_state_path(options.state, options.no_state)))
+    return code_of(ExitCode::usage);
   StateStore& store = *setup.store;
 
   // Answers up to a few MiB (200 KB eth_getLogs) come from the heap and are reused: with glibc's
@@ -183,8 +203,8 @@ int run_serve(const ServeOptions& options) {
   if (!port) return usage_error(port.error().message);
   if (!options.port_file.empty()) write_port_file(options.port_file, *port);
   fmt::print(stderr, "rpcroute: serving on http://{}:{}/rpc/<chain> (profile {}; state {})\n",
-             config->host.find(':') != std::string::npos ? "[" + config->host + "]" : config->host, *port,
-             names.front().empty() ? std::string(kDefaultProfile) : names.front(),
+             config->host.find(':') != std::string::npos ? "[" + config->host + "]" : config->host,
+             *port, names.front().empty() ? std::string(kDefaultProfile) : names.front(),
              store.path() ? store.path()->string() : "in memory");
 
   asio::signal_set signals(io, SIGINT, SIGTERM);
@@ -195,12 +215,14 @@ int run_serve(const ServeOptions& options) {
   // by default and lose what it learned since the last flush. There is no profile reload to run:
   // they save the state now and serving goes on.
   asio::signal_set save_signals(io, SIGHUP, SIGUSR1, SIGUSR2);
-  std::function<void(const boost::system::error_code&, int)> on_save_signal = [&](const boost::system::error_code& ec,
-                                                                                   int signo) {
-    if (ec) return;
-    server.save_state(fmt::format("signal {}", signo == SIGHUP ? "SIGHUP" : signo == SIGUSR1 ? "SIGUSR1" : "SIGUSR2"));
-    save_signals.async_wait(on_save_signal);
-  };
+  std::function<void(const boost::system::error_code&, int)> on_save_signal =
+      [&](const boost::system::error_code& ec, int signo) {
+        if (ec) return;
+        server.save_state(fmt::format("signal {}", signo == SIGHUP    ? "SIGHUP"
+                                                   : signo == SIGUSR1 ? "SIGUSR1"
+                                                                      : "SIGUSR2"));
+        save_signals.async_wait(on_save_signal);
+      };
   save_signals.async_wait(on_save_signal);
   // Background loops and timers end with the context.
   const auto ran = loop.run(server.run(), EventLoop::Until::done, [&] {

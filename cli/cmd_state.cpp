@@ -1,23 +1,25 @@
 #include "cmd_state.hpp"
 
-#include <memory>
-
 #include <fmt/format.h>
 
+#include <memory>
+
 #include "output.hpp"
-#include "setup.hpp"
 #include "rpcroute/metrics.hpp"
 #include "rpcroute/state.hpp"
+#include "setup.hpp"
 
 namespace rpcroute::cli {
 
 void setup_state(CLI::App& app, int& exit_code) {
   auto opts = std::make_shared<StateOptions>();
-  auto* sub = app.add_subcommand("state", "Inspect or reset the state file (latency samples, breakers, heights)");
+  auto* sub = app.add_subcommand(
+      "state", "Inspect or reset the state file (latency samples, breakers, heights)");
   sub->require_subcommand(1);
   auto add = [&](const char* name, const char* help, bool json) {
     auto* s = sub->add_subcommand(name, help);
-    s->add_option("--state", opts->state, "State file (default: $RPCROUTE_STATE or $XDG_STATE_HOME/rpcroute/state.json)");
+    s->add_option("--state", opts->state,
+                  "State file (default: $RPCROUTE_STATE or $XDG_STATE_HOME/rpcroute/state.json)");
     if (json) s->add_flag("--json", opts->json, "Print the state as JSON");
     s->callback([opts, &exit_code, name] {
       opts->action = name;
@@ -56,7 +58,8 @@ int run_state(const StateOptions& options) {
     fmt::print("(empty)\n");
     return 0;
   }
-  Table t({"PROFILE/CHAIN", "PROVIDER", "BREAKER", "FAILURES", "RATE-LIMITED", "HEIGHT", "SAMPLES", "P50 (5m)", "LAST USED"});
+  Table t({"PROFILE/CHAIN", "PROVIDER", "BREAKER", "FAILURES", "RATE-LIMITED", "HEIGHT", "SAMPLES",
+           "P50 (5m)", "LAST USED"});
   for (const auto& [key, ps] : state.providers) {
     std::size_t samples = 0;
     std::vector<double> latencies;
@@ -67,21 +70,25 @@ int run_state(const StateOptions& options) {
     }
     auto eff = ps.breaker.effective_state(now);
     std::string breaker(breaker_state_name(eff));
-    if (eff == BreakerState::open) breaker += fmt::format(" ({}s)", ps.breaker.retry_in_ms(now) / 1000);
+    if (eff == BreakerState::open)
+      breaker += fmt::format(" ({}s)", ps.breaker.retry_in_ms(now) / 1000);
     t.add({ps.profile + "/" + ps.chain, ps.provider, breaker, std::to_string(ps.breaker.failures),
            ps.rate_limited(now) ? relative_time(ps.rate_limited_until_ms, now) : "no",
            ps.height.block > 0 ? std::to_string(ps.height.block) : "-", std::to_string(samples),
-           latencies.empty() ? "-" : format_ms(quantile(latencies, 0.5)), relative_time(ps.last_used_ms, now)});
+           latencies.empty() ? "-" : format_ms(quantile(latencies, 0.5)),
+           relative_time(ps.last_used_ms, now)});
   }
   write_stdout(t.render());
   if (!state.chains.empty()) {
     Table c({"PROFILE/CHAIN", "HIGH-WATER", "ROUND-ROBIN CURSOR"});
     for (const auto& [key, cs] : state.chains) {
-      c.add({key, cs.high_water.block > 0 ? std::to_string(cs.high_water.block) : "-", std::to_string(cs.rr_cursor)});
+      c.add({key, cs.high_water.block > 0 ? std::to_string(cs.high_water.block) : "-",
+             std::to_string(cs.rr_cursor)});
     }
     write_stdout("\n" + c.render());
   }
-  if (!state.filters.empty()) fmt::print("\n{} filter id(s) pinned to providers\n", state.filters.size());
+  if (!state.filters.empty())
+    fmt::print("\n{} filter id(s) pinned to providers\n", state.filters.size());
   return 0;
 }
 

@@ -1,10 +1,10 @@
 // rpcroute: routes Ethereum JSON-RPC requests across providers. main only wires subcommands.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
 #include <system_error>
-
-#include <CLI/CLI.hpp>
-#include <fmt/format.h>
 
 #include "cmd_bench.hpp"
 #include "cmd_call.hpp"
@@ -22,8 +22,10 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("rpcroute ") + RPCROUTE_VERSION);
   app.require_subcommand(1);
   app.footer(
-      "Exit codes: 0 success, 1 the node answered with a JSON-RPC error, 2 usage or configuration error,\n"
-      "3 no provider could serve the request, 4 internal error or output that could not be written.\n"
+      "Exit codes: 0 success, 1 the node answered with a JSON-RPC error, 2 usage or configuration "
+      "error,\n"
+      "3 no provider could serve the request, 4 internal error or output that could not be "
+      "written.\n"
       "See rpcroute(1).");
   int exit_code = 0;
   rpcroute::cli::setup_call(app, exit_code);

@@ -1,10 +1,10 @@
 #include "options.hpp"
 
-#include <charconv>
-
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <simdjson.h>
+
+#include <CLI/CLI.hpp>
+#include <charconv>
 
 #include "rpcroute/json.hpp"
 
@@ -13,9 +13,10 @@ namespace rpcroute::cli {
 Result<std::optional<Strategy>> strategy_flag(const std::string& flag) {
   if (flag.empty()) return std::optional<Strategy>();
   if (auto s = parse_strategy(flag)) return std::optional<Strategy>(*s);
-  return fail(fmt::format("unknown strategy '{}' (expected one of: load_balanced, round_robin, random, weighted, "
-                          "priority, fastest, latency_weighted)",
-                          flag));
+  return fail(fmt::format(
+      "unknown strategy '{}' (expected one of: load_balanced, round_robin, random, weighted, "
+      "priority, fastest, latency_weighted)",
+      flag));
 }
 
 std::optional<std::int64_t> parse_duration_ms(std::string_view text) {
@@ -24,10 +25,14 @@ std::optional<std::int64_t> parse_duration_ms(std::string_view text) {
   if (ec != std::errc() || v < 0) return std::nullopt;
   std::string_view unit(p, static_cast<std::size_t>(text.data() + text.size() - p));
   double scale = 0;
-  if (unit.empty() || unit == "ms") scale = 1;
-  else if (unit == "s") scale = 1000;
-  else if (unit == "m") scale = 60'000;
-  else return std::nullopt;
+  if (unit.empty() || unit == "ms")
+    scale = 1;
+  else if (unit == "s")
+    scale = 1000;
+  else if (unit == "m")
+    scale = 60'000;
+  else
+    return std::nullopt;
   // "inf", "nan" and 1e300 parse as doubles: converting them to an integer is undefined.
   const double ms = v * scale;
   if (!(ms <= static_cast<double>(kMaxDurationMs))) return std::nullopt;

@@ -25,7 +25,8 @@ inline constexpr std::int64_t kMaxDurationMs = 365LL * 86'400'000;
 
 /// The check of an integer option: a decimal whole number in [min, max]. Unlike CLI::Range and
 /// CLI::PositiveNumber it refuses "-1" for an unsigned option (CLI11 would wrap it), "0x10" and
-/// "1e3", and its message names the range: "--max-batch: 0 is not a whole number from 1 to 1000000".
+/// "1e3", and its message names the range: "--max-batch: 0 is not a whole number from 1 to
+/// 1000000".
 [[nodiscard]] CLI::Validator whole_number(std::int64_t min, std::int64_t max);
 
 /// Command-line words as a JSON params array: a word that parses as JSON is taken as is, any other

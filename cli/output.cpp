@@ -1,6 +1,7 @@
 #include "output.hpp"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,8 +9,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
-
-#include <fmt/format.h>
 
 namespace rpcroute::cli {
 
@@ -61,7 +60,8 @@ std::string Table::render() const {
   std::vector<std::size_t> width;
   for (const auto& row : rows_) {
     if (width.size() < row.size()) width.resize(row.size(), 0);
-    for (std::size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], visible_width(row[i]));
+    for (std::size_t i = 0; i < row.size(); ++i)
+      width[i] = std::max(width[i], visible_width(row[i]));
   }
   std::string out;
   for (const auto& row : rows_) {
@@ -87,13 +87,15 @@ std::string relative_time(std::int64_t t_ms, std::int64_t now_ms) {
   if (t_ms == 0) return "-";
   auto d = t_ms - now_ms;
   auto a = static_cast<double>(d < 0 ? -d : d) / 1000.0;
-  std::string span = a < 60 ? fmt::format("{:.1f}s", a) : a < 3600 ? fmt::format("{:.0f}m", a / 60) : fmt::format("{:.1f}h", a / 3600);
+  std::string span = a < 60     ? fmt::format("{:.1f}s", a)
+                     : a < 3600 ? fmt::format("{:.0f}m", a / 60)
+                                : fmt::format("{:.1f}h", a / 3600);
   return d >= 0 ? "in " + span : span + " ago";
 }
 
 namespace {
 
-int stdout_errno = 0;                // the first failed write's errno
+int stdout_errno = 0;                 // the first failed write's errno
 std::optional<bool> stdout_finished;  // finish_stdout()'s answer, once given
 
 }  // namespace
@@ -119,7 +121,8 @@ bool finish_stdout(int failed_errno) {
   if (stdout_finished) return *stdout_finished;
   if (stdout_errno == 0) stdout_errno = failed_errno;
   if (std::fflush(stdout) != 0 && stdout_errno == 0) stdout_errno = errno;
-  if (std::ferror(stdout) && stdout_errno == 0) stdout_errno = EIO;  // a failure fmt::print threw for
+  if (std::ferror(stdout) && stdout_errno == 0)
+    stdout_errno = EIO;  // a failure fmt::print threw for
   // Let the descriptor go (readers see the end now); a later write fails instead of reusing it.
   if (const int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC); null >= 0) {
     ::dup2(null, STDOUT_FILENO);
@@ -132,6 +135,8 @@ bool finish_stdout(int failed_errno) {
   return *stdout_finished;
 }
 
-int finish_output(int code, int failed_errno) { return finish_stdout(failed_errno) || code != 0 ? code : 4; }
+int finish_output(int code, int failed_errno) {
+  return finish_stdout(failed_errno) || code != 0 ? code : 4;
+}
 
 }  // namespace rpcroute::cli

@@ -37,7 +37,8 @@ class Table {
 void write_stdout(std::string_view text);
 
 /// Puts /dev/null, opened so that any use of it fails, on each of fds 0-2 that the caller closed:
-/// otherwise the next file opened (the state lock, a socket) would take fd 1 and receive the output.
+/// otherwise the next file opened (the state lock, a socket) would take fd 1 and receive the
+/// output.
 void guard_standard_streams();
 /// Flushes stdout and lets it go (later writes fail), so a reader sees the whole output and its
 /// end before slow work such as saving the state. False when any output was lost: then an error

@@ -1,9 +1,9 @@
 #include "setup.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdlib>
-
-#include <fmt/format.h>
 
 #include "output.hpp"
 
@@ -36,8 +36,10 @@ Result<const Chain*> select_chain(const Profile& profile, const std::string& fla
   const Chain* chain = flag.empty() ? &profile.chains.front() : profile.find_chain(flag);
   if (chain != nullptr) return chain;
   std::string names;
-  for (const auto& c : profile.chains) names += fmt::format("{}{} ({})", names.empty() ? "" : ", ", c.name, c.chain_id);
-  return fail(fmt::format("unknown chain '{}' in profile '{}' (chains: {})", flag, profile.name, names));
+  for (const auto& c : profile.chains)
+    names += fmt::format("{}{} ({})", names.empty() ? "" : ", ", c.name, c.chain_id);
+  return fail(
+      fmt::format("unknown chain '{}' in profile '{}' (chains: {})", flag, profile.name, names));
 }
 
 Result<std::vector<const Provider*>> select_providers(const Chain& chain, const std::string& list) {
@@ -54,8 +56,10 @@ Result<std::vector<const Provider*>> select_providers(const Chain& chain, const 
       const Provider* p = chain.find_provider(id);
       if (p == nullptr) {
         std::string ids;
-        for (const auto& q : chain.providers) ids += fmt::format("{}{}", ids.empty() ? "" : ", ", q.id);
-        return fail(fmt::format("unknown provider '{}' on chain {} (providers: {})", id, chain.name, ids));
+        for (const auto& q : chain.providers)
+          ids += fmt::format("{}{}", ids.empty() ? "" : ", ", q.id);
+        return fail(
+            fmt::format("unknown provider '{}' on chain {} (providers: {})", id, chain.name, ids));
       }
       if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
     }
@@ -107,7 +111,8 @@ bool Setup::open_state(std::optional<std::filesystem::path> path) {
 }
 
 void Setup::save_state() {
-  if (auto saved = store->save(); !saved) print_warning(fmt::format("state not saved: {}", saved.error().message));
+  if (auto saved = store->save(); !saved)
+    print_warning(fmt::format("state not saved: {}", saved.error().message));
 }
 
 int Setup::finish(int code) {
@@ -116,7 +121,8 @@ int Setup::finish(int code) {
   return delivered || code != 0 ? code : code_of(ExitCode::internal);
 }
 
-EventLoop::Completion<void> EventLoop::run(asio::awaitable<void> work, Until until, const std::function<void()>& on_done) {
+EventLoop::Completion<void> EventLoop::run(asio::awaitable<void> work, Until until,
+                                           const std::function<void()>& on_done) {
   Completion<void> out;
   asio::co_spawn(io_, std::move(work), [&](std::exception_ptr e) {
     if (e) out = tl::unexpected(e);

@@ -7,10 +7,9 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tl/expected.hpp>
 #include <utility>
 #include <vector>
-
-#include <tl/expected.hpp>
 
 #include "rpcroute/asio_compat.hpp"
 #include "rpcroute/clock.hpp"
@@ -37,10 +36,12 @@ namespace rpcroute::cli {
 /// --chain value (name or id), else the profile's first chain; the error lists the chains.
 [[nodiscard]] Result<const Chain*> select_chain(const Profile& profile, const std::string& flag);
 /// "a,b" → those providers (unknown ids are an error listing the valid ones); empty → all.
-[[nodiscard]] Result<std::vector<const Provider*>> select_providers(const Chain& chain, const std::string& list);
+[[nodiscard]] Result<std::vector<const Provider*>> select_providers(const Chain& chain,
+                                                                    const std::string& list);
 
 /// --state / --no-state / $RPCROUTE_STATE / XDG rules.
-[[nodiscard]] std::optional<std::filesystem::path> resolve_state_path(const std::string& flag, bool no_state);
+[[nodiscard]] std::optional<std::filesystem::path> resolve_state_path(const std::string& flag,
+                                                                      bool no_state);
 
 /// A command's profile, chain, clock, random source and state store. Built in place (the store
 /// keeps a reference to the clock), then filled by the steps the command needs; each step prints
@@ -114,7 +115,8 @@ class EventLoop {
     return out;
   }
   /// The same for work without a value; `on_done` is called when it ends.
-  [[nodiscard]] Completion<void> run(asio::awaitable<void> work, Until until, const std::function<void()>& on_done = {});
+  [[nodiscard]] Completion<void> run(asio::awaitable<void> work, Until until,
+                                     const std::function<void()>& on_done = {});
 
  private:
   // The Engine (curl's multi handle) goes before the io_context it is registered with.

@@ -1,20 +1,19 @@
 // One client connection: requests read off the socket (reader.hpp), answered by the handlers,
-// written back (response_head.hpp), logged. The Beast-heavy unit of the sidecar: it compiles slowly.
+// written back (response_head.hpp), logged. The Beast-heavy unit of the sidecar: it compiles
+// slowly.
 #include "connection.hpp"
 
-#include <array>
-#include <chrono>
-#include <ctime>
-#include <optional>
-
+#include <fmt/format.h>
 #include <sys/socket.h>
 
-#include <cerrno>
-
+#include <array>
 #include <boost/beast/core.hpp>
 #include <boost/beast/core/read_size.hpp>
 #include <boost/beast/http.hpp>
-#include <fmt/format.h>
+#include <cerrno>
+#include <chrono>
+#include <ctime>
+#include <optional>
 
 #include "reader.hpp"
 #include "response_head.hpp"
@@ -42,11 +41,11 @@ struct ConnectionState {
   Connection conn;
   beast::flat_buffer buffer;
   Request req;
-  std::string head;  // each response's status line and headers
-  Reply reply;       // each response's status, body and extra headers
-  RpcJob job;        // a JSON-RPC request being routed
+  std::string head;                     // each response's status line and headers
+  Reply reply;                          // each response's status, body and extra headers
+  RpcJob job;                           // a JSON-RPC request being routed
   std::optional<RequestReader> parser;  // a request the fast path did not take
-  bool over_budget = false;     // read whole, but its body would pass --max-inflight-mb
+  bool over_budget = false;             // read whole, but its body would pass --max-inflight-mb
   bool answered_early = false;  // refused on its head: the answer is in `reply`, the body unread
 
   explicit ConnectionState(tcp::socket& s) : socket(s), conn{&s, &cancel} {}
@@ -54,16 +53,18 @@ struct ConnectionState {
 
 namespace {
 
-constexpr std::string_view kBusyBytes = "too many request bytes in flight (--max-inflight-mb); retry later";
+constexpr std::string_view kBusyBytes =
+    "too many request bytes in flight (--max-inflight-mb); retry later";
 
 std::string iso_now() {
   auto now = std::chrono::system_clock::now();
   auto t = std::chrono::system_clock::to_time_t(now);
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
   std::tm tm{};
   gmtime_r(&t, &tm);
-  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-                     tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
+  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z", tm.tm_year + 1900, tm.tm_mon + 1,
+                     tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
 }
 
 /// Drops `n` sent bytes from the front of a two-buffer sequence; true when something is left.
@@ -82,15 +83,16 @@ std::optional<http::status> read_error_status(const beast::error_code& ec, bool 
   if (ec == http::error::body_limit) return http::status::payload_too_large;
   if (ec == http::error::header_limit) return http::status::request_header_fields_too_large;
   if (ec == asio::error::no_buffer_space) return http::status::service_unavailable;
-  if (ec != http::error::end_of_stream && ec != asio::error::eof && ec != asio::error::connection_reset &&
-      ec != asio::error::operation_aborted)
+  if (ec != http::error::end_of_stream && ec != asio::error::eof &&
+      ec != asio::error::connection_reset && ec != asio::error::operation_aborted)
     return http::status::bad_request;
   return std::nullopt;
 }
 
 /// The request is whole in the buffer: taken by the fast path (when on), or by Beast's parser
 /// from what has arrived. False: more bytes are needed (or `ec` is set).
-bool start_request(ConnectionState& s, const ServerConfig& config, BodyBudget& budget, beast::error_code& ec) {
+bool start_request(ConnectionState& s, const ServerConfig& config, BodyBudget& budget,
+                   beast::error_code& ec) {
   s.parser.reset();
   s.answered_early = false;
   bool complete = config.fast_http1 && take_plain_request(s.buffer, config.max_body, s.req);
@@ -108,13 +110,16 @@ bool start_request(ConnectionState& s, const ServerConfig& config, BodyBudget& b
 /// Writes s.reply with the hand-written head (HEAD: headers only, with the length a GET would
 /// get) in one gathered non-blocking send: most answers fit the socket's send buffer. True when
 /// something is left to write, in `out`.
-bool send_now(ConnectionState& s, bool keep_alive, std::array<asio::const_buffer, 2>& out, beast::error_code& ec) {
+bool send_now(ConnectionState& s, bool keep_alive, std::array<asio::const_buffer, 2>& out,
+              beast::error_code& ec) {
   const Reply& reply = s.reply;
   response_head(s.head, reply.status, s.req.version, keep_alive,
-                !reply.body.empty() || reply.status != http::status::no_content ? reply.content_type
-                                                                                : std::string_view(),
+                !reply.body.empty() || reply.status != http::status::no_content
+                    ? reply.content_type
+                    : std::string_view(),
                 reply.header_lines, reply.body.size());
-  out = {asio::buffer(s.head), s.req.method == http::verb::head ? asio::const_buffer() : asio::buffer(reply.body)};
+  out = {asio::buffer(s.head),
+         s.req.method == http::verb::head ? asio::const_buffer() : asio::buffer(reply.body)};
   const auto sent = s.socket.write_some(out, ec);
   if (ec && ec != asio::error::would_block) return false;
   ec = {};
@@ -191,11 +196,13 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
         if (answer_locally(s)) {
           const std::span<const jsonrpc::Call> calls(s.job.parsed.calls.data(), s.job.routed);
           // The sweeper watches the client meanwhile: if it leaves, the routing stops and its
-          // upstream transfer is aborted, instead of holding the request until the provider answers.
+          // upstream transfer is aborted, instead of holding the request until the provider
+          // answers.
           s.cancel.reset();
           s.job.options.cancel = &s.cancel;
           conn.routing = true;
-          std::vector<CallOutcome> outs = co_await s.job.rt->router->route(*s.job.chain, calls, s.job.options);
+          std::vector<CallOutcome> outs =
+              co_await s.job.rt->router->route(*s.job.chain, calls, s.job.options);
           conn.routing = false;
           if (s.cancel.requested()) {
             metrics_.on_cancelled();
@@ -260,7 +267,8 @@ asio::awaitable<void> Server::read_request(ConnectionState& s, boost::system::er
         break;
       }
       static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-      co_await asio::async_write(s.socket, asio::buffer(kContinue), asio::redirect_error(asio::use_awaitable, ec));
+      co_await asio::async_write(s.socket, asio::buffer(kContinue),
+                                 asio::redirect_error(asio::use_awaitable, ec));
       if (ec) break;
     }
     const auto size = beast::read_size(s.buffer, 64 * 1024);
@@ -268,7 +276,8 @@ asio::awaitable<void> Server::read_request(ConnectionState& s, boost::system::er
       ec = http::error::buffer_overflow;
       break;
     }
-    auto n = co_await s.socket.async_read_some(s.buffer.prepare(size), asio::redirect_error(asio::use_awaitable, ec));
+    auto n = co_await s.socket.async_read_some(s.buffer.prepare(size),
+                                               asio::redirect_error(asio::use_awaitable, ec));
     if (ec == asio::error::eof) {
       // As http::async_read reports it: nothing at all, or a message cut short.
       ec = s.parser->got_some() ? beast::error_code(http::error::partial_message)
@@ -293,17 +302,20 @@ asio::awaitable<void> Server::refuse_request(ConnectionState& s, boost::system::
     metrics_.on_refused("memory");
   }
   res.body() = json_error_body(
-      ec == http::error::body_limit ? fmt::format("request body larger than {} bytes", config_.max_body)
+      ec == http::error::body_limit
+          ? fmt::format("request body larger than {} bytes", config_.max_body)
       : ec == asio::error::no_buffer_space ? std::string(kBusyBytes)
-      : timed_out ? fmt::format("request not received within the read timeout ({} ms; see --read-timeout)",
-                                config_.read_timeout_ms)
-                  : ec.message());
+      : timed_out
+          ? fmt::format("request not received within the read timeout ({} ms; see --read-timeout)",
+                        config_.read_timeout_ms)
+          : ec.message());
   res.prepare_payload();
   metrics_.on_http(static_cast<int>(*status));
   s.conn.expire_in(5'000);
-  const auto why = timed_out                            ? std::string("read timeout")
-                   : ec == asio::error::no_buffer_space ? std::string("--max-inflight-mb reached")
-                                                        : ec.message();  // before the write reuses ec
+  const auto why = timed_out ? std::string("read timeout")
+                   : ec == asio::error::no_buffer_space
+                       ? std::string("--max-inflight-mb reached")
+                       : ec.message();  // before the write reuses ec
   co_await http::async_write(s.socket, res, asio::redirect_error(asio::use_awaitable, ec));
   // A refused body may still be on its way: closing on unread bytes would reset the connection,
   // and a reset can discard the answer before the client reads it. The client sees the end of
@@ -311,10 +323,12 @@ asio::awaitable<void> Server::refuse_request(ConnectionState& s, boost::system::
   if (!ec) s.socket.shutdown(tcp::socket::shutdown_send, ec);
   s.conn.expire_in(1'000);
   while (!ec && !s.conn.timed_out) {
-    co_await s.socket.async_read_some(s.buffer.prepare(64 * 1024), asio::redirect_error(asio::use_awaitable, ec));
+    co_await s.socket.async_read_some(s.buffer.prepare(64 * 1024),
+                                      asio::redirect_error(asio::use_awaitable, ec));
   }
   s.conn.deadline_us = 0;
-  if (config_.verbose) log(fmt::format("{} {} - {} {}", iso_now(), s.remote, static_cast<int>(*status), why));
+  if (config_.verbose)
+    log(fmt::format("{} {} - {} {}", iso_now(), s.remote, static_cast<int>(*status), why));
 }
 
 bool Server::answer_locally(ConnectionState& s) {
@@ -329,11 +343,12 @@ bool Server::answer_locally(ConnectionState& s) {
   return handlers_.prepare(s.req, s.reply, s.job, edge());
 }
 
-asio::awaitable<void> Server::write_with_beast(ConnectionState& s, bool keep_alive, boost::system::error_code& ec) {
+asio::awaitable<void> Server::write_with_beast(ConnectionState& s, bool keep_alive,
+                                               boost::system::error_code& ec) {
   const bool no_type = s.reply.body.empty() && s.reply.status == http::status::no_content;
   auto res = beast_response(s.reply.status, s.req.version, keep_alive,
-                            no_type ? std::string_view() : s.reply.content_type, s.reply.header_lines,
-                            std::move(s.reply.body));
+                            no_type ? std::string_view() : s.reply.content_type,
+                            s.reply.header_lines, std::move(s.reply.body));
   if (s.req.method == http::verb::head) {  // headers only, with the length a GET would get
     http::response_serializer<http::string_body> sr(res);
     co_await http::async_write_header(s.socket, sr, asio::redirect_error(asio::use_awaitable, ec));
@@ -346,20 +361,22 @@ void Server::answer_internal_error(ConnectionState& s, std::string_view what) {
   s.reply.reset();
   s.reply.status = http::status::internal_server_error;
   s.reply.body = json_error_body("internal error while answering this request");
-  log(fmt::format("rpcroute: internal error answering {} {}: {}", s.req.method_string, s.req.target.substr(0, 200),
-                  what));
+  log(fmt::format("rpcroute: internal error answering {} {}: {}", s.req.method_string,
+                  s.req.target.substr(0, 200), what));
 }
 
 void Server::log_request(const ConnectionState& s, std::string_view note) {
-  log(fmt::format("{} {} {} {} - {}", iso_now(), s.remote, s.req.method_string, s.req.target.substr(0, 200), note));
+  log(fmt::format("{} {} {} {} - {}", iso_now(), s.remote, s.req.method_string,
+                  s.req.target.substr(0, 200), note));
 }
 
 void Server::log_request(const ConnectionState& s, double ms) {
   const std::string target = s.req.target.substr(0, 200);
   const Reply& reply = s.reply;
   if (!config_.json_logs) {
-    log(fmt::format("{} {} {} {} {} {} provider={} attempts={} {:.2f}ms", iso_now(), s.remote, s.req.method_string,
-                    target, static_cast<int>(reply.status), reply.rpc_method.empty() ? "-" : reply.rpc_method,
+    log(fmt::format("{} {} {} {} {} {} provider={} attempts={} {:.2f}ms", iso_now(), s.remote,
+                    s.req.method_string, target, static_cast<int>(reply.status),
+                    reply.rpc_method.empty() ? "-" : reply.rpc_method,
                     reply.provider.empty() ? "-" : reply.provider, reply.attempts, ms));
     return;
   }

@@ -16,10 +16,11 @@ struct Connection {
   asio::ip::tcp::socket* socket = nullptr;
   Cancellation* cancel = nullptr;  // the request being routed, when the client leaves
   bool busy = false;
-  bool routing = false;     // awaiting the router: the sweeper watches for the client leaving
-  std::size_t held = 0;     // request-body bytes taken from the server's BodyBudget
-  std::int64_t deadline_us = 0;  // steady_us() after which the pending operation is cancelled; 0: none
-  bool timed_out = false;        // the sweeper cancelled it
+  bool routing = false;  // awaiting the router: the sweeper watches for the client leaving
+  std::size_t held = 0;  // request-body bytes taken from the server's BodyBudget
+  std::int64_t deadline_us =
+      0;                   // steady_us() after which the pending operation is cancelled; 0: none
+  bool timed_out = false;  // the sweeper cancelled it
 
   void expire_in(std::int64_t ms) {
     deadline_us = steady_us() + ms * 1000;

@@ -20,8 +20,8 @@ void error(Reply& reply, http::status status, std::string_view message) {
 }
 }  // namespace
 
-Handlers::Handlers(const ServerConfig& config, std::vector<Profile> profiles, Engine& engine, StateStore& store,
-                   const Clock& clock, Random& rng, Metrics& metrics)
+Handlers::Handlers(const ServerConfig& config, std::vector<Profile> profiles, Engine& engine,
+                   StateStore& store, const Clock& clock, Random& rng, Metrics& metrics)
     : config_(config), engine_(engine), store_(store), clock_(clock), rng_(rng), metrics_(metrics) {
   request_prefix_ = Random().engine()() & 0xffffffffULL;
   for (auto& p : profiles) {
@@ -43,7 +43,8 @@ ProfileRuntime* Handlers::runtime(const std::string& name) {
   if (auto it = profiles_.find(key); it != profiles_.end()) return it->second.get();
   if (name.empty() || unloadable_.count(name) || profiles_.size() > 64) return nullptr;
   // A URL names a profile, never a file: "x.yaml" would be read as a path.
-  if (name.ends_with(".yaml") || name.ends_with(".yml") || name.find('/') != std::string::npos) return nullptr;
+  if (name.ends_with(".yaml") || name.ends_with(".yml") || name.find('/') != std::string::npos)
+    return nullptr;
   // Profiles on the search path are loaded on first use, by name only (never a path from a URL).
   auto loaded = find_profile(name);
   if (!loaded || (loaded->source == "embedded" && name != kDefaultProfile)) {
@@ -107,7 +108,8 @@ bool Handlers::admit(const Request& req, Reply& reply) {
   if (origin.empty()) return true;
   if (origin != last_good_origin_ && !policy::origin_allowed(origin, config_.allow_origins)) {
     error(reply, http::status::forbidden,
-          fmt::format("origin {} is not allowed (see --allow-origin)", std::string(origin.substr(0, 200))));
+          fmt::format("origin {} is not allowed (see --allow-origin)",
+                      std::string(origin.substr(0, 200))));
     return false;
   }
   last_good_origin_.assign(origin);
@@ -122,8 +124,10 @@ bool Handlers::admit(const Request& req, Reply& reply) {
 const Route& Handlers::route_for(const std::string& target) {
   if (route_cache_target_.empty() || target != route_cache_target_) {
     route_cache_ = parse_route(target);
-    if (route_cache_.kind != RouteKind::rpc) route_cache_target_.clear();
-    else route_cache_target_ = target;
+    if (route_cache_.kind != RouteKind::rpc)
+      route_cache_target_.clear();
+    else
+      route_cache_target_ = target;
   }
   return route_cache_;
 }
@@ -189,7 +193,8 @@ bool Handlers::write_health(json::Writer& w) {
       w.key("chain");
       w.value(chain.name);
       // Open breakers let trials through when nothing else is usable; they are not usable.
-      const auto usable = plan.breaker_trial ? 0 : static_cast<std::int64_t>(plan.candidates.size());
+      const auto usable =
+          plan.breaker_trial ? 0 : static_cast<std::int64_t>(plan.candidates.size());
       w.key("usable");
       w.value(usable);
       w.end_object();

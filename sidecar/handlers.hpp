@@ -53,8 +53,8 @@ struct EdgeLoad {
 
 class Handlers {
  public:
-  Handlers(const ServerConfig& config, std::vector<Profile> profiles, Engine& engine, StateStore& store,
-           const Clock& clock, Random& rng, Metrics& metrics);
+  Handlers(const ServerConfig& config, std::vector<Profile> profiles, Engine& engine,
+           StateStore& store, const Clock& clock, Random& rng, Metrics& metrics);
 
   /// Answers into `reply` whatever needs no provider (checks, GET routes, bad bodies); true when
   /// the request is JSON-RPC to route, described by `job`.
@@ -65,7 +65,8 @@ class Handlers {
   /// The Host (DNS rebinding) check; off only for a remote listen address (Server::listen).
   void check_host(bool on) { check_host_ = on; }
   /// The profiles served so far (those named in URLs join on first use).
-  [[nodiscard]] const std::map<std::string, std::unique_ptr<ProfileRuntime>, std::less<>>& profiles() const {
+  [[nodiscard]] const std::map<std::string, std::unique_ptr<ProfileRuntime>, std::less<>>&
+  profiles() const {
     return profiles_;
   }
 
@@ -97,8 +98,8 @@ class Handlers {
   Metrics& metrics_;
   std::string default_profile_;
   bool check_host_ = true;
-  std::string last_good_host_;    // the last Host header the rebinding check passed
-  std::string last_good_origin_;  // the last Origin the allow-list passed
+  std::string last_good_host_;      // the last Host header the rebinding check passed
+  std::string last_good_origin_;    // the last Origin the allow-list passed
   std::string route_cache_target_;  // the last request target that parsed to an RPC route ...
   Route route_cache_;               // ... and its route
   std::map<std::string, std::unique_ptr<ProfileRuntime>, std::less<>> profiles_;

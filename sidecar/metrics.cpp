@@ -21,11 +21,16 @@ std::string label(std::string_view v) {
 
 std::string_view status_name(CallOutcome::Status s) {
   switch (s) {
-    case CallOutcome::Status::result: return "result";
-    case CallOutcome::Status::rpc_error: return "rpc_error";
-    case CallOutcome::Status::unavailable: return "unavailable";
-    case CallOutcome::Status::invalid: return "invalid";
-    case CallOutcome::Status::local: return "local";
+    case CallOutcome::Status::result:
+      return "result";
+    case CallOutcome::Status::rpc_error:
+      return "rpc_error";
+    case CallOutcome::Status::unavailable:
+      return "unavailable";
+    case CallOutcome::Status::invalid:
+      return "invalid";
+    case CallOutcome::Status::local:
+      return "local";
   }
   return "?";
 }
@@ -37,17 +42,20 @@ template <class Map, class... Views>
 typename Map::mapped_type& slot(Map& map, Views... views) {
   const auto key = std::make_tuple(std::string_view(views)...);
   auto it = map.find(key);
-  if (it == map.end()) it = map.emplace(typename Map::key_type(std::string(views)...), typename Map::mapped_type{}).first;
+  if (it == map.end())
+    it = map.emplace(typename Map::key_type(std::string(views)...), typename Map::mapped_type{})
+             .first;
   return it->second;
 }
 
 void Metrics::on_call(const std::string& profile, const std::string& chain, std::string_view method,
                       const CallOutcome& out) {
-  const std::string_view provider = out.provider.empty() ? std::string_view("-") : std::string_view(out.provider);
+  const std::string_view provider =
+      out.provider.empty() ? std::string_view("-") : std::string_view(out.provider);
   const auto status = status_name(out.status);
   auto& c = last_call_;
-  if (c.count == nullptr || c.status != status.data() || c.method != method || c.provider != provider ||
-      c.chain != chain || c.profile != profile) {
+  if (c.count == nullptr || c.status != status.data() || c.method != method ||
+      c.provider != provider || c.chain != chain || c.profile != profile) {
     // Method names come from clients: cap how many distinct ones become label values. (A method
     // that matched the last call's was mapped the same way then.)
     std::string_view m = method;
@@ -58,7 +66,8 @@ void Metrics::on_call(const std::string& profile, const std::string& chain, std:
         methods_seen_.emplace(std::string(m), true);
       }
     }
-    c.count = &slot(calls_, std::string_view(profile), std::string_view(chain), m, provider, status);
+    c.count =
+        &slot(calls_, std::string_view(profile), std::string_view(chain), m, provider, status);
     c.profile = profile;
     c.chain = chain;
     c.method.assign(method);
@@ -69,10 +78,12 @@ void Metrics::on_call(const std::string& profile, const std::string& chain, std:
   for (const auto& a : out.attempts) {
     const auto outcome = outcome_name(a.result.outcome);
     auto& l = last_attempt_;
-    if (l.count == nullptr || l.outcome != outcome.data() || l.provider != a.provider || l.chain != chain ||
-        l.profile != profile) {
-      l.count = &slot(attempts_, std::string_view(profile), std::string_view(chain), std::string_view(a.provider), outcome);
-      l.latency = &slot(latency_, std::string_view(profile), std::string_view(chain), std::string_view(a.provider));
+    if (l.count == nullptr || l.outcome != outcome.data() || l.provider != a.provider ||
+        l.chain != chain || l.profile != profile) {
+      l.count = &slot(attempts_, std::string_view(profile), std::string_view(chain),
+                      std::string_view(a.provider), outcome);
+      l.latency = &slot(latency_, std::string_view(profile), std::string_view(chain),
+                        std::string_view(a.provider));
       l.profile = profile;
       l.chain = chain;
       l.provider = a.provider;
@@ -88,61 +99,90 @@ void Metrics::on_call(const std::string& profile, const std::string& chain, std:
   }
 }
 
-std::string Metrics::render(const std::vector<const Profile*>& profiles, const State& state, std::int64_t now_ms) const {
+std::string Metrics::render(const std::vector<const Profile*>& profiles, const State& state,
+                            std::int64_t now_ms) const {
   std::string out;
   auto it = std::back_inserter(out);
-  fmt::format_to(it, "# HELP rpcroute_requests_total JSON-RPC calls answered, by how they ended.\n");
+  fmt::format_to(it,
+                 "# HELP rpcroute_requests_total JSON-RPC calls answered, by how they ended.\n");
   fmt::format_to(it, "# TYPE rpcroute_requests_total counter\n");
   for (const auto& [k, v] : calls_) {
     const auto& [profile, chain, method, provider, status] = k;
-    fmt::format_to(it, "rpcroute_requests_total{{profile=\"{}\",chain=\"{}\",method=\"{}\",provider=\"{}\",outcome=\"{}\"}} {}\n",
+    fmt::format_to(it,
+                   "rpcroute_requests_total{{profile=\"{}\",chain=\"{}\",method=\"{}\",provider=\"{"
+                   "}\",outcome=\"{}\"}} {}\n",
                    label(profile), label(chain), label(method), label(provider), status, v);
   }
-  fmt::format_to(it, "# HELP rpcroute_attempts_total Upstream attempts, by provider and outcome.\n");
+  fmt::format_to(it,
+                 "# HELP rpcroute_attempts_total Upstream attempts, by provider and outcome.\n");
   fmt::format_to(it, "# TYPE rpcroute_attempts_total counter\n");
   for (const auto& [k, v] : attempts_) {
     const auto& [profile, chain, provider, outcome] = k;
-    fmt::format_to(it, "rpcroute_attempts_total{{profile=\"{}\",chain=\"{}\",provider=\"{}\",outcome=\"{}\"}} {}\n",
+    fmt::format_to(it,
+                   "rpcroute_attempts_total{{profile=\"{}\",chain=\"{}\",provider=\"{}\",outcome="
+                   "\"{}\"}} {}\n",
                    label(profile), label(chain), label(provider), outcome, v);
   }
   fmt::format_to(it, "# HELP rpcroute_upstream_latency_seconds Upstream round trip per attempt.\n");
   fmt::format_to(it, "# TYPE rpcroute_upstream_latency_seconds histogram\n");
   for (const auto& [k, h] : latency_) {
     const auto& [profile, chain, provider] = k;
-    auto labels = fmt::format("profile=\"{}\",chain=\"{}\",provider=\"{}\"", label(profile), label(chain), label(provider));
+    auto labels = fmt::format("profile=\"{}\",chain=\"{}\",provider=\"{}\"", label(profile),
+                              label(chain), label(provider));
     for (std::size_t i = 0; i < kBucketsMs.size(); ++i) {
-      fmt::format_to(it, "rpcroute_upstream_latency_seconds_bucket{{{},le=\"{}\"}} {}\n", labels, kBucketsMs[i] / 1000.0,
-                     h.buckets[i]);
+      fmt::format_to(it, "rpcroute_upstream_latency_seconds_bucket{{{},le=\"{}\"}} {}\n", labels,
+                     kBucketsMs[i] / 1000.0, h.buckets[i]);
     }
-    fmt::format_to(it, "rpcroute_upstream_latency_seconds_bucket{{{},le=\"+Inf\"}} {}\n", labels, h.count);
+    fmt::format_to(it, "rpcroute_upstream_latency_seconds_bucket{{{},le=\"+Inf\"}} {}\n", labels,
+                   h.count);
     fmt::format_to(it, "rpcroute_upstream_latency_seconds_sum{{{}}} {}\n", labels, h.sum_s);
     fmt::format_to(it, "rpcroute_upstream_latency_seconds_count{{{}}} {}\n", labels, h.count);
   }
-  fmt::format_to(it, "# HELP rpcroute_http_responses_total HTTP answers of the sidecar by status.\n");
+  fmt::format_to(it,
+                 "# HELP rpcroute_http_responses_total HTTP answers of the sidecar by status.\n");
   fmt::format_to(it, "# TYPE rpcroute_http_responses_total counter\n");
-  for (const auto& [status, v] : http_) fmt::format_to(it, "rpcroute_http_responses_total{{status=\"{}\"}} {}\n", status, v);
+  for (const auto& [status, v] : http_)
+    fmt::format_to(it, "rpcroute_http_responses_total{{status=\"{}\"}} {}\n", status, v);
   fmt::format_to(it, "# HELP rpcroute_in_flight_requests HTTP requests being answered now.\n");
-  fmt::format_to(it, "# TYPE rpcroute_in_flight_requests gauge\nrpcroute_in_flight_requests {}\n", in_flight_);
+  fmt::format_to(it, "# TYPE rpcroute_in_flight_requests gauge\nrpcroute_in_flight_requests {}\n",
+                 in_flight_);
   fmt::format_to(it, "# HELP rpcroute_connections Client connections open now.\n");
   fmt::format_to(it, "# TYPE rpcroute_connections gauge\nrpcroute_connections {}\n", connections_);
-  fmt::format_to(it, "# HELP rpcroute_request_bytes_in_flight Request-body bytes held now (--max-inflight-mb).\n");
-  fmt::format_to(it, "# TYPE rpcroute_request_bytes_in_flight gauge\nrpcroute_request_bytes_in_flight {}\n",
-                 request_bytes_);
-  fmt::format_to(it, "# HELP rpcroute_cancelled_total Requests abandoned because their client left.\n");
-  fmt::format_to(it, "# TYPE rpcroute_cancelled_total counter\nrpcroute_cancelled_total {}\n", cancelled_);
-  fmt::format_to(it, "# HELP rpcroute_refused_total Requests refused with 503 at a limit (connections, memory).\n");
+  fmt::format_to(
+      it,
+      "# HELP rpcroute_request_bytes_in_flight Request-body bytes held now (--max-inflight-mb).\n");
+  fmt::format_to(
+      it, "# TYPE rpcroute_request_bytes_in_flight gauge\nrpcroute_request_bytes_in_flight {}\n",
+      request_bytes_);
+  fmt::format_to(it,
+                 "# HELP rpcroute_cancelled_total Requests abandoned because their client left.\n");
+  fmt::format_to(it, "# TYPE rpcroute_cancelled_total counter\nrpcroute_cancelled_total {}\n",
+                 cancelled_);
+  fmt::format_to(it,
+                 "# HELP rpcroute_refused_total Requests refused with 503 at a limit (connections, "
+                 "memory).\n");
   fmt::format_to(it, "# TYPE rpcroute_refused_total counter\n");
-  for (const auto& [reason, v] : refused_) fmt::format_to(it, "rpcroute_refused_total{{limit=\"{}\"}} {}\n", reason, v);
+  for (const auto& [reason, v] : refused_)
+    fmt::format_to(it, "rpcroute_refused_total{{limit=\"{}\"}} {}\n", reason, v);
 
-  fmt::format_to(it, "# HELP rpcroute_breaker_state Circuit breaker per provider: 0 closed, 1 half-open, 2 open.\n");
+  fmt::format_to(it,
+                 "# HELP rpcroute_breaker_state Circuit breaker per provider: 0 closed, 1 "
+                 "half-open, 2 open.\n");
   fmt::format_to(it, "# TYPE rpcroute_breaker_state gauge\n");
-  std::string limited = "# HELP rpcroute_rate_limited 1 while the provider is marked rate-limited.\n# TYPE rpcroute_rate_limited gauge\n";
-  std::string heights = "# HELP rpcroute_provider_height Last block height seen from the provider.\n# TYPE rpcroute_provider_height gauge\n";
-  std::string marks = "# HELP rpcroute_high_water_mark Greatest block height returned to clients.\n# TYPE rpcroute_high_water_mark gauge\n";
+  std::string limited =
+      "# HELP rpcroute_rate_limited 1 while the provider is marked rate-limited.\n# TYPE "
+      "rpcroute_rate_limited gauge\n";
+  std::string heights =
+      "# HELP rpcroute_provider_height Last block height seen from the provider.\n# TYPE "
+      "rpcroute_provider_height gauge\n";
+  std::string marks =
+      "# HELP rpcroute_high_water_mark Greatest block height returned to clients.\n# TYPE "
+      "rpcroute_high_water_mark gauge\n";
   for (const auto* p : profiles) {
     for (const auto& c : p->chains) {
       for (const auto& pr : c.providers) {
-        auto labels = fmt::format("profile=\"{}\",chain=\"{}\",provider=\"{}\"", label(p->name), label(c.name), label(pr.id));
+        auto labels = fmt::format("profile=\"{}\",chain=\"{}\",provider=\"{}\"", label(p->name),
+                                  label(c.name), label(pr.id));
         auto found = state.providers.find(provider_key(p->name, c.name, pr));
         int breaker = 0;
         bool rl = false;
@@ -158,7 +198,8 @@ std::string Metrics::render(const std::vector<const Profile*>& profiles, const S
         heights += fmt::format("rpcroute_provider_height{{{}}} {}\n", labels, height);
       }
       auto cs = state.chains.find(chain_key(p->name, c));
-      marks += fmt::format("rpcroute_high_water_mark{{profile=\"{}\",chain=\"{}\"}} {}\n", label(p->name), label(c.name),
+      marks += fmt::format("rpcroute_high_water_mark{{profile=\"{}\",chain=\"{}\"}} {}\n",
+                           label(p->name), label(c.name),
                            cs == state.chains.end() ? 0 : cs->second.high_water.block);
     }
   }

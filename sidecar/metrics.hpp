@@ -16,7 +16,8 @@ namespace rpcroute::sidecar {
 /// Counters and histograms of the sidecar, rendered in the Prometheus text format.
 class Metrics {
  public:
-  void on_call(const std::string& profile, const std::string& chain, std::string_view method, const CallOutcome& out);
+  void on_call(const std::string& profile, const std::string& chain, std::string_view method,
+               const CallOutcome& out);
   void on_http(int status) { ++http_[status]; }
   void in_flight(int delta) { in_flight_ += delta; }
   [[nodiscard]] std::int64_t in_flight() const { return in_flight_; }
@@ -33,14 +34,17 @@ class Metrics {
                                    std::int64_t now_ms) const;
 
  private:
-  static constexpr std::array<double, 14> kBucketsMs{0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000};
+  static constexpr std::array<double, 14> kBucketsMs{0.5, 1,   2.5, 5,    10,   25,   50,
+                                                     100, 250, 500, 1000, 2500, 5000, 10000};
   struct Histogram {
     std::array<std::uint64_t, kBucketsMs.size()> buckets{};
     std::uint64_t count = 0;
     double sum_s = 0;
   };
-  using CallKey = std::tuple<std::string, std::string, std::string, std::string, std::string>;  // profile chain method provider status
-  using AttemptKey = std::tuple<std::string, std::string, std::string, std::string>;  // profile chain provider outcome
+  using CallKey = std::tuple<std::string, std::string, std::string, std::string,
+                             std::string>;  // profile chain method provider status
+  using AttemptKey = std::tuple<std::string, std::string, std::string,
+                                std::string>;  // profile chain provider outcome
   using ProviderKey = std::tuple<std::string, std::string, std::string>;
 
   /// Orders label tuples by their text. Keys are tuples of strings; lookups pass tuples of
@@ -50,7 +54,8 @@ class Metrics {
     using is_transparent = void;
     template <class... T>
     static auto views(const std::tuple<T...>& t) {
-      return std::apply([](const auto&... x) { return std::make_tuple(std::string_view(x)...); }, t);
+      return std::apply([](const auto&... x) { return std::make_tuple(std::string_view(x)...); },
+                        t);
     }
     template <class L, class R>
     bool operator()(const L& l, const R& r) const {

@@ -9,12 +9,14 @@ namespace {
 
 std::string lower(std::string_view s) {
   std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
   return out;
 }
 
 bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](unsigned char x, unsigned char y) {
+  return a.size() == b.size() &&
+         std::equal(a.begin(), a.end(), b.begin(), [](unsigned char x, unsigned char y) {
            return std::tolower(x) == std::tolower(y);
          });
 }
@@ -24,7 +26,8 @@ bool iequals(std::string_view a, std::string_view b) {
 std::string host_only(std::string_view host) {
   if (!host.empty() && host.front() == '[') {
     auto close = host.find(']');
-    return lower(host.substr(1, close == std::string_view::npos ? std::string_view::npos : close - 1));
+    return lower(
+        host.substr(1, close == std::string_view::npos ? std::string_view::npos : close - 1));
   }
   // One colon: a port. More: an IPv6 address without brackets, kept whole.
   auto colon = host.rfind(':');
@@ -48,9 +51,12 @@ bool origin_allowed(std::string_view origin, const std::vector<std::string>& ext
   }
   auto o = lower(origin);
   std::string_view rest;
-  if (o.starts_with("http://")) rest = std::string_view(o).substr(7);
-  else if (o.starts_with("https://")) rest = std::string_view(o).substr(8);
-  else return false;
+  if (o.starts_with("http://"))
+    rest = std::string_view(o).substr(7);
+  else if (o.starts_with("https://"))
+    rest = std::string_view(o).substr(8);
+  else
+    return false;
   if (rest.find('/') != std::string_view::npos) return false;
   return loopback_name(host_only(rest));
 }

@@ -18,12 +18,13 @@ namespace {
 std::string_view sv(beast::string_view s) { return {s.data(), s.size()}; }
 }  // namespace
 
-RequestReader::RequestReader(Request& r, BodyBudget& budget, std::size_t& held) : r_(r), budget_(budget), held_(held) {
+RequestReader::RequestReader(Request& r, BodyBudget& budget, std::size_t& held)
+    : r_(r), budget_(budget), held_(held) {
   r_.clear();
 }
 
-void RequestReader::on_request_impl(http::verb method, string_view method_str, string_view target, int version,
-                                    error_code&) {
+void RequestReader::on_request_impl(http::verb method, string_view method_str, string_view target,
+                                    int version, error_code&) {
   r_.method = method;
   if (method != http::verb::unknown) {
     r_.method_string = sv(http::to_string(method));
@@ -35,7 +36,8 @@ void RequestReader::on_request_impl(http::verb method, string_view method_str, s
   r_.version = static_cast<unsigned>(version);
 }
 
-void RequestReader::on_field_impl(field name, string_view name_string, string_view value, error_code& ec) {
+void RequestReader::on_field_impl(field name, string_view name_string, string_view value,
+                                  error_code& ec) {
   if (r_.field_count == r_.field_slots.size()) r_.field_slots.emplace_back();
   auto& slot = r_.field_slots[r_.field_count++];
   slot.first.assign(name_string.data(), name_string.size());
@@ -45,18 +47,25 @@ void RequestReader::on_field_impl(field name, string_view name_string, string_vi
     r_.seen |= bit;
     kept.assign(value.data(), value.size());
   };
-  if (name == field::host) keep(1, r_.host);
-  else if (name == field::origin) keep(2, r_.origin);
-  else if (name == field::authorization) keep(4, r_.authorization);
+  if (name == field::host)
+    keep(1, r_.host);
+  else if (name == field::origin)
+    keep(2, r_.origin);
+  else if (name == field::authorization)
+    keep(4, r_.authorization);
   // Beast frames "chunked, identity" or "gzip" as no body; the body would be the next request.
-  else if (name == field::transfer_encoding && !http1::chunked_only(sv(value))) ec = http::error::bad_transfer_encoding;
-  else if (name == field::expect) r_.expect_continue = beast::iequals(value, "100-continue");
-  else if (name == field::upgrade) r_.upgrade = true;
+  else if (name == field::transfer_encoding && !http1::chunked_only(sv(value)))
+    ec = http::error::bad_transfer_encoding;
+  else if (name == field::expect)
+    r_.expect_continue = beast::iequals(value, "100-continue");
+  else if (name == field::upgrade)
+    r_.upgrade = true;
 }
 
 void RequestReader::on_header_impl(error_code&) { r_.keep_alive = keep_alive(); }
 
-void RequestReader::on_body_init_impl(const boost::optional<std::uint64_t>& length, error_code& ec) {
+void RequestReader::on_body_init_impl(const boost::optional<std::uint64_t>& length,
+                                      error_code& ec) {
   if (!length) return;
   if (!budget_.take(held_, static_cast<std::size_t>(*length))) {
     ec = asio::error::no_buffer_space;

@@ -3,14 +3,13 @@
 // a whole plain request, and Beast's parser for everything else. Beast-heavy: included by the
 // connection and the tests only.
 
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/basic_parser.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/http/basic_parser.hpp>
 
 #include "request.hpp"
 
@@ -32,15 +31,18 @@ class RequestReader final : public boost::beast::http::basic_parser<true> {
   using string_view = boost::beast::string_view;
   using error_code = boost::beast::error_code;
   using field = boost::beast::http::field;
-  void on_request_impl(boost::beast::http::verb method, string_view method_str, string_view target, int version,
-                       error_code&) override;
+  void on_request_impl(boost::beast::http::verb method, string_view method_str, string_view target,
+                       int version, error_code&) override;
   void on_response_impl(int, string_view, int, error_code&) override {}
-  void on_field_impl(field name, string_view name_string, string_view value, error_code& ec) override;
+  void on_field_impl(field name, string_view name_string, string_view value,
+                     error_code& ec) override;
   void on_header_impl(error_code&) override;
   void on_body_init_impl(const boost::optional<std::uint64_t>& length, error_code& ec) override;
   std::size_t on_body_impl(string_view body, error_code& ec) override { return append(body, ec); }
   void on_chunk_header_impl(std::uint64_t, string_view, error_code&) override {}
-  std::size_t on_chunk_body_impl(std::uint64_t, string_view body, error_code& ec) override { return append(body, ec); }
+  std::size_t on_chunk_body_impl(std::uint64_t, string_view body, error_code& ec) override {
+    return append(body, ec);
+  }
   std::size_t append(string_view body, error_code& ec);
   void on_finish_impl(error_code&) override {}
 

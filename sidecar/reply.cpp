@@ -4,7 +4,8 @@
 
 namespace rpcroute::sidecar {
 
-std::string json_error_body(std::string_view message, std::string_view extra_key, std::string_view extra_raw) {
+std::string json_error_body(std::string_view message, std::string_view extra_key,
+                            std::string_view extra_raw) {
   json::Writer w;
   w.begin_object();
   w.key("error");

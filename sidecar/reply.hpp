@@ -1,14 +1,12 @@
 #pragma once
 // An answer as the handlers build it, before the connection writes its head (response_head.hpp).
 
+#include <boost/beast/http/status.hpp>
 #include <cstddef>
 #include <cstring>
+#include <ostream>  // Beast 1.74's status.hpp uses it without including it
 #include <string>
 #include <string_view>
-
-#include <ostream>  // Beast 1.74's status.hpp uses it without including it
-
-#include <boost/beast/http/status.hpp>
 
 namespace rpcroute::sidecar {
 
@@ -18,7 +16,8 @@ struct Reply {
   boost::beast::http::status status = boost::beast::http::status::ok;
   std::string body;
   std::string_view content_type = "application/json";  // static text
-  std::string header_lines;  // "Name: value\r\n" each; values never hold CR or LF (Beast rejects them)
+  std::string
+      header_lines;  // "Name: value\r\n" each; values never hold CR or LF (Beast rejects them)
   // For the log line.
   std::string rpc_method;
   std::string provider;

@@ -2,17 +2,15 @@
 // What the sidecar keeps of a client's request, and the request-body budget all connections share.
 // Light on purpose: the handlers read a Request without Beast's parser in sight (reader.hpp).
 
+#include <boost/beast/http/verb.hpp>
 #include <cstddef>
 #include <cstdint>
+#include <ostream>  // Beast 1.74's verb.hpp uses it without including it
 #include <span>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <ostream>  // Beast 1.74's verb.hpp uses it without including it
-
-#include <boost/beast/http/verb.hpp>
 
 namespace rpcroute::sidecar {
 
@@ -33,16 +31,19 @@ struct Request {
   std::string authorization;
   std::string body;
   std::string remote;
-  bool expect_continue = false;  // Expect: 100-continue (HTTP/1.1): the client waits before the body
-  bool upgrade = false;          // an Upgrade field arrived
-  unsigned seen = 0;             // which of host, origin, authorization arrived
+  bool expect_continue =
+      false;             // Expect: 100-continue (HTTP/1.1): the client waits before the body
+  bool upgrade = false;  // an Upgrade field arrived
+  unsigned seen = 0;     // which of host, origin, authorization arrived
   using Field = std::pair<std::string, std::string>;  // name as sent, value
-  std::vector<Field> field_slots;  // the first field_count hold this request's fields (Beast's reader)
+  std::vector<Field>
+      field_slots;  // the first field_count hold this request's fields (Beast's reader)
   std::size_t field_count = 0;
 
   /// Every field in arrival order when the request carries an Upgrade field; else empty.
   [[nodiscard]] std::span<const Field> fields() const {
-    return upgrade ? std::span<const Field>(field_slots.data(), field_count) : std::span<const Field>();
+    return upgrade ? std::span<const Field>(field_slots.data(), field_count)
+                   : std::span<const Field>();
   }
 
   void clear() {

@@ -1,11 +1,10 @@
 #include "response_head.hpp"
 
+#include <boost/beast/http/write.hpp>
 #include <charconv>
 #include <cstdint>
 #include <cstring>
 #include <sstream>
-
-#include <boost/beast/http/write.hpp>
 
 namespace rpcroute::sidecar {
 
@@ -13,7 +12,8 @@ namespace http = boost::beast::http;
 using namespace std::string_view_literals;
 
 void response_head(std::string& h, http::status status, unsigned version, bool keep_alive,
-                   std::string_view content_type, std::string_view header_lines, std::size_t body_size) {
+                   std::string_view content_type, std::string_view header_lines,
+                   std::size_t body_size) {
   // Written through a cursor into a buffer sized for the longest head: no append per piece.
   const auto reason_text = http::obsolete_reason(status);
   const std::string_view reason(reason_text.data(), reason_text.size());
@@ -51,12 +51,14 @@ void response_head(std::string& h, http::status status, unsigned version, bool k
   h.resize(static_cast<std::size_t>(p - h.data()));
 }
 
-http::response<http::string_body> beast_response(http::status status, unsigned version, bool keep_alive,
-                                                 std::string_view content_type, std::string_view header_lines,
-                                                 std::string body) {
+http::response<http::string_body> beast_response(http::status status, unsigned version,
+                                                 bool keep_alive, std::string_view content_type,
+                                                 std::string_view header_lines, std::string body) {
   http::response<http::string_body> res{status, version};
   res.set(http::field::server, "rpcroute");
-  auto bsv = [](std::string_view s) { return boost::beast::string_view(s.data(), s.size()); };  // Beast 1.74
+  auto bsv = [](std::string_view s) {
+    return boost::beast::string_view(s.data(), s.size());
+  };  // Beast 1.74
   if (!content_type.empty()) res.set(http::field::content_type, bsv(content_type));
   while (!header_lines.empty()) {
     const auto end = header_lines.find("\r\n"sv);
@@ -68,14 +70,17 @@ http::response<http::string_body> beast_response(http::status status, unsigned v
   res.keep_alive(keep_alive);
   res.body() = std::move(body);
   res.prepare_payload();
-  if (const auto code = static_cast<unsigned>(status); code / 100 == 1 || code == 204 || code == 304) {
-    res.content_length(boost::none);  // Beast 1.74 writes "Content-Length: 0" there (see response_head)
+  if (const auto code = static_cast<unsigned>(status);
+      code / 100 == 1 || code == 204 || code == 304) {
+    res.content_length(
+        boost::none);  // Beast 1.74 writes "Content-Length: 0" there (see response_head)
   }
   return res;
 }
 
-std::string beast_serialized(http::status status, unsigned version, bool keep_alive, std::string_view content_type,
-                             std::string_view header_lines, std::string body) {
+std::string beast_serialized(http::status status, unsigned version, bool keep_alive,
+                             std::string_view content_type, std::string_view header_lines,
+                             std::string body) {
   std::ostringstream out;
   out << beast_response(status, version, keep_alive, content_type, header_lines, std::move(body));
   return out.str();

@@ -1,9 +1,9 @@
 #include "routes.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
-
-#include <fmt/format.h>
 
 namespace rpcroute::sidecar {
 
@@ -11,8 +11,8 @@ namespace {
 
 bool segment_ok(std::string_view s) {
   return !s.empty() && s.size() <= 128 && std::all_of(s.begin(), s.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
-           c == '.';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-' || c == '.';
   });
 }
 
@@ -31,7 +31,8 @@ std::string_view route_shapes_json() {
 }
 
 Route parse_route(std::string_view target) {
-  if (auto q = target.find_first_of("?#"); q != std::string_view::npos) target = target.substr(0, q);
+  if (auto q = target.find_first_of("?#"); q != std::string_view::npos)
+    target = target.substr(0, q);
   if (target.empty() || target.front() != '/') return not_found("the path must start with '/'");
   if (target.size() > 1024) return not_found("the path is too long");
   // At most 6 segments are meaningful and a 7th ends the walk below: a fixed array, no allocation
@@ -48,7 +49,8 @@ Route parse_route(std::string_view target) {
     auto slash = rest.find('/');
     auto part = rest.substr(0, slash);
     if (!part.empty()) {
-      if (!segment_ok(part)) return not_found(fmt::format("'{}' is not a valid path segment", part.substr(0, 64)));
+      if (!segment_ok(part))
+        return not_found(fmt::format("'{}' is not a valid path segment", part.substr(0, 64)));
       parts.items[parts.n++] = part;
     }
     if (slash == std::string_view::npos) break;
@@ -62,10 +64,14 @@ Route parse_route(std::string_view target) {
     return r;
   }
   if (parts.size() == 1) {
-    if (parts[0] == "healthz") r.kind = RouteKind::healthz;
-    else if (parts[0] == "status") r.kind = RouteKind::status;
-    else if (parts[0] == "metrics") r.kind = RouteKind::metrics;
-    else return not_found(fmt::format("no route '{}'", target));
+    if (parts[0] == "healthz")
+      r.kind = RouteKind::healthz;
+    else if (parts[0] == "status")
+      r.kind = RouteKind::status;
+    else if (parts[0] == "metrics")
+      r.kind = RouteKind::metrics;
+    else
+      return not_found(fmt::format("no route '{}'", target));
     return r;
   }
   if (parts[0] != "rpc") return not_found(fmt::format("no route '{}'", target));
@@ -85,9 +91,10 @@ Route parse_route(std::string_view target) {
   if (left == 2) {
     auto s = parse_strategy(parts[i]);
     if (!s) {
-      return not_found(fmt::format("unknown strategy '{}' (load-balanced, round-robin, random, weighted, priority, "
-                                   "fastest, latency-weighted)",
-                                   parts[i]));
+      return not_found(fmt::format(
+          "unknown strategy '{}' (load-balanced, round-robin, random, weighted, priority, "
+          "fastest, latency-weighted)",
+          parts[i]));
     }
     r.target.strategy = s;
     r.target.chain = std::string(parts[i + 1]);

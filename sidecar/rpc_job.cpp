@@ -1,12 +1,12 @@
 // The JSON-RPC job of the handlers: a body parsed for the router, and the router's outcomes turned
 // into the reply with its X-Rpcroute-* headers.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "handlers.hpp"
 #include "rpcroute/json.hpp"
@@ -18,8 +18,9 @@ using namespace std::string_view_literals;
 
 bool Handlers::prepare_rpc(const Request& req, const Route& route, Reply& reply, RpcJob& job) {
   if (!find_chain(route.target, reply, job)) return false;
-  auto parsed = config_.plain_json ? jsonrpc::parse_body(req.body, req.body.capacity())
-                                   : jsonrpc::detail::parse_full_body(req.body, req.body.capacity());
+  auto parsed = config_.plain_json
+                    ? jsonrpc::parse_body(req.body, req.body.capacity())
+                    : jsonrpc::detail::parse_full_body(req.body, req.body.capacity());
   if (!parsed) {
     reply.body = jsonrpc::make_error("null", parsed.error().code, parsed.error().message);
     return false;
@@ -45,20 +46,23 @@ bool Handlers::find_chain(const RpcTarget& target, Reply& reply, RpcJob& job) {
     reply.body = json_error_body(fmt::format("unknown profile '{}'", target.profile));
     return false;
   }
-  const Chain* chain = target.chain.empty() ? &rt->profile.chains.front() : rt->profile.find_chain(target.chain);
+  const Chain* chain =
+      target.chain.empty() ? &rt->profile.chains.front() : rt->profile.find_chain(target.chain);
   if (chain == nullptr) {
     json::Writer names;
     names.begin_array();
     for (const auto& c : rt->profile.chains) names.value(c.name);
     names.end_array();
     reply.status = http::status::not_found;
-    reply.body = json_error_body(fmt::format("unknown chain '{}' in profile '{}'", target.chain, rt->profile.name),
-                                 "chains", names.str());
+    reply.body = json_error_body(
+        fmt::format("unknown chain '{}' in profile '{}'", target.chain, rt->profile.name), "chains",
+        names.str());
     return false;
   }
   if (target.provider && chain->find_provider(*target.provider) == nullptr) {
     reply.status = http::status::not_found;
-    reply.body = json_error_body(fmt::format("unknown provider '{}' on chain {}", *target.provider, chain->name));
+    reply.body = json_error_body(
+        fmt::format("unknown provider '{}' on chain {}", *target.provider, chain->name));
     return false;
   }
   job.rt = rt;
@@ -70,7 +74,8 @@ void Handlers::next_request_id(RpcJob& job) {
   // {:08x}{:08x} of the prefix and the counter, without fmt or an allocation.
   char* const text = job.request_id_text;
   if (request_prefix_ > 0xffffffffULL || request_counter_ + 1 > 0xffffffffULL) {
-    const auto r = fmt::format_to_n(text, sizeof job.request_id_text, "{:08x}{:08x}", request_prefix_, ++request_counter_);
+    const auto r = fmt::format_to_n(text, sizeof job.request_id_text, "{:08x}{:08x}",
+                                    request_prefix_, ++request_counter_);
     job.request_id = std::string_view(text, std::min(r.size, sizeof job.request_id_text));
     return;
   }
@@ -109,10 +114,13 @@ void count(Tally& t, const CallOutcome& o) {
   if (!o.provider.empty() && t.providers.find(o.provider) == std::string::npos) {
     t.providers += t.providers.empty() ? o.provider : "," + o.provider;
   }
-  if (o.status != CallOutcome::Status::invalid && o.status != CallOutcome::Status::local) ++t.routed;
+  if (o.status != CallOutcome::Status::invalid && o.status != CallOutcome::Status::local)
+    ++t.routed;
   if (o.status == CallOutcome::Status::unavailable) {
     ++t.unavailable;
-    if (o.retry_after_ms >= 0) t.retry_after = t.retry_after < 0 ? o.retry_after_ms : std::min(t.retry_after, o.retry_after_ms);
+    if (o.retry_after_ms >= 0)
+      t.retry_after =
+          t.retry_after < 0 ? o.retry_after_ms : std::min(t.retry_after, o.retry_after_ms);
   }
 }
 
@@ -135,10 +143,12 @@ char* put_latency(char* p, double latency) {
 
 /// The six X-Rpcroute headers of every RPC answer, written through a cursor in one append.
 void put_rpcroute_headers(std::string& lines, const Tally& t, std::string_view request_id) {
-  const std::string_view provider_list = t.providers.empty() ? "-"sv : std::string_view(t.providers);
+  const std::string_view provider_list =
+      t.providers.empty() ? "-"sv : std::string_view(t.providers);
   const std::string_view strategy_text = strategy_name(t.strategy);
   const auto at = lines.size();
-  lines.resize(at + 600 + provider_list.size() + strategy_text.size() + request_id.size());  // fixed parts < 200
+  lines.resize(at + 600 + provider_list.size() + strategy_text.size() +
+               request_id.size());  // fixed parts < 200
   char* p = lines.data() + at;
   auto put = [&p](std::string_view piece) {
     std::memcpy(p, piece.data(), piece.size());
@@ -171,7 +181,8 @@ void Handlers::finish_rpc(RpcJob& job, std::vector<CallOutcome>& outs, Reply& re
   if (reply.body.empty()) reply.status = http::status::no_content;  // notifications only
   if (tally.routed > 0 && tally.unavailable == tally.routed) {
     reply.status = http::status::service_unavailable;
-    if (tally.retry_after >= 0) reply.header("Retry-After", std::to_string((tally.retry_after + 999) / 1000));
+    if (tally.retry_after >= 0)
+      reply.header("Retry-After", std::to_string((tally.retry_after + 999) / 1000));
   }
   if (config_.verbose) reply.provider = tally.providers;
   reply.attempts = tally.attempts;
@@ -195,10 +206,11 @@ void Handlers::write_rpc_body(const RpcJob& job, std::vector<CallOutcome>& outs,
   for (std::size_t i = outs.size(); i < calls.size(); ++i) {
     if (!calls[i].has_id() && calls[i].valid()) continue;  // a notification: no answer
     if (body.size() > 1) body.push_back(',');
-    body += jsonrpc::make_error(calls[i].reply_id(), jsonrpc::kInvalidRequest,
-                               fmt::format("invalid request: item {} of a batch of {} is beyond the limit of {} "
-                                           "(--max-batch)",
-                                           i + 1, calls.size(), config_.max_batch));
+    body += jsonrpc::make_error(
+        calls[i].reply_id(), jsonrpc::kInvalidRequest,
+        fmt::format("invalid request: item {} of a batch of {} is beyond the limit of {} "
+                    "(--max-batch)",
+                    i + 1, calls.size(), config_.max_batch));
   }
   body.push_back(']');
   reply.body = body.size() > 2 ? std::move(body) : std::string();

@@ -2,14 +2,13 @@
 // flush the state, schedule the head pollers, drain at shutdown.
 #include "server.hpp"
 
+#include <fmt/format.h>
+#include <malloc.h>
+
 #include <array>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
-
-#include <malloc.h>
-
-#include <fmt/format.h>
 
 #include "connection.hpp"
 #include "response_head.hpp"
@@ -35,8 +34,8 @@ ServerConfig with_fence_environment(ServerConfig config) {
 }
 }  // namespace
 
-Server::Server(asio::io_context& io, ServerConfig config, std::vector<Profile> profiles, Engine& engine,
-               StateStore& store, const Clock& clock)
+Server::Server(asio::io_context& io, ServerConfig config, std::vector<Profile> profiles,
+               Engine& engine, StateStore& store, const Clock& clock)
     : io_(io),
       config_(with_fence_environment(std::move(config))),
       engine_(engine),
@@ -51,10 +50,13 @@ Server::~Server() = default;
 
 Result<std::uint16_t> Server::listen() {
   boost::system::error_code ec;
-  auto address = asio::ip::make_address(config_.host == "localhost" ? "127.0.0.1" : config_.host, ec);
+  auto address =
+      asio::ip::make_address(config_.host == "localhost" ? "127.0.0.1" : config_.host, ec);
   if (ec) return fail(fmt::format("bad --listen address '{}'", config_.host));
   if (!address.is_loopback() && !config_.allow_remote) {
-    return fail(fmt::format("refusing to listen on {} (not loopback) without --allow-remote and a token", config_.host));
+    return fail(
+        fmt::format("refusing to listen on {} (not loopback) without --allow-remote and a token",
+                    config_.host));
   }
   // A token always: --allow-remote on a loopback address turned the Host check off and let any
   // page a DNS-rebinding attack points at 127.0.0.1 through unauthenticated.
@@ -69,7 +71,9 @@ Result<std::uint16_t> Server::listen() {
   if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) acceptor_.bind(endpoint, ec);
   if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) return fail(fmt::format("cannot listen on {}:{}: {}", config_.host, config_.port, ec.message()));
+  if (ec)
+    return fail(
+        fmt::format("cannot listen on {}:{}: {}", config_.host, config_.port, ec.message()));
   port_ = acceptor_.local_endpoint().port();
   return port_;
 }
@@ -87,7 +91,8 @@ void Server::save_state(std::string_view why) {
 bool Server::flush_state(bool wait) {
   if (!store_.dirty()) return true;
   if (wait) {
-    if (auto r = store_.save(); !r) log(fmt::format("rpcroute: warning: state not saved: {}", r.error().message));
+    if (auto r = store_.save(); !r)
+      log(fmt::format("rpcroute: warning: state not saved: {}", r.error().message));
     return true;
   }
   // On the event loop: one non-blocking attempt at the lock. Another process holding it (even a
@@ -96,10 +101,12 @@ bool Server::flush_state(bool wait) {
   if (!r) log(fmt::format("rpcroute: warning: state not saved: {}", r.error().message));
   const bool done = !r || *r;
   if (done) {
-    if (flush_deferred_ >= kFlushWarnAfter) log("rpcroute: the state file lock is free again; state saved");
+    if (flush_deferred_ >= kFlushWarnAfter)
+      log("rpcroute: the state file lock is free again; state saved");
     flush_deferred_ = 0;
   } else if (++flush_deferred_ == kFlushWarnAfter) {
-    log("rpcroute: warning: the state file is locked by another process; saving is deferred until it is free");
+    log("rpcroute: warning: the state file is locked by another process; saving is deferred until "
+        "it is free");
   }
   return done;
 }
@@ -108,7 +115,8 @@ asio::awaitable<void> Server::flush_loop() {
   asio::steady_timer timer(io_);
   bool retry = false;
   while (!draining_) {
-    timer.expires_after(std::chrono::milliseconds(retry ? kFlushRetryMs : config_.flush_interval_ms));
+    timer.expires_after(
+        std::chrono::milliseconds(retry ? kFlushRetryMs : config_.flush_interval_ms));
     boost::system::error_code ec;
     co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     retry = !flush_state(false);
@@ -132,7 +140,8 @@ void Server::start_pollers() {
 asio::awaitable<void> Server::accept_loop() {
   for (;;) {
     boost::system::error_code ec;
-    tcp::socket socket = co_await acceptor_.async_accept(asio::redirect_error(asio::use_awaitable, ec));
+    tcp::socket socket =
+        co_await acceptor_.async_accept(asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
       if (draining_ || ec == asio::error::operation_aborted) co_return;
       // Out of descriptors (EMFILE, ENFILE) or memory: retrying at once would spin on the CPU.
@@ -154,8 +163,8 @@ asio::awaitable<void> Server::accept_loop() {
 
 asio::awaitable<void> Server::refuse_connection(tcp::socket socket) {
   ++refusing_;
-  const std::string body =
-      json_error_body(fmt::format("too many connections (--max-connections {}); retry later", config_.max_connections));
+  const std::string body = json_error_body(fmt::format(
+      "too many connections (--max-connections {}); retry later", config_.max_connections));
   std::string head;
   constexpr auto kStatus = boost::beast::http::status::service_unavailable;
   if (config_.fast_http1) {
@@ -164,7 +173,8 @@ asio::awaitable<void> Server::refuse_connection(tcp::socket socket) {
     head = beast_serialized(kStatus, 11, false, "application/json", "Retry-After: 1\r\n", body);
   }
   boost::system::error_code ec;
-  std::array<asio::const_buffer, 2> out{asio::buffer(head), config_.fast_http1 ? asio::buffer(body) : asio::const_buffer()};
+  std::array<asio::const_buffer, 2> out{
+      asio::buffer(head), config_.fast_http1 ? asio::buffer(body) : asio::const_buffer()};
   co_await asio::async_write(socket, out, asio::redirect_error(asio::use_awaitable, ec));
   socket.shutdown(tcp::socket::shutdown_send, ec);
   // Shared with the timer's handler, which may run after this frame has gone.
@@ -177,7 +187,9 @@ asio::awaitable<void> Server::refuse_connection(tcp::socket socket) {
     }
   });
   std::array<char, 4096> sink;
-  while (!ec) co_await shared->async_read_some(asio::buffer(sink), asio::redirect_error(asio::use_awaitable, ec));
+  while (!ec)
+    co_await shared->async_read_some(asio::buffer(sink),
+                                     asio::redirect_error(asio::use_awaitable, ec));
   limit.cancel();
   --refusing_;
 }
@@ -190,7 +202,8 @@ asio::awaitable<void> Server::run() {
 
   // Draining: wait for in-flight requests, within the grace period.
   asio::steady_timer timer(io_);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.grace_ms);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.grace_ms);
   while (metrics_.in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
     timer.expires_after(std::chrono::milliseconds(20));
     boost::system::error_code ec;

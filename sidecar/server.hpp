@@ -29,8 +29,8 @@ struct ConnectionState;
 class Server {
  public:
   /// Also reads the fences' environment variables (apply_fence_environment), once.
-  Server(asio::io_context& io, ServerConfig config, std::vector<Profile> profiles, Engine& engine, StateStore& store,
-         const Clock& clock);
+  Server(asio::io_context& io, ServerConfig config, std::vector<Profile> profiles, Engine& engine,
+         StateStore& store, const Clock& clock);
   ~Server();
 
   /// Binds and listens. The port is known afterwards (port 0 picks one).
@@ -75,11 +75,12 @@ class Server {
   /// Answers a read request into s.reply without a provider, or says it is JSON-RPC to route.
   bool answer_locally(ConnectionState& s);
   /// s.reply through Beast's serializer: the HTTP/1 fast path is off (RPCROUTE_FAST_HTTP1=0).
-  asio::awaitable<void> write_with_beast(ConnectionState& s, bool keep_alive, boost::system::error_code& ec);
+  asio::awaitable<void> write_with_beast(ConnectionState& s, bool keep_alive,
+                                         boost::system::error_code& ec);
   /// Every request gets an answer: an unexpected failure (out of memory, say) is a 500, and the
   /// connection goes on.
   void answer_internal_error(ConnectionState& s, std::string_view what);
-  void log_request(const ConnectionState& s, double ms);         // -v: the line of an answered request
+  void log_request(const ConnectionState& s, double ms);  // -v: the line of an answered request
   void log_request(const ConnectionState& s, std::string_view note);  // -v: one that got no answer
   [[nodiscard]] EdgeLoad edge() const { return {connections_.size(), body_budget_.used}; }
 

@@ -13,18 +13,19 @@ struct ServerConfig {
   std::string host = "127.0.0.1";
   std::uint16_t port = 8545;
   bool allow_remote = false;
-  std::string token;                         // bearer token; required when allow_remote
-  std::vector<std::string> allow_origins;    // extra browser origins ("*" allows any)
+  std::string token;                       // bearer token; required when allow_remote
+  std::vector<std::string> allow_origins;  // extra browser origins ("*" allows any)
   std::size_t max_body = 8 * 1024 * 1024;
-  std::size_t max_connections = 1024;                  // more are answered 503 and closed
-  std::size_t max_inflight_bytes = std::size_t{256} << 20;  // request bodies held at once; beyond: 503
-  std::size_t max_batch = 1000;               // viem's default batch size
-  std::int64_t read_timeout_ms = 10'000;     // one request's headers and body
-  std::int64_t idle_timeout_ms = 60'000;     // a keep-alive connection with nothing to do
-  std::int64_t grace_ms = 10'000;            // to finish in-flight requests at shutdown
-  std::int64_t flush_interval_ms = 5'000;    // state file
-  std::optional<Strategy> strategy;          // for routes without a strategy segment
-  bool verbose = false;                      // a log line per request
+  std::size_t max_connections = 1024;  // more are answered 503 and closed
+  std::size_t max_inflight_bytes = std::size_t{256}
+                                   << 20;  // request bodies held at once; beyond: 503
+  std::size_t max_batch = 1000;            // viem's default batch size
+  std::int64_t read_timeout_ms = 10'000;   // one request's headers and body
+  std::int64_t idle_timeout_ms = 60'000;   // a keep-alive connection with nothing to do
+  std::int64_t grace_ms = 10'000;          // to finish in-flight requests at shutdown
+  std::int64_t flush_interval_ms = 5'000;  // state file
+  std::optional<Strategy> strategy;        // for routes without a strategy segment
+  bool verbose = false;                    // a log line per request
   bool json_logs = false;
   bool background_probes = true;
   // The fences around the fast paths, so that each can be switched off and measured (tests/perf
@@ -34,7 +35,8 @@ struct ServerConfig {
   bool plain_json = true;  // the plain JSON path for request bodies; off: the general parser only
 };
 
-/// Turns off each fence whose environment variable is "0" (RPCROUTE_FAST_HTTP1, RPCROUTE_PLAIN_JSON).
+/// Turns off each fence whose environment variable is "0" (RPCROUTE_FAST_HTTP1,
+/// RPCROUTE_PLAIN_JSON).
 void apply_fence_environment(ServerConfig& config);
 
 }  // namespace rpcroute::sidecar

@@ -3,7 +3,8 @@
 // did. `rpcroute bench` renders the results; the sidecar or a test can run it the same way.
 //
 //   bench::Plan plan{.profile = &profile, .chain = &chain, .providers = {...}, .methods = {...}};
-//   bench::Results r = co_await bench::run(plan, engine, clock, rng, &store);  // store: any HealthSink
+//   bench::Results r = co_await bench::run(plan, engine, clock, rng, &store);  // store: any
+//   HealthSink
 #include <algorithm>
 #include <array>
 #include <cstddef>
@@ -46,9 +47,13 @@ struct Plan {
   int concurrency = 4;                      // requests in flight per provider
   std::optional<std::int64_t> timeout_ms;   // per request; default the provider's timeout_ms
 
-  [[nodiscard]] std::int64_t timeout_for(const Provider& p) const { return timeout_ms.value_or(p.timeout_ms); }
+  [[nodiscard]] std::int64_t timeout_for(const Provider& p) const {
+    return timeout_ms.value_or(p.timeout_ms);
+  }
   /// Workers per provider: no more than there are requests to send.
-  [[nodiscard]] int workers() const { return duration_ms ? concurrency : std::min(concurrency, requests); }
+  [[nodiscard]] int workers() const {
+    return duration_ms ? concurrency : std::min(concurrency, requests);
+  }
 };
 
 /// The cold first request to a provider, before sampling.
@@ -62,9 +67,9 @@ struct Warmup {
 };
 
 /// Error classes in the order they are listed.
-inline constexpr std::array<OutcomeClass, 5> kErrorClasses = {OutcomeClass::provider_failure,
-                                                              OutcomeClass::rate_limited, OutcomeClass::capability,
-                                                              OutcomeClass::deterministic, OutcomeClass::unknown};
+inline constexpr std::array<OutcomeClass, 5> kErrorClasses = {
+    OutcomeClass::provider_failure, OutcomeClass::rate_limited, OutcomeClass::capability,
+    OutcomeClass::deterministic, OutcomeClass::unknown};
 inline constexpr std::size_t kClassCount = static_cast<std::size_t>(OutcomeClass::unknown) + 1;
 /// Distinct error messages kept per provider and method; more are counted as other_messages.
 inline constexpr std::size_t kMaxMessages = 5;
@@ -127,7 +132,8 @@ struct ErrorLine {
 [[nodiscard]] std::vector<ErrorLine> error_lines(const Plan& plan, const Results& results);
 
 /// One phase of a run: the warm-up (`method` empty, `total` the providers), or method `index` of
-/// `count`, `total` requests over all providers, or until `deadline_us` (Clock::mono_us(); 0: none).
+/// `count`, `total` requests over all providers, or until `deadline_us` (Clock::mono_us(); 0:
+/// none).
 struct Phase {
   std::string_view method;
   std::size_t index = 0;
@@ -155,7 +161,8 @@ class Observer {
 /// eth_blockNumber of providers whose warm-up confirmed the chain id. An exception from any request
 /// ends the run with it, once the phase's requests are done. Timed runs and requests per second
 /// follow clock.mono_us().
-[[nodiscard]] asio::awaitable<Results> run(const Plan& plan, Transport& transport, const Clock& clock, Random& rng,
-                                           HealthSink* sink, Observer* observer = nullptr);
+[[nodiscard]] asio::awaitable<Results> run(const Plan& plan, Transport& transport,
+                                           const Clock& clock, Random& rng, HealthSink* sink,
+                                           Observer* observer = nullptr);
 
 }  // namespace rpcroute::bench

@@ -21,7 +21,8 @@ struct BlockRef {
   std::uint64_t number = 0;  // Kind::number
 
   [[nodiscard]] bool is_head_relative() const {
-    return kind == Kind::latest || kind == Kind::pending || kind == Kind::safe || kind == Kind::finalized;
+    return kind == Kind::latest || kind == Kind::pending || kind == Kind::safe ||
+           kind == Kind::finalized;
   }
 };
 
@@ -47,7 +48,8 @@ struct BlockNeed {
 
 /// An observed height moved forward by the blocks the chain has likely made since, counting at most
 /// height_horizon_ms of elapsed time. Observations older than the horizon are not estimated from.
-[[nodiscard]] std::uint64_t estimate_height(const Height& h, std::int64_t now_ms, const Chain& chain);
+[[nodiscard]] std::uint64_t estimate_height(const Height& h, std::int64_t now_ms,
+                                            const Chain& chain);
 [[nodiscard]] bool height_fresh(const Height& h, std::int64_t now_ms, const Chain& chain);
 
 /// Where a chain observed at `h` stands at `t_ms`: moved forward by the blocks likely made since
@@ -76,7 +78,8 @@ enum class ClaimVerdict {
   unconfirmed,  // 3+ providers: ahead of the head a quorum reaches by more than max_lag_blocks
 };
 [[nodiscard]] constexpr bool quarantined(ClaimVerdict v) {
-  return v == ClaimVerdict::absurd || v == ClaimVerdict::implausible || v == ClaimVerdict::unconfirmed;
+  return v == ClaimVerdict::absurd || v == ClaimVerdict::implausible ||
+         v == ClaimVerdict::unconfirmed;
 }
 
 struct ClaimJudgement {
@@ -88,15 +91,17 @@ struct ClaimJudgement {
 /// "One head"). Among fresh counting claims: absurd ones and those more than jump_allowance above
 /// the (lower) median of the others are not believed; the head is the highest believed height that
 /// half of the believed claims (at least one; two of three) reach within max_lag_blocks, each moved
-/// forward to the claim's time. With three or more, a claim alone ahead of that head is unconfirmed.
+/// forward to the claim's time. With three or more, a claim alone ahead of that head is
+/// unconfirmed.
 ///
 ///   auto head = chain_head(claims, judgements, chain, now);  // head.head: a real observation
 struct ChainHead {
   std::optional<Height> head;
   std::size_t believed = 0;
 };
-[[nodiscard]] ChainHead chain_head(std::span<const HeadClaim> claims, std::span<ClaimJudgement> judgements,
-                                   const Chain& chain, std::int64_t now_ms);
+[[nodiscard]] ChainHead chain_head(std::span<const HeadClaim> claims,
+                                   std::span<ClaimJudgement> judgements, const Chain& chain,
+                                   std::int64_t now_ms);
 
 /// Blocks `h` stands behind `head`, like for like: `h` moved forward to the head's time when it was
 /// seen earlier (the benefit of the doubt), never the other way (an idle chain does not move).
@@ -105,28 +110,29 @@ struct ChainHead {
 [[nodiscard]] std::int64_t lag_behind(const Height& h, const Height& head, const Chain& chain);
 
 /// The claims of a chain's providers in `view` (in profile order). `with_open`: providers whose
-/// breaker is open count too (for the never-backwards mark: a dead provider's height still happened).
-void head_claims(std::vector<HeadClaim>& out, const HealthView& view, const Profile& profile, const Chain& chain,
-                 std::int64_t now_ms, bool with_open);
+/// breaker is open count too (for the never-backwards mark: a dead provider's height still
+/// happened).
+void head_claims(std::vector<HeadClaim>& out, const HealthView& view, const Profile& profile,
+                 const Chain& chain, std::int64_t now_ms, bool with_open);
 
 /// The best height known for a chain: chain_head() over the providers whose breaker is not open,
 /// else the fresh high-water mark; 0 when nothing is fresh.
-[[nodiscard]] std::uint64_t best_known_height(const HealthView& view, const Profile& profile, const Chain& chain,
-                                              std::int64_t now_ms);
+[[nodiscard]] std::uint64_t best_known_height(const HealthView& view, const Profile& profile,
+                                              const Chain& chain, std::int64_t now_ms);
 
 /// Whether the high-water mark is still where the providers are: within max_lag_blocks of the head
 /// of every fresh claim (open breakers included: a dead provider's height still happened). A mark
 /// they no longer reach — a restarted or reset chain, or a lone liar's height — is not raised to.
-[[nodiscard]] bool mark_supported(const HealthView& view, const Profile& profile, const Chain& chain, const Height& mark,
-                                  std::int64_t now_ms);
+[[nodiscard]] bool mark_supported(const HealthView& view, const Profile& profile,
+                                  const Chain& chain, const Height& mark, std::int64_t now_ms);
 
 /// Checks the eth_blockNumber answers in `ex` before anyone believes them: one that chain_head()
-/// would quarantine (absurd, a jump, unconfirmed) becomes a provider failure (bad_response), and its
-/// height is recorded so that the provider stays quarantined while the claim is fresh. `key`: the
-/// provider's state key. Returns whether an answer was refused.
-bool refuse_doubtful_heads(HealthStore& store, const Profile& profile, const Chain& chain, const Provider& provider,
-                           std::string_view key, std::span<const UpstreamCall> calls, Exchange& ex,
-                           std::int64_t now_ms);
+/// would quarantine (absurd, a jump, unconfirmed) becomes a provider failure (bad_response), and
+/// its height is recorded so that the provider stays quarantined while the claim is fresh. `key`:
+/// the provider's state key. Returns whether an answer was refused.
+bool refuse_doubtful_heads(HealthStore& store, const Profile& profile, const Chain& chain,
+                           const Provider& provider, std::string_view key,
+                           std::span<const UpstreamCall> calls, Exchange& ex, std::int64_t now_ms);
 
 /// Why a quarantined claim is not believed, for exclusions and probe verdicts.
 [[nodiscard]] std::string claim_doubt(const Height& h, const ClaimJudgement& j, const Chain& chain);
@@ -138,19 +144,21 @@ bool refuse_doubtful_heads(HealthStore& store, const Profile& profile, const Cha
 [[nodiscard]] std::optional<std::uint64_t> highest_numbered_block(const BlockNeed& need);
 /// The eth_getLogs range size in blocks (to - from + 1), resolving tags against the head; nullopt
 /// when unknown (a tag without a known head, a blockHash query).
-[[nodiscard]] std::optional<std::uint64_t> log_range_blocks(const BlockNeed& need, std::uint64_t head);
+[[nodiscard]] std::optional<std::uint64_t> log_range_blocks(const BlockNeed& need,
+                                                            std::uint64_t head);
 
 /// Records one height observation of a provider and judges its lag against the chain's head
-/// (chain_head, lag_behind): it marks when the provider fell more than max_lag_blocks behind, clears
-/// the mark when it caught up, and trips its breaker (reason "lag: ...") once it has stayed behind
-/// longer than lag_trip_ms. A provider whose claim is not believed is not judged for lag.
+/// (chain_head, lag_behind): it marks when the provider fell more than max_lag_blocks behind,
+/// clears the mark when it caught up, and trips its breaker (reason "lag: ...") once it has stayed
+/// behind longer than lag_trip_ms. A provider whose claim is not believed is not judged for lag.
 /// Every height a process learns (answers, probes, the sidecar's poll) goes through here.
 /// `key`: the provider's state key when the caller has it (the router does), else computed.
-void observe_height(HealthStore& store, const Profile& profile, const Chain& chain, const Provider& provider,
-                    const Height& height, double jitter, std::string_view key = {});
+void observe_height(HealthStore& store, const Profile& profile, const Chain& chain,
+                    const Provider& provider, const Height& height, double jitter,
+                    std::string_view key = {});
 /// The judgement half of observe_height() on the provider's latest known height, for callers that
 /// record several heights at once first (probe judges after every provider has answered).
-void judge_lag(HealthStore& store, const Profile& profile, const Chain& chain, const Provider& provider, double jitter,
-               std::string_view key = {});
+void judge_lag(HealthStore& store, const Profile& profile, const Chain& chain,
+               const Provider& provider, double jitter, std::string_view key = {});
 
 }  // namespace rpcroute

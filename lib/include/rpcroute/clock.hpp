@@ -5,9 +5,9 @@
 
 namespace rpcroute {
 
-/// Time as the routing code sees it (wall and monotonic); injected so tests advance time instead of sleeping.
-/// Wall time (ms since the epoch) is what the state file stores, because it must mean the same
-/// thing to the next process.
+/// Time as the routing code sees it (wall and monotonic); injected so tests advance time instead of
+/// sleeping. Wall time (ms since the epoch) is what the state file stores, because it must mean the
+/// same thing to the next process.
 class Clock {
  public:
   virtual ~Clock() = default;

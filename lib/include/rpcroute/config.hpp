@@ -66,7 +66,7 @@ struct Provider {
   ProviderLimits limits;
   std::int64_t timeout_ms = 10'000;  // per attempt; see attempt_timeout_ms()
   bool timeout_set = false;          // given in the profile: then it wins over the method's default
-  std::string fingerprint;  // short hash of the URL; keys state without storing the URL
+  std::string fingerprint;           // short hash of the URL; keys state without storing the URL
 };
 
 struct Chain {
@@ -137,7 +137,8 @@ struct StrategyParams {
 
 /// A loaded, validated, immutable profile.
 struct Profile {
-  std::string name;   // what it is looked up by: the file's stem or the embedded name; keys the state
+  std::string
+      name;  // what it is looked up by: the file's stem or the embedded name; keys the state
   std::string title;  // the YAML's `name:`, for display
   std::string description;
   std::string source;  // file path, or "embedded"
@@ -188,8 +189,8 @@ struct ProfileLocation {
 };
 
 /// The search path of DESIGN.md section 10, in order.
-[[nodiscard]] std::vector<std::filesystem::path> profile_search_path(const EnvLookup& env =
-                                                                         process_env());
+[[nodiscard]] std::vector<std::filesystem::path> profile_search_path(
+    const EnvLookup& env = process_env());
 /// Every profile found on the search path (first occurrence of a name wins) plus the embedded ones.
 [[nodiscard]] std::vector<ProfileLocation> list_profiles(const EnvLookup& env = process_env());
 /// A name is looked up on the search path; anything with a '/' or a .yaml/.yml suffix is a path.

@@ -21,6 +21,7 @@
 // (eof at the end of the stream). It relies on Asio internals, so it is used only with the Boost
 // version it was written against (1.74, epoll); elsewhere async_read_some_edge is
 // socket.async_read_some.
+#include <boost/version.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -28,13 +29,9 @@
 
 #include "rpcroute/asio_compat.hpp"
 
-#include <boost/version.hpp>
-
-#if BOOST_VERSION == 107400 && defined(BOOST_ASIO_HAS_EPOLL) && defined(__linux__) && !defined(RPCROUTE_NO_EDGE_READ)
+#if BOOST_VERSION == 107400 && defined(BOOST_ASIO_HAS_EPOLL) && defined(__linux__) && \
+    !defined(RPCROUTE_NO_EDGE_READ)
 #define RPCROUTE_HAS_EDGE_READ 1
-#include <cerrno>
-#include <cstring>
-
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -45,6 +42,8 @@
 #include <boost/asio/detail/reactor.hpp>
 #include <boost/asio/detail/reactor_op.hpp>
 #include <boost/asio/detail/socket_ops.hpp>
+#include <cerrno>
+#include <cstring>
 #endif
 
 namespace rpcroute {
@@ -58,10 +57,13 @@ using Socket = asio::ip::tcp::socket;
 /// recvmsg calls made by the operation on this thread (what the unit tests count).
 inline thread_local std::uint64_t recv_calls = 0;
 
-/// The socket's reactor-side state (descriptor, non-blocking flags, epoll registration). basic_socket
-/// keeps it protected; a pointer to member formed in a derived class reads it without a cast.
+/// The socket's reactor-side state (descriptor, non-blocking flags, epoll registration).
+/// basic_socket keeps it protected; a pointer to member formed in a derived class reads it without
+/// a cast.
 struct SocketAccess : Socket {
-  static auto& implementation(Socket& socket) { return (socket.*(&SocketAccess::impl_)).get_implementation(); }
+  static auto& implementation(Socket& socket) {
+    return (socket.*(&SocketAccess::impl_)).get_implementation();
+  }
 };
 
 template <class Handler, class IoExecutor>
@@ -90,7 +92,8 @@ class RecvOp final : public ad::reactor_op {
         o->ec_ = {};
         o->bytes_transferred_ = static_cast<std::size_t>(n);
         for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-          if (c->cmsg_level == SOL_TCP && c->cmsg_type == TCP_CM_INQ && c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+          if (c->cmsg_level == SOL_TCP && c->cmsg_type == TCP_CM_INQ &&
+              c->cmsg_len >= CMSG_LEN(sizeof(int))) {
             int left = 0;
             std::memcpy(&left, CMSG_DATA(c), sizeof(left));
             if (left == 0) return done_and_exhausted;  // nothing left, and no FIN waiting
@@ -111,11 +114,13 @@ class RecvOp final : public ad::reactor_op {
     }
   }
 
-  static void do_complete(void* owner, ad::operation* base, const boost::system::error_code&, std::size_t) {
+  static void do_complete(void* owner, ad::operation* base, const boost::system::error_code&,
+                          std::size_t) {
     auto* o = static_cast<RecvOp*>(base);
     ad::handler_work<Handler, IoExecutor> work(std::move(o->work_));
     // The handler leaves the operation before its memory goes, as in Asio's own operations.
-    ad::binder2<Handler, boost::system::error_code, std::size_t> bound(o->handler_, o->ec_, o->bytes_transferred_);
+    ad::binder2<Handler, boost::system::error_code, std::size_t> bound(o->handler_, o->ec_,
+                                                                       o->bytes_transferred_);
     delete o;
     if (owner != nullptr) {  // null: the io_context is being destroyed; the handler only goes away
       ad::fenced_block fence(ad::fenced_block::half);
@@ -136,7 +141,8 @@ struct Initiate {
     using H = std::decay_t<Handler>;
     using Ex = Socket::executor_type;
     auto& impl = SocketAccess::implementation(*socket);
-    auto& reactor = asio::use_service<ad::reactor>(asio::query(socket->get_executor(), asio::execution::context));
+    auto& reactor = asio::use_service<ad::reactor>(
+        asio::query(socket->get_executor(), asio::execution::context));
     H local(std::forward<Handler>(handler));
     auto* op = new RecvOp<H, Ex>(impl.socket_, buffer, local, socket->get_executor());
     if (buffer.size() == 0) {  // like async_read_some: an empty read completes at once
@@ -169,13 +175,14 @@ inline void enable_edge_reads(asio::ip::tcp::socket& socket) {
 
 /// socket.async_read_some(buffer, token), except that a read which leaves the socket empty (no
 /// bytes and no FIN behind it, as TCP_INQ reports) marks it so: the socket's next read, of either
-/// kind, waits for epoll rather than trying a recv first. Completes with (error_code, bytes), eof at
-/// the end of the stream.
+/// kind, waits for epoll rather than trying a recv first. Completes with (error_code, bytes), eof
+/// at the end of the stream.
 template <class Token>
-auto async_read_some_edge(asio::ip::tcp::socket& socket, asio::mutable_buffer buffer, Token&& token) {
+auto async_read_some_edge(asio::ip::tcp::socket& socket, asio::mutable_buffer buffer,
+                          Token&& token) {
 #if defined(RPCROUTE_HAS_EDGE_READ)
-  return asio::async_initiate<Token, void(boost::system::error_code, std::size_t)>(edge_read_detail::Initiate{}, token,
-                                                                                   &socket, buffer);
+  return asio::async_initiate<Token, void(boost::system::error_code, std::size_t)>(
+      edge_read_detail::Initiate{}, token, &socket, buffer);
 #else
   return socket.async_read_some(buffer, std::forward<Token>(token));
 #endif

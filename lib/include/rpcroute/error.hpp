@@ -1,8 +1,7 @@
 #pragma once
 #include <string>
-#include <utility>
-
 #include <tl/expected.hpp>
+#include <utility>
 
 namespace rpcroute {
 

@@ -8,8 +8,8 @@
 
 #include "rpcroute/blocks.hpp"
 #include "rpcroute/config.hpp"
-#include "rpcroute/planner.hpp"
 #include "rpcroute/health/store.hpp"
+#include "rpcroute/planner.hpp"
 
 namespace rpcroute {
 

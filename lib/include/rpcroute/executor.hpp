@@ -9,10 +9,10 @@
 #include "rpcroute/asio_compat.hpp"
 #include "rpcroute/clock.hpp"
 #include "rpcroute/config.hpp"
+#include "rpcroute/health/store.hpp"
 #include "rpcroute/jsonrpc.hpp"
 #include "rpcroute/outcome.hpp"
 #include "rpcroute/planner.hpp"
-#include "rpcroute/health/store.hpp"
 #include "rpcroute/transport.hpp"
 
 namespace rpcroute {
@@ -39,7 +39,8 @@ struct CallOutcome {
   std::vector<AttemptRecord> attempts;
   std::vector<Exclusion> excluded;
   std::int64_t retry_after_ms = -1;
-  std::string unavailable_reason;  // unavailable: why ("no eligible provider", "deadline of 1500 ms exceeded")
+  std::string unavailable_reason;  // unavailable: why ("no eligible provider", "deadline of 1500 ms
+                                   // exceeded")
   Strategy strategy = Strategy::load_balanced;
   /// eth_blockNumber: the provider answered this lower height; the answer was raised to the
   /// high-water mark so that it never goes backwards.
@@ -56,13 +57,12 @@ struct CallOutcome {
 ///   auto answers = co_await executor.route(chain, body.calls, {});
 class Executor {
  public:
-  Executor(const Profile& profile, Planner& planner, Transport& transport, HealthStore& store, const Clock& clock,
-           Random& rng, LocalTraffic& traffic);
+  Executor(const Profile& profile, Planner& planner, Transport& transport, HealthStore& store,
+           const Clock& clock, Random& rng, LocalTraffic& traffic);
 
   /// Routes calls (one, or the items of a batch) on one chain. Answers come back in call order.
-  [[nodiscard]] asio::awaitable<std::vector<CallOutcome>> route(const Chain& chain,
-                                                                std::span<const jsonrpc::Call> calls,
-                                                                RouteOptions options);
+  [[nodiscard]] asio::awaitable<std::vector<CallOutcome>> route(
+      const Chain& chain, std::span<const jsonrpc::Call> calls, RouteOptions options);
 
   /// Waits for work that outlives route(): the remaining sends of a broadcast. Call before exit.
   [[nodiscard]] asio::awaitable<void> drain();
@@ -76,26 +76,33 @@ class Executor {
   /// Answers a call that needs no provider (invalid, eth_chainId); false when it needs one.
   bool answer_locally(const Run& run, const jsonrpc::Call& call, CallOutcome& out) const;
   /// The quota wait before a call whose every provider is over its quota, or nullopt.
-  [[nodiscard]] std::optional<std::int64_t> quota_wait(const Plan& plan, std::int64_t deadline_us) const;
+  [[nodiscard]] std::optional<std::int64_t> quota_wait(const Plan& plan,
+                                                       std::int64_t deadline_us) const;
   void planned(const Run& run, Item& item);
   /// The next provider and the calls bound for it; false when every call is done.
   bool next_round(Run& run, std::vector<Item>& items, Round& round);
   [[nodiscard]] HttpRequest start_round(const Run& run, Round& round);
   void settle_round(const Run& run, Round& round, HttpResponse answer);
-  void settle_item(const Run& run, const Round& round, Exchange& ex, std::size_t g, std::int64_t now);
+  void settle_item(const Run& run, const Round& round, Exchange& ex, std::size_t g,
+                   std::int64_t now);
   void deliver(const Run& run, const Round& round, Exchange& ex, std::size_t g, std::int64_t now);
 
   void finish_unavailable(Item& item, const Chain& chain, std::string_view why);
   /// What a success teaches (heights, the high-water mark, filters, archival, the sticky sender);
   /// `result` is a view into the answer. Raising an eth_blockNumber answer sets out.raised_from and
   /// out.result.
-  void on_success(const Chain& chain, const Candidate& cand, Item& item, std::int64_t now, std::string_view result);
-  void learn_height(const Chain& chain, const Candidate& cand, Item& item, std::int64_t now, std::string_view result);
+  void on_success(const Chain& chain, const Candidate& cand, Item& item, std::int64_t now,
+                  std::string_view result);
+  void learn_height(const Chain& chain, const Candidate& cand, Item& item, std::int64_t now,
+                    std::string_view result);
   [[nodiscard]] Classification scrubbed(const Classification& c) const;
 
-  [[nodiscard]] asio::awaitable<void> route_broadcast(const Chain& chain, Item& item, std::int64_t deadline_us);
-  [[nodiscard]] asio::awaitable<void> broadcast_send(std::shared_ptr<Broadcast> b, const Chain* chain, Candidate cand,
-                                                     std::string method, std::string params, std::int64_t deadline_us);
+  [[nodiscard]] asio::awaitable<void> route_broadcast(const Chain& chain, Item& item,
+                                                      std::int64_t deadline_us);
+  [[nodiscard]] asio::awaitable<void> broadcast_send(std::shared_ptr<Broadcast> b,
+                                                     const Chain* chain, Candidate cand,
+                                                     std::string method, std::string params,
+                                                     std::int64_t deadline_us);
 
   const Profile& profile_;
   Planner& planner_;

@@ -3,9 +3,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <vector>
-
 #include <tl/expected.hpp>
+#include <vector>
 
 namespace rpcroute::jsonrpc {
 
@@ -19,15 +18,17 @@ inline constexpr int kNoProvider = -32050;
 
 /// One request object as the client sent it.
 struct Call {
-  std::string id;      // raw JSON token ("7", "\"abc\"", "null"); empty for a notification
-  std::string method;  // unescaped
-  std::string params;  // raw JSON; "[]" when absent
+  std::string id;              // raw JSON token ("7", "\"abc\"", "null"); empty for a notification
+  std::string method;          // unescaped
+  std::string params;          // raw JSON; "[]" when absent
   std::string invalid_reason;  // set when the object is not a valid request
 
   [[nodiscard]] bool valid() const { return invalid_reason.empty(); }
   [[nodiscard]] bool has_id() const { return !id.empty(); }
   /// The id to put in an answer: the client's, or null.
-  [[nodiscard]] std::string_view reply_id() const { return id.empty() ? std::string_view("null") : id; }
+  [[nodiscard]] std::string_view reply_id() const {
+    return id.empty() ? std::string_view("null") : id;
+  }
 };
 
 /// A client body: one call or a batch.
@@ -46,7 +47,8 @@ struct BodyError {
 /// with invalid_reason set, so each gets its own -32600 answer. `capacity`: the bytes readable from
 /// body.data() (a std::string's capacity); with SIMDJSON_PADDING (64) to spare, the body is parsed
 /// in place rather than copied.
-[[nodiscard]] tl::expected<Body, BodyError> parse_body(std::string_view body, std::size_t capacity = 0);
+[[nodiscard]] tl::expected<Body, BodyError> parse_body(std::string_view body,
+                                                       std::size_t capacity = 0);
 
 struct RpcError {
   std::int64_t code = 0;
@@ -72,7 +74,8 @@ struct Response {
 /// an error describing what was wrong. Results are views into `body`.
 [[nodiscard]] tl::expected<Response, std::string> parse_response(std::string_view body);
 /// The same, parsing in place when the buffer behind `body` has `capacity` ≥ size + 64 bytes.
-[[nodiscard]] tl::expected<Response, std::string> parse_response(std::string_view body, std::size_t capacity);
+[[nodiscard]] tl::expected<Response, std::string> parse_response(std::string_view body,
+                                                                 std::size_t capacity);
 
 namespace detail {
 /// The two ways parse_body and parse_response read a document, for tests and fuzzing. The plain
@@ -84,25 +87,30 @@ namespace detail {
 /// `capacity`: bytes readable from text.data() (a std::string's capacity); with 16 to spare, the
 /// last bytes are scanned with the rest.
 [[nodiscard]] std::optional<Body> parse_plain_body(std::string_view text, std::size_t capacity = 0);
-[[nodiscard]] std::optional<Response> parse_plain_response(std::string_view text, std::size_t capacity = 0);
-[[nodiscard]] tl::expected<Body, BodyError> parse_full_body(std::string_view text, std::size_t capacity = 0);
+[[nodiscard]] std::optional<Response> parse_plain_response(std::string_view text,
+                                                           std::size_t capacity = 0);
+[[nodiscard]] tl::expected<Body, BodyError> parse_full_body(std::string_view text,
+                                                            std::size_t capacity = 0);
 [[nodiscard]] tl::expected<Response, std::string> parse_full_response(std::string_view text,
                                                                       std::size_t capacity = 0);
 }  // namespace detail
 
 /// {"jsonrpc":"2.0","id":ID,"method":M,"params":P}
-[[nodiscard]] std::string make_call(std::string_view id, std::string_view method, std::string_view params);
-void append_call(std::string& out, std::string_view id, std::string_view method, std::string_view params);
+[[nodiscard]] std::string make_call(std::string_view id, std::string_view method,
+                                    std::string_view params);
+void append_call(std::string& out, std::string_view id, std::string_view method,
+                 std::string_view params);
 /// {"jsonrpc":"2.0","id":ID,"result":R}
 /// The envelope make_result writes: kResultHead, the id, kResultMiddle, the result, '}'.
 inline constexpr std::string_view kResultHead = R"({"jsonrpc":"2.0","id":)";
 inline constexpr std::string_view kResultMiddle = R"(,"result":)";
 [[nodiscard]] std::string make_result(std::string_view id, std::string_view result);
 /// {"jsonrpc":"2.0","id":ID,"error":{"code":C,"message":M[,"data":D]}}
-[[nodiscard]] std::string make_error(std::string_view id, std::int64_t code, std::string_view message,
-                                     std::string_view data = {});
+[[nodiscard]] std::string make_error(std::string_view id, std::int64_t code,
+                                     std::string_view message, std::string_view data = {});
 /// The error object alone: {"code":C,"message":M[,"data":D]}
-[[nodiscard]] std::string error_object(std::int64_t code, std::string_view message, std::string_view data = {});
+[[nodiscard]] std::string error_object(std::int64_t code, std::string_view message,
+                                       std::string_view data = {});
 
 /// "0x1a" → 26. Rejects anything that is not a JSON string holding a hex quantity.
 [[nodiscard]] std::optional<std::uint64_t> parse_quantity(std::string_view raw_json_string);

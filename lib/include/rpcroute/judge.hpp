@@ -31,12 +31,12 @@ struct FailoverPolicy {
 
 /// Where the call stands after this attempt.
 struct Progress {
-  int attempts = 0;                 // made so far, this one included
-  std::size_t candidate = 0;        // index of the candidate just tried
-  std::size_t candidates = 0;       // in the plan
-  bool unknown_spent = false;       // an unknown error already bought one more provider
-  bool holding_error = false;       // an error answer from an earlier attempt is held
-  bool answer_has_error = false;    // this attempt's answer is a JSON-RPC error object
+  int attempts = 0;               // made so far, this one included
+  std::size_t candidate = 0;      // index of the candidate just tried
+  std::size_t candidates = 0;     // in the plan
+  bool unknown_spent = false;     // an unknown error already bought one more provider
+  bool holding_error = false;     // an error answer from an earlier attempt is held
+  bool answer_has_error = false;  // this attempt's answer is a JSON-RPC error object
 };
 
 struct Decision {
@@ -51,6 +51,7 @@ struct Decision {
 /// are held and returned when the candidates run out.
 ///
 ///   Decision d = judge(c, {.replay_unsafe = info.replay_unsafe, .max_attempts = 3}, progress);
-[[nodiscard]] Decision judge(const Classification& c, const FailoverPolicy& policy, const Progress& progress);
+[[nodiscard]] Decision judge(const Classification& c, const FailoverPolicy& policy,
+                             const Progress& progress);
 
 }  // namespace rpcroute

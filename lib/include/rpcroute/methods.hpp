@@ -31,7 +31,8 @@ struct MethodInfo {
   FilterRole filter = FilterRole::none;
   StickySource sticky = StickySource::none;
   TimeoutClass timeout = TimeoutClass::standard;
-  bool cacheable = false;  // its answer never changes (addressed by hash, or constant); not read yet
+  bool cacheable =
+      false;  // its answer never changes (addressed by hash, or constant); not read yet
 };
 
 /// The row for `method`; methods outside the catalogue get a default row (no block, standard
@@ -47,10 +48,14 @@ struct MethodInfo {
 /// The default attempt timeout of a class, in ms.
 [[nodiscard]] constexpr std::int64_t timeout_class_ms(TimeoutClass c) {
   switch (c) {
-    case TimeoutClass::cheap: return 5'000;
-    case TimeoutClass::heavy: return 20'000;
-    case TimeoutClass::trace: return 60'000;
-    case TimeoutClass::standard: break;
+    case TimeoutClass::cheap:
+      return 5'000;
+    case TimeoutClass::heavy:
+      return 20'000;
+    case TimeoutClass::trace:
+      return 60'000;
+    case TimeoutClass::standard:
+      break;
   }
   return 10'000;
 }

@@ -9,16 +9,17 @@ namespace rpcroute {
 
 /// What the latency strategies know about one method on one provider, over a window.
 struct LatencyStats {
-  int calls = 0;             // attempts in the window
-  int answered = 0;          // attempts the provider answered (result or JSON-RPC error)
-  double success_rate = 1.0; // answered / calls; 1 without data
-  double p50_ms = 0;         // median latency of answered attempts; 0 without data
+  int calls = 0;              // attempts in the window
+  int answered = 0;           // attempts the provider answered (result or JSON-RPC error)
+  double success_rate = 1.0;  // answered / calls; 1 without data
+  double p50_ms = 0;          // median latency of answered attempts; 0 without data
   std::int64_t newest_ms = 0;
 
   [[nodiscard]] bool has_latency() const { return answered > 0; }
 };
 
-[[nodiscard]] LatencyStats summarize(const std::deque<Sample>* samples, std::int64_t now_ms, std::int64_t window_ms);
+[[nodiscard]] LatencyStats summarize(const std::deque<Sample>* samples, std::int64_t now_ms,
+                                     std::int64_t window_ms);
 
 /// Quantile q in [0, 1] of a non-empty sample set (nearest-rank on a sorted copy).
 [[nodiscard]] double quantile(std::vector<double> values, double q);

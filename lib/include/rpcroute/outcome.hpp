@@ -76,7 +76,8 @@ struct CodeRule {
 
 /// How long a rate-limited provider should be left alone, from a Retry-After header (seconds or
 /// HTTP date), error data (retry_after, backoff_seconds) or "try again in N seconds". -1: unknown.
-[[nodiscard]] std::int64_t retry_after_ms(std::string_view retry_after_header, std::string_view error_message,
+[[nodiscard]] std::int64_t retry_after_ms(std::string_view retry_after_header,
+                                          std::string_view error_message,
                                           std::string_view error_data_json, std::int64_t now_ms);
 
 /// Classifies a transport failure.
@@ -94,6 +95,7 @@ inline constexpr std::size_t kMaxReportBytes = 512;
 /// Classifies an HTTP answer that is not 2xx (429 → rate limited, else provider failure unless the
 /// body is a rate-limit error).
 [[nodiscard]] Classification classify_http_status(long status, std::string_view body,
-                                                  std::string_view retry_after_header, std::int64_t now_ms);
+                                                  std::string_view retry_after_header,
+                                                  std::int64_t now_ms);
 
 }  // namespace rpcroute

@@ -19,19 +19,19 @@ namespace rpcroute {
 
 /// Why a provider was left out, as a stable name for JSON output ("kind").
 enum class ExclusionKind {
-  caller,        // --provider / the /rpc/provider/ route chose another
-  policy,        // the method override restricts providers
-  filter,        // the filter id lives on another provider
-  method,        // the provider's allow/deny list
-  chain_id,      // probe saw another chain id
-  breaker,       // circuit open
-  half_open,     // half-open with its trial in flight
-  lag,           // more than max_lag_blocks behind
-  archive,       // the request reads old state; the provider is not archival
-  height,        // the request names a block above the provider's height
-  limit,         // a provider limit (eth_getLogs block range)
-  quota,         // token bucket empty
-  quarantine,    // its head claim is not believed (absurd, a jump, unconfirmed by the others)
+  caller,      // --provider / the /rpc/provider/ route chose another
+  policy,      // the method override restricts providers
+  filter,      // the filter id lives on another provider
+  method,      // the provider's allow/deny list
+  chain_id,    // probe saw another chain id
+  breaker,     // circuit open
+  half_open,   // half-open with its trial in flight
+  lag,         // more than max_lag_blocks behind
+  archive,     // the request reads old state; the provider is not archival
+  height,      // the request names a block above the provider's height
+  limit,       // a provider limit (eth_getLogs block range)
+  quota,       // token bucket empty
+  quarantine,  // its head claim is not believed (absurd, a jump, unconfirmed by the others)
 };
 [[nodiscard]] std::string_view exclusion_kind_name(ExclusionKind k);
 
@@ -49,12 +49,13 @@ struct Plan {
   MethodPolicy policy;
   std::vector<Candidate> candidates;
   std::vector<Exclusion> excluded;
-  BlockNeed need;               // the block(s) the request reads
-  std::uint64_t head = 0;       // the chain's estimated head; 0 unknown
-  bool needs_archive = false;   // reads state older than head - archival_threshold, or `earliest`
-  bool lag_fallback = false;    // every eligible provider lagged or was quarantined: they are tried anyway
-  bool breaker_trial = false;   // every breaker was open: the open ones are tried, one trial each
-  StickyKey sticky;             // the sender or transaction this call stays with
+  BlockNeed need;              // the block(s) the request reads
+  std::uint64_t head = 0;      // the chain's estimated head; 0 unknown
+  bool needs_archive = false;  // reads state older than head - archival_threshold, or `earliest`
+  bool lag_fallback =
+      false;  // every eligible provider lagged or was quarantined: they are tried anyway
+  bool breaker_trial = false;  // every breaker was open: the open ones are tried, one trial each
+  StickyKey sticky;            // the sender or transaction this call stays with
 };
 
 /// Attempts on their way, per provider. One that runs far beyond the provider's usual latency
@@ -91,13 +92,15 @@ struct RouteOptions {
   std::optional<std::string> provider;     // exactly this provider (no fallback)
   std::optional<std::int64_t> timeout_ms;  // overall deadline
   std::optional<int> max_attempts;
-  bool with_stats = false;  // fill latency stats even when the strategy does not rank by them (rank, /status)
+  bool with_stats =
+      false;  // fill latency stats even when the strategy does not rank by them (rank, /status)
   /// false: the caller only needs CallOutcome::response (the sidecar). A result is then turned into
   /// the response in the provider's answer buffer, without a copy of a large body, and
   /// CallOutcome::result is left empty.
   bool keep_result = true;
   /// Requested: route() stops, its transfer in flight is aborted, and the calls not yet answered
-  /// end unavailable ("cancelled"), with nothing recorded against a provider (the sidecar's client left).
+  /// end unavailable ("cancelled"), with nothing recorded against a provider (the sidecar's client
+  /// left).
   Cancellation* cancel = nullptr;
 };
 
@@ -131,15 +134,17 @@ class Planner {
   struct Heights;
   void read_heights(const Chain& chain, std::int64_t now, Heights& h);
   /// Params parsed once for every rule: the filter's owner, the block need, the log range.
-  [[nodiscard]] RuleInput read_request(const Chain& chain, std::string_view method, std::string_view params,
-                                       const RouteOptions& options, Plan& plan, const Heights& heights,
-                                       std::int64_t now);
+  [[nodiscard]] RuleInput read_request(const Chain& chain, std::string_view method,
+                                       std::string_view params, const RouteOptions& options,
+                                       Plan& plan, const Heights& heights, std::int64_t now);
   /// The exclusion rules over every provider, then the lag and breaker-trial fallbacks.
-  void sort_providers(const Chain& chain, const RuleInput& in, const RouteOptions& options, Plan& plan,
-                      const Heights& heights);
-  [[nodiscard]] Candidate make_candidate(const ProviderView& view, std::size_t position, std::string_view method,
-                                         Strategy strategy, bool needs_stats, std::int64_t now) const;
-  void rank(const Chain& chain, Plan& plan, std::string_view method, std::string_view params, std::int64_t now);
+  void sort_providers(const Chain& chain, const RuleInput& in, const RouteOptions& options,
+                      Plan& plan, const Heights& heights);
+  [[nodiscard]] Candidate make_candidate(const ProviderView& view, std::size_t position,
+                                         std::string_view method, Strategy strategy,
+                                         bool needs_stats, std::int64_t now) const;
+  void rank(const Chain& chain, Plan& plan, std::string_view method, std::string_view params,
+            std::int64_t now);
   /// An attempt on `p` runs far beyond its usual latency for that method.
   [[nodiscard]] bool stalled(const Provider& p, const ProviderState* ps, std::int64_t now) const;
 

@@ -34,18 +34,20 @@ struct PollTarget {
 /// The wait after a failed poll: doubled, but not beyond the breaker's recovery time (within the
 /// interval and 60 s), because these polls are what closes a half-open breaker when clients are
 /// all served by healthier providers.
-[[nodiscard]] std::int64_t poll_backoff_ms(std::int64_t wait_ms, std::int64_t interval_ms, const HealthConfig& health);
+[[nodiscard]] std::int64_t poll_backoff_ms(std::int64_t wait_ms, std::int64_t interval_ms,
+                                           const HealthConfig& health);
 /// The recovery probe's waits: 250 ms first, doubled after each failure up to 1 s.
 inline constexpr std::int64_t kRecoveryFirstMs = 250;
 inline constexpr std::int64_t kRecoveryMaxMs = 1'000;
 [[nodiscard]] std::int64_t recovery_backoff_ms(std::int64_t wait_ms);
 /// Every provider of the chain has its breaker open at `now_ms`.
-[[nodiscard]] bool no_provider_usable(const HealthView& view, const Profile& profile, const Chain& chain,
-                                      std::int64_t now_ms);
+[[nodiscard]] bool no_provider_usable(const HealthView& view, const Profile& profile,
+                                      const Chain& chain, std::int64_t now_ms);
 
 /// One eth_blockNumber to the provider, recorded like live traffic; a height it answers is
 /// observed (observe_height). True when the provider answered.
-[[nodiscard]] asio::awaitable<bool> poll_head_once(const PollTarget& target, std::int64_t timeout_ms,
+[[nodiscard]] asio::awaitable<bool> poll_head_once(const PollTarget& target,
+                                                   std::int64_t timeout_ms,
                                                    RecordOptions options = {});
 
 /// A full probe first (chain id, archive, batch), then the head at the chain's block time, backing

@@ -33,9 +33,9 @@ struct ProbeReport {
 
 /// Probes one provider. With a store, every exchange is recorded like live traffic (samples,
 /// breaker events), plus the height and the findings.
-[[nodiscard]] asio::awaitable<ProbeReport> probe_provider(Transport& transport, const Profile& profile, const Chain& chain,
-                                                          const Provider& provider, HealthStore* store,
-                                                          const Clock& clock, Random& rng, std::int64_t timeout_ms);
+[[nodiscard]] asio::awaitable<ProbeReport> probe_provider(
+    Transport& transport, const Profile& profile, const Chain& chain, const Provider& provider,
+    HealthStore* store, const Clock& clock, Random& rng, std::int64_t timeout_ms);
 
 struct ProbeVerdict {
   bool healthy = false;
@@ -46,6 +46,7 @@ struct ProbeVerdict {
 /// Judges reports together with the router's head rule (chain_head): a height it does not believe
 /// is unhealthy with the reason, and lag is measured against the head of the providers on the right
 /// chain.
-[[nodiscard]] std::vector<ProbeVerdict> assess_probes(const Chain& chain, std::span<const ProbeReport> reports);
+[[nodiscard]] std::vector<ProbeVerdict> assess_probes(const Chain& chain,
+                                                      std::span<const ProbeReport> reports);
 
 }  // namespace rpcroute

@@ -3,9 +3,9 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <unordered_map>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "rpcroute/asio_compat.hpp"
@@ -13,10 +13,10 @@
 #include "rpcroute/clock.hpp"
 #include "rpcroute/config.hpp"
 #include "rpcroute/executor.hpp"
+#include "rpcroute/health/store.hpp"
 #include "rpcroute/jsonrpc.hpp"
 #include "rpcroute/outcome.hpp"
 #include "rpcroute/planner.hpp"
-#include "rpcroute/health/store.hpp"
 #include "rpcroute/sticky.hpp"
 #include "rpcroute/strategy.hpp"
 #include "rpcroute/transport.hpp"
@@ -30,16 +30,16 @@ namespace rpcroute {
 ///   auto answers = co_await router.route(chain, body.calls, {});
 class Router {
  public:
-  Router(const Profile& profile, Transport& transport, HealthStore& store, const Clock& clock, Random& rng);
+  Router(const Profile& profile, Transport& transport, HealthStore& store, const Clock& clock,
+         Random& rng);
 
   /// The candidates a call of `method` would try now, in order, and the exclusions with reasons.
   [[nodiscard]] Plan plan(const Chain& chain, std::string_view method, std::string_view params,
                           const RouteOptions& options);
 
   /// Routes calls (one, or the items of a batch) on one chain. Answers come back in call order.
-  [[nodiscard]] asio::awaitable<std::vector<CallOutcome>> route(const Chain& chain,
-                                                                std::span<const jsonrpc::Call> calls,
-                                                                RouteOptions options);
+  [[nodiscard]] asio::awaitable<std::vector<CallOutcome>> route(
+      const Chain& chain, std::span<const jsonrpc::Call> calls, RouteOptions options);
 
   /// Waits for work that outlives route(): the remaining sends of a broadcast. Call before exit.
   [[nodiscard]] asio::awaitable<void> drain();

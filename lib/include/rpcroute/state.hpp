@@ -33,9 +33,9 @@ inline constexpr std::int64_t kLockGiveUpMs = 30'000;
 /// UTF-8) is dropped and counted in `dropped`.
 [[nodiscard]] Result<State> parse_state(std::string_view json, std::size_t* dropped = nullptr);
 
-/// The state file path by DESIGN.md section 9: --state, $RPCROUTE_STATE, $XDG_STATE_HOME, ~/.local/state;
-/// without HOME, $XDG_RUNTIME_DIR (private to the user), the home directory of the user's account, and
-/// only then /tmp/rpcroute-UID (whose folder the store checks like any other).
+/// The state file path by DESIGN.md section 9: --state, $RPCROUTE_STATE, $XDG_STATE_HOME,
+/// ~/.local/state; without HOME, $XDG_RUNTIME_DIR (private to the user), the home directory of the
+/// user's account, and only then /tmp/rpcroute-UID (whose folder the store checks like any other).
 [[nodiscard]] std::filesystem::path default_state_path(const EnvLookup& env = process_env());
 
 /// The live state of one process plus its pending changes, loaded from and saved to a file with
@@ -66,8 +66,12 @@ class StateStore final : public HealthStore {
   [[nodiscard]] const ProviderState* provider(std::string_view key) const override {
     return StateView::find(state_.providers, key);
   }
-  [[nodiscard]] const ChainState* chain(std::string_view key) const override { return StateView::find(state_.chains, key); }
-  [[nodiscard]] const FilterPin* filter(std::string_view key) const override { return StateView::find(state_.filters, key); }
+  [[nodiscard]] const ChainState* chain(std::string_view key) const override {
+    return StateView::find(state_.chains, key);
+  }
+  [[nodiscard]] const FilterPin* filter(std::string_view key) const override {
+    return StateView::find(state_.filters, key);
+  }
 
   /// The whole state, for what reads all of it (`rpcroute state`, /metrics, tests).
   [[nodiscard]] State& state() { return state_; }

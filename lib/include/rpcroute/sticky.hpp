@@ -38,7 +38,8 @@ class StickyProviders {
   [[nodiscard]] std::optional<std::string_view> find(std::string_view chain, const StickyKey& key,
                                                      std::int64_t now_ms) const;
   /// Keeps `key` on `provider_id` (again) from `now_ms`.
-  void stick(std::string_view chain, const StickyKey& key, std::string_view provider_id, std::int64_t now_ms);
+  void stick(std::string_view chain, const StickyKey& key, std::string_view provider_id,
+             std::int64_t now_ms);
 
   [[nodiscard]] std::size_t size() const { return entries_.size(); }
 

@@ -14,7 +14,13 @@ namespace rpcroute {
 /// Health tiers of DESIGN.md section 4; lower is tried first. Open circuits appear only as trials
 /// when no provider is usable (tier half_open). `stalled`: an attempt on it runs far beyond its
 /// usual latency (a hung node), whatever its circuit.
-enum class Tier : int { healthy = 1, rate_limited = 2, half_open = 3, half_open_rate_limited = 4, stalled = 5 };
+enum class Tier : int {
+  healthy = 1,
+  rate_limited = 2,
+  half_open = 3,
+  half_open_rate_limited = 4,
+  stalled = 5
+};
 
 [[nodiscard]] Tier tier_of(BreakerState effective, bool rate_limited);
 [[nodiscard]] std::string_view tier_name(Tier t);
@@ -54,6 +60,7 @@ void apply_tiers(std::vector<Candidate>& candidates);
                                     const LatencyWeightedParams& p);
 
 /// The cold-start baseline: p75 of the qualifying providers' p50, or 0 when none qualifies.
-[[nodiscard]] double cold_start_baseline(std::span<const Candidate> candidates, int min_calls, double min_success_rate);
+[[nodiscard]] double cold_start_baseline(std::span<const Candidate> candidates, int min_calls,
+                                         double min_success_rate);
 
 }  // namespace rpcroute

@@ -41,15 +41,16 @@ struct HttpResponse {
   TransportError error = TransportError::none;
   std::string error_message;
   long status = 0;
-  std::string body;         // the provider's bytes, untouched
-  std::string retry_after;  // Retry-After header, if any
+  std::string body;             // the provider's bytes, untouched
+  std::string retry_after;      // Retry-After header, if any
   std::int64_t latency_us = 0;  // from the start of the request to the last byte
   std::int64_t connect_us = 0;  // time spent connecting (0 on a reused connection)
   ConnectionRef connection;     // the keep-alive connection it came on, if it was kept
 };
 
 /// How routing reaches providers: one HTTP exchange at a time. Engine is the real one; tests use a
-/// scripted fake (tests/unit/support/fake_transport.hpp); other transports (WebSocket) plug in here.
+/// scripted fake (tests/unit/support/fake_transport.hpp); other transports (WebSocket) plug in
+/// here.
 class Transport {
  public:
   virtual ~Transport() = default;

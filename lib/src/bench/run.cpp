@@ -17,7 +17,8 @@ constexpr std::array<UpstreamCall, 1> kBlockNumberCall = {UpstreamCall{"eth_bloc
 /// Counts spawned coroutines down; wait() returns once all of them finished.
 class WaitGroup {
  public:
-  explicit WaitGroup(const asio::any_io_executor& ex) : signal_(ex, asio::steady_timer::time_point::max()) {}
+  explicit WaitGroup(const asio::any_io_executor& ex)
+      : signal_(ex, asio::steady_timer::time_point::max()) {}
   void add() { ++pending_; }
   void done() {
     if (--pending_ == 0) signal_.cancel();
@@ -37,8 +38,8 @@ class WaitGroup {
 /// Runs one plan on one executor: warm-up, then each method in turn with every provider at once.
 class Runner {
  public:
-  Runner(const Plan& plan, asio::any_io_executor ex, Transport& transport, const Clock& clock, Random& rng,
-         HealthSink* sink, Observer* observer)
+  Runner(const Plan& plan, asio::any_io_executor ex, Transport& transport, const Clock& clock,
+         Random& rng, HealthSink* sink, Observer* observer)
       : plan_(plan),
         ex_(std::move(ex)),
         transport_(transport),
@@ -50,7 +51,8 @@ class Runner {
         heights_(plan.providers.size(), 0) {
     results_.warmups.resize(plan.providers.size());
     results_.tallies.assign(plan.methods.size(), std::vector<Tally>(plan.providers.size()));
-    for (const auto* p : plan.providers) keys_.push_back(provider_key(plan.profile->name, plan.chain->name, *p));
+    for (const auto* p : plan.providers)
+      keys_.push_back(provider_key(plan.profile->name, plan.chain->name, *p));
   }
 
   asio::awaitable<void> run() {
@@ -95,12 +97,13 @@ class Runner {
   /// Method m on every provider at once, plan_.workers() requests in flight on each.
   asio::awaitable<void> measure(std::size_t m) {
     const auto providers = plan_.providers.size();
-    for (std::size_t p = 0; p < providers; ++p) params_[m][p] = params_for(plan_.methods[m], results_.warmups[p].head);
+    for (std::size_t p = 0; p < providers; ++p)
+      params_[m][p] = params_for(plan_.methods[m], results_.warmups[p].head);
     const auto start = clock_.mono_us();
     const std::int64_t deadline = plan_.duration_ms ? start + *plan_.duration_ms * 1000 : 0;
     for (auto& t : results_.tallies[m]) t.started_us = start;
-    begin(Phase{plan_.methods[m], m, plan_.methods.size(), static_cast<std::size_t>(plan_.requests) * providers, start,
-                deadline});
+    begin(Phase{plan_.methods[m], m, plan_.methods.size(),
+                static_cast<std::size_t>(plan_.requests) * providers, start, deadline});
     WaitGroup group(ex_);
     for (std::size_t p = 0; p < providers; ++p) {
       for (int k = 0; k < plan_.workers(); ++k) spawn(worker(m, p, deadline), group);
@@ -142,7 +145,8 @@ class Runner {
   /// Not a coroutine of its own: no frame per request beyond send_exchange's.
   [[nodiscard]] asio::awaitable<Exchange> send(std::size_t p, std::span<const UpstreamCall> calls) {
     const Provider& provider = *plan_.providers[p];
-    return send_exchange(transport_, provider, calls, plan_.timeout_for(provider), clock_, *plan_.profile);
+    return send_exchange(transport_, provider, calls, plan_.timeout_for(provider), clock_,
+                         *plan_.profile);
   }
 
   asio::awaitable<void> worker(std::size_t m, std::size_t p, std::int64_t deadline_us) {
@@ -173,12 +177,14 @@ class Runner {
   void record_height(std::size_t p, const Exchange& ex, std::int64_t now) {
     if (results_.warmups[p].chain_id != plan_.chain->chain_id) return;
     const auto* reply = ex.replies.front();
-    if (ex.per_call.front().cls != OutcomeClass::success || reply == nullptr || !reply->result) return;
+    if (ex.per_call.front().cls != OutcomeClass::success || reply == nullptr || !reply->result)
+      return;
     if (auto h = jsonrpc::parse_quantity(*reply->result); h && *h > heights_[p]) {
       heights_[p] = *h;
       const auto& health = plan_.profile->health;
       sink_->record(HeightEvent{keys_[p], Height{*h, now}}, health);
-      sink_->record(HighWaterEvent{chain_key(plan_.profile->name, *plan_.chain), Height{*h, now}}, health);
+      sink_->record(HighWaterEvent{chain_key(plan_.profile->name, *plan_.chain), Height{*h, now}},
+                    health);
     }
   }
 
@@ -187,8 +193,8 @@ class Runner {
   Transport& transport_;
   const Clock& clock_;
   Random& rng_;
-  HealthSink* sink_;     // null: nothing is recorded
-  Observer* observer_;   // may be null
+  HealthSink* sink_;    // null: nothing is recorded
+  Observer* observer_;  // may be null
   std::vector<std::string> keys_;
   std::vector<std::vector<std::string>> params_;  // [method][provider]; the calls point into it
   std::vector<std::uint64_t> heights_;
@@ -199,8 +205,8 @@ class Runner {
 
 }  // namespace
 
-asio::awaitable<Results> run(const Plan& plan, Transport& transport, const Clock& clock, Random& rng, HealthSink* sink,
-                             Observer* observer) {
+asio::awaitable<Results> run(const Plan& plan, Transport& transport, const Clock& clock,
+                             Random& rng, HealthSink* sink, Observer* observer) {
   Runner runner(plan, co_await asio::this_coro::executor, transport, clock, rng, sink, observer);
   co_await runner.run();
   co_return runner.take_results();

@@ -1,8 +1,8 @@
 // The pure half of the bench engine: what to send, and what the answers add up to.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <limits>
-
-#include <fmt/format.h>
 
 #include "rpcroute/bench.hpp"
 #include "rpcroute/metrics.hpp"
@@ -26,7 +26,8 @@ std::string params_for(std::string_view method, std::optional<std::uint64_t> hea
   }
   if (method == "eth_getLogs") {
     if (!head) return R"([{"fromBlock":"latest","toBlock":"latest"}])";
-    return fmt::format(R"([{{"fromBlock":"0x{:x}","toBlock":"0x{:x}"}}])", *head >= 3 ? *head - 3 : 0, *head);
+    return fmt::format(R"([{{"fromBlock":"0x{:x}","toBlock":"0x{:x}"}}])",
+                       *head >= 3 ? *head - 3 : 0, *head);
   }
   return "[]";
 }
@@ -42,10 +43,13 @@ std::string without_elapsed(std::string text) {
 }
 
 std::string message_of(const Classification& c, const Profile& profile) {
-  return without_elapsed(profile.scrub(c.message.empty() ? std::string(outcome_name(c.outcome)) : c.message));
+  return without_elapsed(
+      profile.scrub(c.message.empty() ? std::string(outcome_name(c.outcome)) : c.message));
 }
 
-void Tally::add(const Exchange& ex, const Profile& profile) { add(ex.per_call.front(), ex.latency_ms(), profile); }
+void Tally::add(const Exchange& ex, const Profile& profile) {
+  add(ex.per_call.front(), ex.latency_ms(), profile);
+}
 
 void Tally::add(const Classification& c, double latency_ms, const Profile& profile) {
   if (is_answer(c.outcome)) {
@@ -94,7 +98,8 @@ std::vector<std::size_t> order_by_p50(const std::vector<Figures>& figures) {
   auto key = [&](std::size_t i) {
     return figures[i].has_latency ? figures[i].p50 : std::numeric_limits<double>::infinity();
   };
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return key(a) < key(b); });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return key(a) < key(b); });
   return order;
 }
 
@@ -117,11 +122,13 @@ std::vector<Figures> Results::figures(std::size_t m) const {
 std::vector<ErrorLine> error_lines(const Plan& plan, const Results& results) {
   std::vector<ErrorLine> lines;
   auto add_line = [&](std::size_t p, std::size_t m, const std::string& message, int n) {
-    auto it = std::find_if(lines.begin(), lines.end(),
-                           [&](const ErrorLine& l) { return l.provider == p && l.message == message; });
+    auto it = std::find_if(lines.begin(), lines.end(), [&](const ErrorLine& l) {
+      return l.provider == p && l.message == message;
+    });
     if (it == lines.end()) it = lines.insert(lines.end(), ErrorLine{p, message, 0, {}});
     it->count += n;
-    if (it->methods.empty() || it->methods.back() != plan.methods[m]) it->methods.push_back(plan.methods[m]);
+    if (it->methods.empty() || it->methods.back() != plan.methods[m])
+      it->methods.push_back(plan.methods[m]);
   };
   for (std::size_t p = 0; p < plan.providers.size(); ++p) {
     for (std::size_t m = 0; m < plan.methods.size(); ++m) {

@@ -1,11 +1,11 @@
 #include "rpcroute/blocks.hpp"
 
+#include <simdjson.h>
+
 #include <algorithm>
 #include <array>
 #include <utility>
 #include <vector>
-
-#include <simdjson.h>
 
 #include "rpcroute/jsonrpc.hpp"
 #include "rpcroute/methods.hpp"
@@ -70,7 +70,8 @@ BlockNeed analyze_block_need(std::string_view method, std::string_view params) {
     return need;
   }
   dom::element root;
-  if (local_parser().parse(params.data(), params.size(), true).get(root) != simdjson::SUCCESS) return need;
+  if (local_parser().parse(params.data(), params.size(), true).get(root) != simdjson::SUCCESS)
+    return need;
   dom::array arr;
   if (root.get_array().get(arr) != simdjson::SUCCESS) return need;
   dom::element param;
@@ -92,7 +93,8 @@ BlockNeed analyze_block_need(std::string_view method, std::string_view params) {
   // Absent bounds default to latest, as nodes do.
   need.from = BlockRef{};
   need.to = BlockRef{};
-  if (filter.at_key("fromBlock").get(v) == simdjson::SUCCESS && !v.is_null()) need.from = block_ref(v);
+  if (filter.at_key("fromBlock").get(v) == simdjson::SUCCESS && !v.is_null())
+    need.from = block_ref(v);
   if (filter.at_key("toBlock").get(v) == simdjson::SUCCESS && !v.is_null()) need.to = block_ref(v);
   if (!need.from || !need.to) return BlockNeed{};  // unreadable bound: the provider will say so
   return need;
@@ -116,10 +118,14 @@ namespace {
 
 std::optional<std::uint64_t> resolve(const BlockRef& ref, std::uint64_t head) {
   switch (ref.kind) {
-    case BlockRef::Kind::earliest: return 0;
-    case BlockRef::Kind::number: return ref.number;
-    case BlockRef::Kind::hash: return std::nullopt;
-    default: break;
+    case BlockRef::Kind::earliest:
+      return 0;
+    case BlockRef::Kind::number:
+      return ref.number;
+    case BlockRef::Kind::hash:
+      return std::nullopt;
+    default:
+      break;
   }
   if (head == 0) return std::nullopt;
   return head;

@@ -1,7 +1,7 @@
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cassert>
-
-#include <fmt/format.h>
 
 #include "rpcroute/blocks.hpp"
 #include "rpcroute/health/exchange.hpp"
@@ -16,15 +16,17 @@ std::uint64_t height_at(const Height& h, std::int64_t t_ms, const Chain& chain) 
 }
 
 std::uint64_t jump_allowance(const Chain& chain) {
-  return std::max<std::uint64_t>(1000, static_cast<std::uint64_t>(3'600'000 / std::max<std::int64_t>(1, chain.block_time_ms)));
+  return std::max<std::uint64_t>(
+      1000, static_cast<std::uint64_t>(3'600'000 / std::max<std::int64_t>(1, chain.block_time_ms)));
 }
 
 std::int64_t lag_behind(const Height& h, const Height& head, const Chain& chain) {
-  return static_cast<std::int64_t>(head.block) - static_cast<std::int64_t>(height_at(h, head.t_ms, chain));
+  return static_cast<std::int64_t>(head.block) -
+         static_cast<std::int64_t>(height_at(h, head.t_ms, chain));
 }
 
-ChainHead chain_head(std::span<const HeadClaim> claims, std::span<ClaimJudgement> judgements, const Chain& chain,
-                     std::int64_t now_ms) {
+ChainHead chain_head(std::span<const HeadClaim> claims, std::span<ClaimJudgement> judgements,
+                     const Chain& chain, std::int64_t now_ms) {
   assert(judgements.size() == claims.size());
   // Per-thread buffers: planning runs this for every call and never suspends.
   thread_local std::vector<std::size_t> live;
@@ -51,9 +53,11 @@ ChainHead chain_head(std::span<const HeadClaim> claims, std::span<ClaimJudgement
       }
       std::sort(others.begin(), others.end(), std::greater<>());
       const auto base = others[others.size() / 2];
-      if (claims[i].height.block > base + allowance) judgements[i] = {ClaimVerdict::implausible, base};
+      if (claims[i].height.block > base + allowance)
+        judgements[i] = {ClaimVerdict::implausible, base};
     }
-    std::erase_if(live, [&](std::size_t i) { return judgements[i].verdict == ClaimVerdict::implausible; });
+    std::erase_if(
+        live, [&](std::size_t i) { return judgements[i].verdict == ClaimVerdict::implausible; });
   }
   if (live.empty()) return {};
 
@@ -65,7 +69,8 @@ ChainHead chain_head(std::span<const HeadClaim> claims, std::span<ClaimJudgement
   for (auto i : live) {
     const auto& hi = claims[i].height;
     std::size_t support = 0;
-    for (auto j : live) support += height_at(claims[j].height, hi.t_ms, chain) + tol >= hi.block ? 1 : 0;
+    for (auto j : live)
+      support += height_at(claims[j].height, hi.t_ms, chain) + tol >= hi.block ? 1 : 0;
     if (support < quorum) continue;
     if (!best || hi.block > claims[*best].height.block ||
         (hi.block == claims[*best].height.block && hi.t_ms > claims[*best].height.t_ms)) {
@@ -74,14 +79,16 @@ ChainHead chain_head(std::span<const HeadClaim> claims, std::span<ClaimJudgement
   }
   if (!best) {  // three or more, all apart: the lower median
     others.clear();
-    std::sort(live.begin(), live.end(),
-              [&](std::size_t a, std::size_t b) { return claims[a].height.block > claims[b].height.block; });
+    std::sort(live.begin(), live.end(), [&](std::size_t a, std::size_t b) {
+      return claims[a].height.block > claims[b].height.block;
+    });
     best = live[live.size() / 2];
   }
   ChainHead out;
   out.head = claims[*best].height;
   for (auto i : live) {
-    const bool ahead = claims[i].height.block > height_at(*out.head, claims[i].height.t_ms, chain) + tol;
+    const bool ahead =
+        claims[i].height.block > height_at(*out.head, claims[i].height.t_ms, chain) + tol;
     if (live.size() >= 3 && ahead) {
       judgements[i] = {ClaimVerdict::unconfirmed, out.head->block};
     } else {
@@ -94,20 +101,25 @@ ChainHead chain_head(std::span<const HeadClaim> claims, std::span<ClaimJudgement
 
 std::string claim_doubt(const Height& h, const ClaimJudgement& j, const Chain& chain) {
   switch (j.verdict) {
-    case ClaimVerdict::absurd: return fmt::format("height {} is not believed: no chain is that long", h.block);
+    case ClaimVerdict::absurd:
+      return fmt::format("height {} is not believed: no chain is that long", h.block);
     case ClaimVerdict::implausible:
-      return fmt::format("height {} is not believed: {} blocks above what the other providers reach (~{}; jump allowance {})",
-                         h.block, h.block - j.base, j.base, jump_allowance(chain));
+      return fmt::format(
+          "height {} is not believed: {} blocks above what the other providers reach (~{}; jump "
+          "allowance {})",
+          h.block, h.block - j.base, j.base, jump_allowance(chain));
     case ClaimVerdict::unconfirmed:
-      return fmt::format("height {} is not believed: {} blocks ahead of the head {} the other providers confirm "
-                         "(max_lag_blocks {})",
-                         h.block, h.block - j.base, j.base, chain.max_lag_blocks);
-    default: return {};
+      return fmt::format(
+          "height {} is not believed: {} blocks ahead of the head {} the other providers confirm "
+          "(max_lag_blocks {})",
+          h.block, h.block - j.base, j.base, chain.max_lag_blocks);
+    default:
+      return {};
   }
 }
 
-void head_claims(std::vector<HeadClaim>& out, const HealthView& view, const Profile& profile, const Chain& chain,
-                 std::int64_t now_ms, bool with_open) {
+void head_claims(std::vector<HeadClaim>& out, const HealthView& view, const Profile& profile,
+                 const Chain& chain, std::int64_t now_ms, bool with_open) {
   out.assign(chain.providers.size(), HeadClaim{Height{}, false});
   thread_local std::string key;  // one buffer for every lookup
   for (std::size_t i = 0; i < chain.providers.size(); ++i) {
@@ -132,7 +144,8 @@ std::size_t index_of(const Chain& chain, const Provider& provider) {
 
 }  // namespace
 
-std::uint64_t best_known_height(const HealthView& view, const Profile& profile, const Chain& chain, std::int64_t now_ms) {
+std::uint64_t best_known_height(const HealthView& view, const Profile& profile, const Chain& chain,
+                                std::int64_t now_ms) {
   thread_local std::vector<HeadClaim> claims;
   thread_local std::vector<ClaimJudgement> judgements;
   head_claims(claims, view, profile, chain, now_ms, false);
@@ -145,8 +158,8 @@ std::uint64_t best_known_height(const HealthView& view, const Profile& profile, 
   return 0;
 }
 
-bool mark_supported(const HealthView& view, const Profile& profile, const Chain& chain, const Height& mark,
-                    std::int64_t now_ms) {
+bool mark_supported(const HealthView& view, const Profile& profile, const Chain& chain,
+                    const Height& mark, std::int64_t now_ms) {
   thread_local std::vector<HeadClaim> claims;
   thread_local std::vector<ClaimJudgement> judgements;
   head_claims(claims, view, profile, chain, now_ms, true);
@@ -155,16 +168,17 @@ bool mark_supported(const HealthView& view, const Profile& profile, const Chain&
   return head.head && mark.block <= height_at(*head.head, now_ms, chain) + chain.max_lag_blocks;
 }
 
-bool refuse_doubtful_heads(HealthStore& store, const Profile& profile, const Chain& chain, const Provider& provider,
-                           std::string_view key, std::span<const UpstreamCall> calls, Exchange& ex,
-                           std::int64_t now_ms) {
+bool refuse_doubtful_heads(HealthStore& store, const Profile& profile, const Chain& chain,
+                           const Provider& provider, std::string_view key,
+                           std::span<const UpstreamCall> calls, Exchange& ex, std::int64_t now_ms) {
   const auto idx = index_of(chain, provider);
   if (idx == chain.providers.size()) return false;
   bool refused = false;
   thread_local std::vector<HeadClaim> claims;
   thread_local std::vector<ClaimJudgement> judgements;
   for (std::size_t i = 0; i < calls.size() && i < ex.per_call.size(); ++i) {
-    if (calls[i].method != "eth_blockNumber" || ex.per_call[i].cls != OutcomeClass::success) continue;
+    if (calls[i].method != "eth_blockNumber" || ex.per_call[i].cls != OutcomeClass::success)
+      continue;
     const auto* reply = ex.replies[i];
     if (reply == nullptr || !reply->result) continue;
     const auto h = jsonrpc::parse_quantity(*reply->result);
@@ -174,8 +188,9 @@ bool refuse_doubtful_heads(HealthStore& store, const Profile& profile, const Cha
     judgements.resize(claims.size());
     (void)chain_head(claims, judgements, chain, now_ms);
     if (!quarantined(judgements[idx].verdict)) continue;
-    ex.per_call[i] = Classification{Outcome::bad_response, OutcomeClass::provider_failure,
-                                    "eth_blockNumber: " + claim_doubt(Height{*h, now_ms}, judgements[idx], chain), -1};
+    ex.per_call[i] = Classification{
+        Outcome::bad_response, OutcomeClass::provider_failure,
+        "eth_blockNumber: " + claim_doubt(Height{*h, now_ms}, judgements[idx], chain), -1};
     if (ex.overall.cls != OutcomeClass::rate_limited) ex.overall = ex.per_call[i];
     // Kept as its claim: the provider stays quarantined while it is fresh.
     store.record(HeightEvent{std::string(key), Height{*h, now_ms}}, profile.health);
@@ -184,16 +199,17 @@ bool refuse_doubtful_heads(HealthStore& store, const Profile& profile, const Cha
   return refused;
 }
 
-void observe_height(HealthStore& store, const Profile& profile, const Chain& chain, const Provider& provider,
-                    const Height& height, double jitter, std::string_view key) {
+void observe_height(HealthStore& store, const Profile& profile, const Chain& chain,
+                    const Provider& provider, const Height& height, double jitter,
+                    std::string_view key) {
   std::string computed;
   if (key.empty()) key = computed = provider_key(profile.name, chain.name, provider);
   store.record(HeightEvent{std::string(key), height}, profile.health);
   judge_lag(store, profile, chain, provider, jitter, key);
 }
 
-void judge_lag(HealthStore& store, const Profile& profile, const Chain& chain, const Provider& provider, double jitter,
-               std::string_view key) {
+void judge_lag(HealthStore& store, const Profile& profile, const Chain& chain,
+               const Provider& provider, double jitter, std::string_view key) {
   std::string computed;
   if (key.empty()) key = computed = provider_key(profile.name, chain.name, provider);
   const ProviderState* found = store.provider(key);
@@ -206,7 +222,8 @@ void judge_lag(HealthStore& store, const Profile& profile, const Chain& chain, c
   thread_local std::vector<HeadClaim> claims;
   thread_local std::vector<ClaimJudgement> judgements;
   head_claims(claims, store, profile, chain, height.t_ms, false);
-  // Judged even while its own breaker is open, so that a half-open provider still behind trips again.
+  // Judged even while its own breaker is open, so that a half-open provider still behind trips
+  // again.
   claims[idx].counts = ps.probe.chain_id == 0 || ps.probe.chain_id == chain.chain_id;
   judgements.resize(claims.size());
   const auto head = chain_head(claims, judgements, chain, height.t_ms);
@@ -214,11 +231,14 @@ void judge_lag(HealthStore& store, const Profile& profile, const Chain& chain, c
   const auto lag = believed && head.head ? lag_behind(height, *head.head, chain) : 0;
   const bool behind = lag > static_cast<std::int64_t>(chain.max_lag_blocks);
   if (!behind) {
-    if (ps.lag.behind_since_ms != 0) store.record(LagEvent{std::string(key), LagMark{0, height.t_ms}}, profile.health);
+    if (ps.lag.behind_since_ms != 0)
+      store.record(LagEvent{std::string(key), LagMark{0, height.t_ms}}, profile.health);
     return;
   }
   const auto since = ps.lag.behind_since_ms != 0 ? ps.lag.behind_since_ms : height.t_ms;
-  store.record(LagEvent{std::string(key), LagMark{since, height.t_ms, static_cast<std::uint64_t>(lag)}}, profile.health);
+  store.record(
+      LagEvent{std::string(key), LagMark{since, height.t_ms, static_cast<std::uint64_t>(lag)}},
+      profile.health);
   const auto behind_for = height.t_ms - since;
   if (behind_for < chain.lag_trip_ms) return;
   if (ps.breaker.effective_state(height.t_ms) == BreakerState::open) return;
@@ -226,8 +246,9 @@ void judge_lag(HealthStore& store, const Profile& profile, const Chain& chain, c
   trip.key.assign(key);
   trip.t_ms = height.t_ms;
   trip.cls = OutcomeClass::provider_failure;
-  trip.reason = fmt::format("lag: {} blocks behind for {:.1f}s (max_lag_blocks {}, lag_trip_ms {})", lag,
-                            static_cast<double>(behind_for) / 1000.0, chain.max_lag_blocks, chain.lag_trip_ms);
+  trip.reason = fmt::format("lag: {} blocks behind for {:.1f}s (max_lag_blocks {}, lag_trip_ms {})",
+                            lag, static_cast<double>(behind_for) / 1000.0, chain.max_lag_blocks,
+                            chain.lag_trip_ms);
   trip.jitter = jitter;
   trip.trip = true;
   store.record(std::move(trip), profile.health);

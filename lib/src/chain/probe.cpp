@@ -1,8 +1,8 @@
 #include "rpcroute/probe.hpp"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "rpcroute/blocks.hpp"
 #include "rpcroute/health/exchange.hpp"
@@ -39,9 +39,10 @@ std::optional<std::string> string_result(const std::string& raw) {
 
 }  // namespace
 
-asio::awaitable<ProbeReport> probe_provider(Transport& transport, const Profile& profile, const Chain& chain,
-                                            const Provider& provider, HealthStore* store, const Clock& clock,
-                                            Random& rng, std::int64_t timeout_ms) {
+asio::awaitable<ProbeReport> probe_provider(Transport& transport, const Profile& profile,
+                                            const Chain& chain, const Provider& provider,
+                                            HealthStore* store, const Clock& clock, Random& rng,
+                                            std::int64_t timeout_ms) {
   ProbeReport report;
   report.provider = &provider;
   const auto key = provider_key(profile.name, chain.name, provider);
@@ -51,14 +52,18 @@ asio::awaitable<ProbeReport> probe_provider(Transport& transport, const Profile&
   auto call = [&](std::string_view method, std::string_view params, bool record,
                   Classification* out) -> asio::awaitable<std::optional<std::string>> {
     UpstreamCall c{method, params};
-    Exchange ex = co_await send_exchange(transport, provider, std::span<const UpstreamCall>(&c, 1), timeout_ms, clock, profile);
+    Exchange ex = co_await send_exchange(transport, provider, std::span<const UpstreamCall>(&c, 1),
+                                         timeout_ms, clock, profile);
     if (record && store != nullptr) {
-      record_exchange(*store, profile.health, key, std::span<const UpstreamCall>(&c, 1), ex, clock.now_ms(), rng.uniform());
+      record_exchange(*store, profile.health, key, std::span<const UpstreamCall>(&c, 1), ex,
+                      clock.now_ms(), rng.uniform());
     }
     if (out != nullptr) *out = ex.per_call[0];
-    if (ex.per_call[0].cls == OutcomeClass::provider_failure || ex.per_call[0].cls == OutcomeClass::rate_limited) {
+    if (ex.per_call[0].cls == OutcomeClass::provider_failure ||
+        ex.per_call[0].cls == OutcomeClass::rate_limited) {
       if (report.failure.empty()) {
-        report.failure = fmt::format("{} {}: {}", method, outcome_name(ex.per_call[0].outcome), ex.per_call[0].message);
+        report.failure = fmt::format("{} {}: {}", method, outcome_name(ex.per_call[0].outcome),
+                                     ex.per_call[0].message);
       }
     } else {
       latencies.push_back(ex.latency_ms());
@@ -92,7 +97,8 @@ asio::awaitable<ProbeReport> probe_provider(Transport& transport, const Profile&
   // a fresh dev chain has nothing else).
   const std::string block = report.height && *report.height >= 1 ? "\"0x1\"" : "\"0x0\"";
   Classification archive;
-  const std::string balance_params = fmt::format("[{},{}]", kProbeAddress, block);  // named: see send_exchange
+  const std::string balance_params =
+      fmt::format("[{},{}]", kProbeAddress, block);  // named: see send_exchange
   auto balance = co_await call("eth_getBalance", balance_params, true, &archive);
   if (balance) {
     report.archival = true;
@@ -103,8 +109,8 @@ asio::awaitable<ProbeReport> probe_provider(Transport& transport, const Profile&
   // Batch support; not recorded: refusing batches is a capability, not a health failure.
   std::vector<UpstreamCall> pair{{"eth_chainId", "[]"}, {"eth_blockNumber", "[]"}};
   Exchange bex = co_await send_exchange(transport, provider, pair, timeout_ms, clock, profile);
-  bool both = bex.per_call[0].cls == OutcomeClass::success && bex.per_call[1].cls == OutcomeClass::success &&
-              bex.response && bex.response->batch;
+  bool both = bex.per_call[0].cls == OutcomeClass::success &&
+              bex.per_call[1].cls == OutcomeClass::success && bex.response && bex.response->batch;
   if (both) {
     report.batch = true;
   } else if (bex.http.error == TransportError::none) {
@@ -132,20 +138,24 @@ std::vector<ProbeVerdict> assess_probes(const Chain& chain, std::span<const Prob
   for (std::size_t i = 0; i < reports.size(); ++i) {
     const auto& r = reports[i];
     ProbeVerdict v;
-    const auto lag = head && judgements[i].verdict == ClaimVerdict::believed ? lag_behind(claims[i].height, *head, chain) : 0;
+    const auto lag = head && judgements[i].verdict == ClaimVerdict::believed
+                         ? lag_behind(claims[i].height, *head, chain)
+                         : 0;
     if (lag > 0) v.lag = static_cast<std::uint64_t>(lag);
     if (!r.reachable) {
       v.reason = r.failure.empty() ? "unreachable" : r.failure;
     } else if (!r.chain_id) {
       v.reason = "eth_chainId gave no answer";
     } else if (*r.chain_id != chain.chain_id) {
-      v.reason = fmt::format("wrong chain id {} (the profile says {})", *r.chain_id, chain.chain_id);
+      v.reason =
+          fmt::format("wrong chain id {} (the profile says {})", *r.chain_id, chain.chain_id);
     } else if (!r.height) {
       v.reason = "eth_blockNumber gave no answer";
     } else if (quarantined(judgements[i].verdict)) {
       v.reason = claim_doubt(claims[i].height, judgements[i], chain);
     } else if (lag > static_cast<std::int64_t>(chain.max_lag_blocks)) {
-      v.reason = fmt::format("lagging {} blocks behind (max_lag_blocks {})", v.lag, chain.max_lag_blocks);
+      v.reason =
+          fmt::format("lagging {} blocks behind (max_lag_blocks {})", v.lag, chain.max_lag_blocks);
     } else if (r.syncing.value_or(false)) {
       v.reason = "syncing";
     } else {

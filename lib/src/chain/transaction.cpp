@@ -1,11 +1,11 @@
 #include "rpcroute/transaction.hpp"
 
-#include <memory>
-#include <vector>
-
 #include <openssl/bn.h>
 #include <openssl/ec.h>
 #include <openssl/obj_mac.h>
+
+#include <memory>
+#include <vector>
 
 namespace rpcroute {
 
@@ -15,13 +15,16 @@ std::uint64_t rotl(std::uint64_t x, int n) { return (x << n) | (x >> (64 - n)); 
 
 void keccak_f1600(std::uint64_t st[25]) {
   static constexpr std::uint64_t kRound[24] = {
-      0x0000000000000001, 0x0000000000008082, 0x800000000000808a, 0x8000000080008000, 0x000000000000808b,
-      0x0000000080000001, 0x8000000080008081, 0x8000000000008009, 0x000000000000008a, 0x0000000000000088,
-      0x0000000080008009, 0x000000008000000a, 0x000000008000808b, 0x800000000000008b, 0x8000000000008089,
-      0x8000000000008003, 0x8000000000008002, 0x8000000000000080, 0x000000000000800a, 0x800000008000000a,
+      0x0000000000000001, 0x0000000000008082, 0x800000000000808a, 0x8000000080008000,
+      0x000000000000808b, 0x0000000080000001, 0x8000000080008081, 0x8000000000008009,
+      0x000000000000008a, 0x0000000000000088, 0x0000000080008009, 0x000000008000000a,
+      0x000000008000808b, 0x800000000000008b, 0x8000000000008089, 0x8000000000008003,
+      0x8000000000008002, 0x8000000000000080, 0x000000000000800a, 0x800000008000000a,
       0x8000000080008081, 0x8000000000008080, 0x0000000080000001, 0x8000000080008008};
-  static constexpr int kRot[24] = {1, 3, 6, 10, 15, 21, 28, 36, 45, 55, 2, 14, 27, 41, 56, 8, 25, 43, 62, 18, 39, 61, 20, 44};
-  static constexpr int kLane[24] = {10, 7, 11, 17, 18, 3, 5, 16, 8, 21, 24, 4, 15, 23, 19, 13, 12, 2, 20, 14, 22, 9, 6, 1};
+  static constexpr int kRot[24] = {1,  3,  6,  10, 15, 21, 28, 36, 45, 55, 2,  14,
+                                   27, 41, 56, 8,  25, 43, 62, 18, 39, 61, 20, 44};
+  static constexpr int kLane[24] = {10, 7,  11, 17, 18, 3, 5,  16, 8,  21, 24, 4,
+                                    15, 23, 19, 13, 12, 2, 20, 14, 22, 9,  6,  1};
   for (std::uint64_t rc : kRound) {
     std::uint64_t bc[5];
     for (int i = 0; i < 5; ++i) bc[i] = st[i] ^ st[i + 5] ^ st[i + 10] ^ st[i + 15] ^ st[i + 20];
@@ -109,7 +112,8 @@ std::optional<std::vector<RlpItem>> rlp_list_items(const RlpItem& list) {
   return items;
 }
 
-void append_length(std::vector<std::uint8_t>& out, std::uint8_t short_base, std::uint8_t long_base, std::size_t n) {
+void append_length(std::vector<std::uint8_t>& out, std::uint8_t short_base, std::uint8_t long_base,
+                   std::size_t n) {
   if (n < 56) {
     out.push_back(static_cast<std::uint8_t>(short_base + n));
     return;
@@ -145,7 +149,8 @@ std::optional<std::uint64_t> as_uint(const RlpItem& item) {
 }
 
 /// The list of `items` (already encoded) and what precedes it: the signing payload.
-std::vector<std::uint8_t> rlp_list(std::span<const Bytes> items, std::span<const std::uint8_t> prefix) {
+std::vector<std::uint8_t> rlp_list(std::span<const Bytes> items,
+                                   std::span<const std::uint8_t> prefix) {
   std::size_t n = 0;
   for (const auto& i : items) n += i.size();
   std::vector<std::uint8_t> out(prefix.begin(), prefix.end());
@@ -169,9 +174,10 @@ struct PointDeleter {
 using Bn = std::unique_ptr<BIGNUM, BnDeleter>;
 
 /// The address whose key signed `hash` with (r, s, recovery id): ecrecover on secp256k1.
-std::optional<std::string> recover_address(const std::array<std::uint8_t, 32>& hash, Bytes r_bytes, Bytes s_bytes,
-                                           int recid) {
-  if (recid < 0 || recid > 1 || r_bytes.empty() || s_bytes.empty() || r_bytes.size() > 32 || s_bytes.size() > 32) {
+std::optional<std::string> recover_address(const std::array<std::uint8_t, 32>& hash, Bytes r_bytes,
+                                           Bytes s_bytes, int recid) {
+  if (recid < 0 || recid > 1 || r_bytes.empty() || s_bytes.empty() || r_bytes.size() > 32 ||
+      s_bytes.size() > 32) {
     return std::nullopt;
   }
   std::unique_ptr<BN_CTX, CtxDeleter> ctx(BN_CTX_new());
@@ -183,23 +189,28 @@ std::optional<std::string> recover_address(const std::array<std::uint8_t, 32>& h
   Bn e(BN_bin2bn(hash.data(), static_cast<int>(hash.size()), nullptr));
   Bn rinv(BN_new()), u1(BN_new()), u2(BN_new());
   if (!r || !s || !e || !rinv || !u1 || !u2) return std::nullopt;
-  if (BN_is_zero(r.get()) || BN_is_zero(s.get()) || BN_cmp(r.get(), n) >= 0 || BN_cmp(s.get(), n) >= 0) {
+  if (BN_is_zero(r.get()) || BN_is_zero(s.get()) || BN_cmp(r.get(), n) >= 0 ||
+      BN_cmp(s.get(), n) >= 0) {
     return std::nullopt;
   }
   // R has x = r (x = r + n never happens in practice: its chance is about 2^-128) and the y parity
   // of the recovery id; the key is r⁻¹(sR − eG) = (−e·r⁻¹)G + (s·r⁻¹)R.
-  std::unique_ptr<EC_POINT, PointDeleter> big_r(EC_POINT_new(group.get())), q(EC_POINT_new(group.get()));
+  std::unique_ptr<EC_POINT, PointDeleter> big_r(EC_POINT_new(group.get())),
+      q(EC_POINT_new(group.get()));
   if (!big_r || !q) return std::nullopt;
-  if (EC_POINT_set_compressed_coordinates(group.get(), big_r.get(), r.get(), recid, ctx.get()) != 1) return std::nullopt;
+  if (EC_POINT_set_compressed_coordinates(group.get(), big_r.get(), r.get(), recid, ctx.get()) != 1)
+    return std::nullopt;
   if (BN_mod_inverse(rinv.get(), r.get(), n, ctx.get()) == nullptr) return std::nullopt;
   if (BN_nnmod(e.get(), e.get(), n, ctx.get()) != 1) return std::nullopt;
   if (BN_mod_mul(u1.get(), e.get(), rinv.get(), n, ctx.get()) != 1) return std::nullopt;
   if (!BN_is_zero(u1.get()) && BN_sub(u1.get(), n, u1.get()) != 1) return std::nullopt;
   if (BN_mod_mul(u2.get(), s.get(), rinv.get(), n, ctx.get()) != 1) return std::nullopt;
-  if (EC_POINT_mul(group.get(), q.get(), u1.get(), big_r.get(), u2.get(), ctx.get()) != 1) return std::nullopt;
+  if (EC_POINT_mul(group.get(), q.get(), u1.get(), big_r.get(), u2.get(), ctx.get()) != 1)
+    return std::nullopt;
   if (EC_POINT_is_at_infinity(group.get(), q.get())) return std::nullopt;
   std::uint8_t point[65];
-  if (EC_POINT_point2oct(group.get(), q.get(), POINT_CONVERSION_UNCOMPRESSED, point, sizeof point, ctx.get()) != 65) {
+  if (EC_POINT_point2oct(group.get(), q.get(), POINT_CONVERSION_UNCOMPRESSED, point, sizeof point,
+                         ctx.get()) != 65) {
     return std::nullopt;
   }
   const auto digest = keccak256(Bytes(point + 1, 64));
@@ -235,7 +246,8 @@ std::array<std::uint8_t, 32> keccak256(std::span<const std::uint8_t> in) {
   last[kRate - 1] ^= 0x80;
   absorb(last);
   std::array<std::uint8_t, 32> out;
-  for (std::size_t i = 0; i < 32; ++i) out[i] = static_cast<std::uint8_t>(st[i / 8] >> (8 * (i % 8)));
+  for (std::size_t i = 0; i < 32; ++i)
+    out[i] = static_cast<std::uint8_t>(st[i / 8] >> (8 * (i % 8)));
   return out;
 }
 
@@ -244,7 +256,8 @@ std::optional<std::string> transaction_sender(std::string_view raw_hex) {
   if (!raw || raw->empty()) return std::nullopt;
   const Bytes bytes(*raw);
   if (bytes[0] >= 0xc0) {
-    // Legacy: [nonce, gasPrice, gas, to, value, data, v, r, s]; EIP-155 signs chain id, 0, 0 in place of v, r, s.
+    // Legacy: [nonce, gasPrice, gas, to, value, data, v, r, s]; EIP-155 signs chain id, 0, 0 in
+    // place of v, r, s.
     auto top = rlp_item(bytes);
     if (!top || top->encoded.size() != bytes.size()) return std::nullopt;
     auto items = rlp_list_items(*top);
@@ -271,13 +284,15 @@ std::optional<std::string> transaction_sender(std::string_view raw_hex) {
     return recover_address(keccak256(payload), (*items)[7].payload, (*items)[8].payload, recid);
   }
   if (bytes[0] > 0x7f || bytes.size() < 2) return std::nullopt;
-  // Typed (EIP-2718): type || rlp([fields..., yParity, r, s]); the signature covers type || rlp([fields...]).
+  // Typed (EIP-2718): type || rlp([fields..., yParity, r, s]); the signature covers type ||
+  // rlp([fields...]).
   auto top = rlp_item(bytes.subspan(1));
   if (!top || top->encoded.size() != bytes.size() - 1) return std::nullopt;
   auto items = rlp_list_items(*top);
   if (!items) return std::nullopt;
   if (bytes[0] == 0x03 && !items->empty() && (*items)[0].list) {
-    items = rlp_list_items((*items)[0]);  // a blob transaction with its sidecar: [tx, blobs, commitments, proofs]
+    items = rlp_list_items(
+        (*items)[0]);  // a blob transaction with its sidecar: [tx, blobs, commitments, proofs]
     if (!items) return std::nullopt;
   }
   const std::size_t n = items->size();
@@ -288,7 +303,8 @@ std::optional<std::string> transaction_sender(std::string_view raw_hex) {
   for (std::size_t i = 0; i + 3 < n; ++i) fields.push_back((*items)[i].encoded);
   const std::uint8_t type[1] = {bytes[0]};
   const auto payload = rlp_list(fields, type);
-  return recover_address(keccak256(payload), (*items)[n - 2].payload, (*items)[n - 1].payload, static_cast<int>(*parity));
+  return recover_address(keccak256(payload), (*items)[n - 2].payload, (*items)[n - 1].payload,
+                         static_cast<int>(*parity));
 }
 
 }  // namespace rpcroute

@@ -13,13 +13,20 @@ namespace rpcroute {
 
 std::string_view strategy_name(Strategy s) {
   switch (s) {
-    case Strategy::load_balanced: return "load_balanced";
-    case Strategy::round_robin: return "round_robin";
-    case Strategy::random: return "random";
-    case Strategy::weighted: return "weighted";
-    case Strategy::priority: return "priority";
-    case Strategy::fastest: return "fastest";
-    case Strategy::latency_weighted: return "latency_weighted";
+    case Strategy::load_balanced:
+      return "load_balanced";
+    case Strategy::round_robin:
+      return "round_robin";
+    case Strategy::random:
+      return "random";
+    case Strategy::weighted:
+      return "weighted";
+    case Strategy::priority:
+      return "priority";
+    case Strategy::fastest:
+      return "fastest";
+    case Strategy::latency_weighted:
+      return "latency_weighted";
   }
   return "?";
 }
@@ -73,8 +80,9 @@ const Chain* Profile::find_chain(std::string_view name_or_id) const {
   for (const auto& c : chains) {
     if (c.name == name_or_id) return &c;
   }
-  if (!name_or_id.empty() &&
-      std::all_of(name_or_id.begin(), name_or_id.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+  if (!name_or_id.empty() && std::all_of(name_or_id.begin(), name_or_id.end(), [](char c) {
+        return std::isdigit(static_cast<unsigned char>(c));
+      })) {
     for (const auto& c : chains) {
       if (std::to_string(c.chain_id) == name_or_id) return &c;
     }
@@ -93,7 +101,8 @@ std::int64_t default_method_timeout_ms(std::string_view method) {
   return timeout_class_ms(method_info(method).timeout);
 }
 
-std::int64_t attempt_timeout_ms(std::string_view method, const Provider& provider, const MethodPolicy& policy) {
+std::int64_t attempt_timeout_ms(std::string_view method, const Provider& provider,
+                                const MethodPolicy& policy) {
   if (policy.timeout_ms) return *policy.timeout_ms;
   if (provider.timeout_set) return provider.timeout_ms;
   return default_method_timeout_ms(method);

@@ -1,6 +1,7 @@
 // Where profiles come from: the search path, files read with bounds (a regular file, at most
 // kMaxProfileBytes), and the embedded profiles as the last resort.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,8 +10,6 @@
 #include <cstring>
 #include <set>
 
-#include <fmt/format.h>
-
 #include "rpcroute/config.hpp"
 
 namespace rpcroute {
@@ -18,11 +17,14 @@ namespace rpcroute {
 namespace {
 
 bool looks_like_path(std::string_view s) {
-  auto ends = [&](std::string_view suf) { return s.size() >= suf.size() && s.substr(s.size() - suf.size()) == suf; };
+  auto ends = [&](std::string_view suf) {
+    return s.size() >= suf.size() && s.substr(s.size() - suf.size()) == suf;
+  };
   return s.find('/') != std::string_view::npos || ends(".yaml") || ends(".yml");
 }
 
-std::optional<std::string> home_relative(const EnvLookup& env, const char* xdg, const char* fallback) {
+std::optional<std::string> home_relative(const EnvLookup& env, const char* xdg,
+                                         const char* fallback) {
   if (auto x = env(xdg); x && !x->empty()) return *x;
   if (auto h = env("HOME"); h && !h->empty()) return *h + "/" + fallback;
   return std::nullopt;
@@ -47,14 +49,17 @@ class Fd {
 /// after a check by name.
 Result<std::string> read_profile_bytes(const std::filesystem::path& path) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
-  if (fd.get() < 0) return fail(fmt::format("cannot read profile {}: {}", path.string(), std::strerror(errno)));
+  if (fd.get() < 0)
+    return fail(fmt::format("cannot read profile {}: {}", path.string(), std::strerror(errno)));
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) {
     return fail(fmt::format("cannot read profile {}: {}", path.string(), std::strerror(errno)));
   }
-  if (!S_ISREG(st.st_mode)) return fail(fmt::format("profile {} is not a regular file", path.string()));
+  if (!S_ISREG(st.st_mode))
+    return fail(fmt::format("profile {} is not a regular file", path.string()));
   auto too_big = [&] {
-    return fail(fmt::format("profile {} is larger than {} KiB", path.string(), kMaxProfileBytes >> 10));
+    return fail(
+        fmt::format("profile {} is larger than {} KiB", path.string(), kMaxProfileBytes >> 10));
   };
   if (static_cast<std::uintmax_t>(st.st_size) > kMaxProfileBytes) return too_big();
   std::string text;
@@ -62,7 +67,8 @@ Result<std::string> read_profile_bytes(const std::filesystem::path& path) {
   for (;;) {  // a file growing while read is still bounded
     const auto n = ::read(fd.get(), buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return fail(fmt::format("cannot read profile {}: {}", path.string(), std::strerror(errno)));
+    if (n < 0)
+      return fail(fmt::format("cannot read profile {}: {}", path.string(), std::strerror(errno)));
     if (n == 0) break;
     text.append(buf, static_cast<std::size_t>(n));
     if (text.size() > kMaxProfileBytes) return too_big();
@@ -92,7 +98,8 @@ std::vector<std::filesystem::path> profile_search_path(const EnvLookup& env) {
       rest.remove_prefix(colon + 1);
     }
   }
-  if (auto cfg = home_relative(env, "XDG_CONFIG_HOME", ".config")) dirs.emplace_back(*cfg + "/rpcroute/profiles");
+  if (auto cfg = home_relative(env, "XDG_CONFIG_HOME", ".config"))
+    dirs.emplace_back(*cfg + "/rpcroute/profiles");
   std::error_code ec;
   auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (!ec) dirs.push_back(exe.parent_path().parent_path() / "share/rpcroute/profiles");
@@ -114,7 +121,8 @@ std::vector<ProfileLocation> list_profiles(const EnvLookup& env) {
       if (seen.insert(f.stem().string()).second) out.push_back({f.stem().string(), f.string()});
     }
   }
-  if (seen.insert(std::string(kDefaultProfile)).second) out.push_back({std::string(kDefaultProfile), "embedded"});
+  if (seen.insert(std::string(kDefaultProfile)).second)
+    out.push_back({std::string(kDefaultProfile), "embedded"});
   return out;
 }
 
@@ -122,7 +130,8 @@ Result<Profile> find_profile(std::string_view name_or_path, const EnvLookup& env
   if (looks_like_path(name_or_path)) {
     std::filesystem::path path(name_or_path);
     std::error_code ec;
-    if (!std::filesystem::exists(path, ec)) return fail(fmt::format("profile file {} does not exist", path.string()));
+    if (!std::filesystem::exists(path, ec))
+      return fail(fmt::format("profile file {} does not exist", path.string()));
     return load_profile_file(path, env);
   }
   for (const auto& dir : profile_search_path(env)) {

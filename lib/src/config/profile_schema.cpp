@@ -1,12 +1,12 @@
 // The profile schema: which keys each section holds, their types, bounds and defaults, and the
 // checks that span sections (unique chain ids and provider ids, overrides naming known
 // providers). YAML itself, ${VAR} and the error format are yaml_reader.hpp's.
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
 #include <algorithm>
 #include <cctype>
 #include <set>
-
-#include <fmt/format.h>
-#include <yaml-cpp/yaml.h>
 
 #include "rpcroute/config.hpp"
 #include "yaml_reader.hpp"
@@ -31,7 +31,8 @@ class ProfileSchema : public detail::YamlReader {
   Profile load(std::string_view text) {
     const YAML::Node root = parse(text);
     if (!root.IsMap()) throw error(root, "a profile must be a mapping with a 'chains' key");
-    check_keys(root, {"name", "description", "chains", "routing", "health", "strategies"}, "profile");
+    check_keys(root, {"name", "description", "chains", "routing", "health", "strategies"},
+               "profile");
 
     Profile p;
     p.source = source();
@@ -62,8 +63,9 @@ class ProfileSchema : public detail::YamlReader {
     }
     if (auto l = s["latency_weighted"]) {
       require_map(l, "strategies.latency_weighted");
-      check_keys(l, {"window_ms", "beta", "ms_floor", "explore_floor", "min_calls", "min_success_rate"},
-                 "strategies.latency_weighted");
+      check_keys(
+          l, {"window_ms", "beta", "ms_floor", "explore_floor", "min_calls", "min_success_rate"},
+          "strategies.latency_weighted");
       auto& lp = out.latency_weighted;
       lp.window_ms = opt_int(l, "window_ms", 1).value_or(lp.window_ms);
       lp.beta = opt_double(l, "beta", 0, 100).value_or(lp.beta);
@@ -77,21 +79,26 @@ class ProfileSchema : public detail::YamlReader {
   void read_health(const YAML::Node& h, HealthConfig& out) const {
     require_map(h, "health");
     check_keys(h, {"circuit_breaker", "rate_limit_default_ms"}, "health");
-    out.rate_limit_default_ms = opt_int(h, "rate_limit_default_ms", 0).value_or(out.rate_limit_default_ms);
+    out.rate_limit_default_ms =
+        opt_int(h, "rate_limit_default_ms", 0).value_or(out.rate_limit_default_ms);
     auto cb = h["circuit_breaker"];
     if (!cb) return;
     require_map(cb, "health.circuit_breaker");
-    check_keys(cb, {"failure_threshold", "recovery_timeout_ms", "max_recovery_timeout_ms", "success_threshold",
-                    "half_open_max_inflight", "jitter"},
+    check_keys(cb,
+               {"failure_threshold", "recovery_timeout_ms", "max_recovery_timeout_ms",
+                "success_threshold", "half_open_max_inflight", "jitter"},
                "health.circuit_breaker");
     auto& b = out.circuit_breaker;
-    b.failure_threshold = static_cast<int>(opt_int(cb, "failure_threshold", 1).value_or(b.failure_threshold));
+    b.failure_threshold =
+        static_cast<int>(opt_int(cb, "failure_threshold", 1).value_or(b.failure_threshold));
     b.recovery_timeout_ms = opt_int(cb, "recovery_timeout_ms", 0).value_or(b.recovery_timeout_ms);
     b.max_recovery_timeout_ms =
-        opt_int(cb, "max_recovery_timeout_ms", 0).value_or(std::max(b.max_recovery_timeout_ms, b.recovery_timeout_ms));
-    b.success_threshold = static_cast<int>(opt_int(cb, "success_threshold", 1).value_or(b.success_threshold));
-    b.half_open_max_inflight =
-        static_cast<int>(opt_int(cb, "half_open_max_inflight", 1).value_or(b.half_open_max_inflight));
+        opt_int(cb, "max_recovery_timeout_ms", 0)
+            .value_or(std::max(b.max_recovery_timeout_ms, b.recovery_timeout_ms));
+    b.success_threshold =
+        static_cast<int>(opt_int(cb, "success_threshold", 1).value_or(b.success_threshold));
+    b.half_open_max_inflight = static_cast<int>(
+        opt_int(cb, "half_open_max_inflight", 1).value_or(b.half_open_max_inflight));
     b.jitter = opt_double(cb, "jitter", 0, 1).value_or(b.jitter);
     if (b.max_recovery_timeout_ms < b.recovery_timeout_ms) {
       throw error(cb, "max_recovery_timeout_ms must not be below recovery_timeout_ms");
@@ -115,7 +122,8 @@ class ProfileSchema : public detail::YamlReader {
 
   void read_routing(const YAML::Node& r, Profile& p) const {
     require_map(r, "routing");
-    check_keys(r, {"default_strategy", "method_overrides", "timeout_ms", "max_attempts"}, "routing");
+    check_keys(r, {"default_strategy", "method_overrides", "timeout_ms", "max_attempts"},
+               "routing");
     if (auto ds = r["default_strategy"]) p.routing.default_strategy = strategy(ds);
     p.routing.timeout_ms = opt_int(r, "timeout_ms", 1).value_or(p.routing.timeout_ms);
     if (auto ma = opt_int(r, "max_attempts", 1)) p.routing.max_attempts = static_cast<int>(*ma);
@@ -129,15 +137,18 @@ class ProfileSchema : public detail::YamlReader {
     }
   }
 
-  MethodOverride read_override(const YAML::Node& key, const YAML::Node& v, const std::vector<Chain>& chains) const {
+  MethodOverride read_override(const YAML::Node& key, const YAML::Node& v,
+                               const std::vector<Chain>& chains) const {
     MethodOverride o;
     o.pattern = scalar(key, "method name");
     require_map(v, "method override");
-    check_keys(v, {"strategy", "providers", "timeout_ms", "broadcast", "max_response_mb"}, "method override");
+    check_keys(v, {"strategy", "providers", "timeout_ms", "broadcast", "max_response_mb"},
+               "method override");
     if (auto s = v["strategy"]) o.policy.strategy = strategy(s);
     if (auto t = opt_int(v, "timeout_ms", 1)) o.policy.timeout_ms = *t;
     if (auto b = v["broadcast"]) o.policy.broadcast = boolean(b);
-    if (auto m = opt_int(v, "max_response_mb", 1)) o.policy.max_response_bytes = response_cap(v, *m);
+    if (auto m = opt_int(v, "max_response_mb", 1))
+      o.policy.max_response_bytes = response_cap(v, *m);
     if (auto ps = v["providers"]) {
       o.policy.providers = string_list(ps, "providers");
       for (std::size_t i = 0; i < o.policy.providers.size(); ++i) {
@@ -154,17 +165,21 @@ class ProfileSchema : public detail::YamlReader {
     Chain c;
     c.name = scalar(key, "chain name");
     if (c.name.empty() || !name_chars(c.name, "_-.")) {
-      throw error(key, fmt::format("chain name '{}' may only hold letters, digits, '_', '-', '.'", c.name));
+      throw error(
+          key, fmt::format("chain name '{}' may only hold letters, digits, '_', '-', '.'", c.name));
     }
     require_map(n, fmt::format("chains.{}", c.name));
-    check_keys(n, {"chain_id", "block_time_ms", "max_lag_blocks", "archival_threshold", "lag_trip_ms", "providers"},
+    check_keys(n,
+               {"chain_id", "block_time_ms", "max_lag_blocks", "archival_threshold", "lag_trip_ms",
+                "providers"},
                fmt::format("chain '{}'", c.name));
     auto cid = opt_int(n, "chain_id", 1);
     if (!cid) throw error(n, fmt::format("chain '{}' needs a 'chain_id'", c.name));
     c.chain_id = static_cast<std::uint64_t>(*cid);
     c.block_time_ms = opt_int(n, "block_time_ms", 1).value_or(c.block_time_ms);
     c.max_lag_blocks = static_cast<std::uint64_t>(opt_int(n, "max_lag_blocks", 0).value_or(2));
-    c.archival_threshold = static_cast<std::uint64_t>(opt_int(n, "archival_threshold", 0).value_or(128));
+    c.archival_threshold =
+        static_cast<std::uint64_t>(opt_int(n, "archival_threshold", 0).value_or(128));
     c.lag_trip_ms = opt_int(n, "lag_trip_ms", 0).value_or(c.lag_trip_ms);
     auto ps = n["providers"];
     if (!ps) throw error(n, fmt::format("chain '{}' needs a 'providers' list", c.name));
@@ -173,7 +188,8 @@ class ProfileSchema : public detail::YamlReader {
     int position = 0;
     for (const auto& pn : ps) {
       Provider p = read_provider(pn, ++position);
-      if (!ids.insert(p.id).second) throw error(pn["id"], fmt::format("duplicate provider id '{}'", p.id));
+      if (!ids.insert(p.id).second)
+        throw error(pn["id"], fmt::format("duplicate provider id '{}'", p.id));
       c.providers.push_back(std::move(p));
     }
     return c;
@@ -182,14 +198,16 @@ class ProfileSchema : public detail::YamlReader {
   Provider read_provider(const YAML::Node& n, int position) {
     require_map(n, "provider");
     check_keys(n,
-               {"id", "url", "ws_url", "headers", "api_key", "priority", "weight", "archival", "rate_limit",
-                "methods", "limits", "timeout_ms"},
+               {"id", "url", "ws_url", "headers", "api_key", "priority", "weight", "archival",
+                "rate_limit", "methods", "limits", "timeout_ms"},
                "provider");
     Provider p;
     auto id = opt_string(n, "id");
     if (!id || id->empty()) throw error(n, "provider needs an 'id'");
     if (!name_chars(*id, "_-.")) {
-      throw error(n["id"], fmt::format("provider id '{}' may only hold letters, digits, '_', '-', '.'", *id));
+      throw error(
+          n["id"],
+          fmt::format("provider id '{}' may only hold letters, digits, '_', '-', '.'", *id));
     }
     p.id = *id;
     read_urls(n, p);
@@ -216,7 +234,10 @@ class ProfileSchema : public detail::YamlReader {
     if (!url) throw error(n, fmt::format("provider '{}' needs a 'url'", p.id));
     p.url = substitute(url, scalar(url, "url"), false);
     if (api_key.empty() && p.url.find("{api_key}") != std::string::npos) {
-      throw error(url, fmt::format("the URL of provider '{}' holds {{api_key}} but the provider has no 'api_key'", p.id));
+      throw error(
+          url, fmt::format(
+                   "the URL of provider '{}' holds {{api_key}} but the provider has no 'api_key'",
+                   p.id));
     }
     if (!api_key.empty()) {
       // "{api_key}" in the URL is where the key goes; without it the key is sent as a header.
@@ -247,9 +268,11 @@ class ProfileSchema : public detail::YamlReader {
     require_map(h, "headers");
     for (auto it = h.begin(); it != h.end(); ++it) {
       auto name = scalar(it->first, "header name");
-      if (name.empty() || !name_chars(name, "-_")) throw error(it->first, fmt::format("bad header name '{}'", name));
+      if (name.empty() || !name_chars(name, "-_"))
+        throw error(it->first, fmt::format("bad header name '{}'", name));
       auto value = substitute(it->second, scalar(it->second, "header value"), true);
-      if (value.find_first_of("\r\n") != std::string::npos) throw error(it->second, "header value holds a line break");
+      if (value.find_first_of("\r\n") != std::string::npos)
+        throw error(it->second, "header value holds a line break");
       out.push_back({name, value});
     }
   }
@@ -274,7 +297,8 @@ class ProfileSchema : public detail::YamlReader {
   void read_limits(const YAML::Node& l, ProviderLimits& out) const {
     require_map(l, "limits");
     check_keys(l, {"max_block_range", "max_batch", "max_response_mb"}, "limits");
-    if (auto r = opt_int(l, "max_block_range", 1)) out.max_block_range = static_cast<std::uint64_t>(*r);
+    if (auto r = opt_int(l, "max_block_range", 1))
+      out.max_block_range = static_cast<std::uint64_t>(*r);
     if (auto b = opt_int(l, "max_batch", 1)) out.max_batch = static_cast<std::size_t>(*b);
     if (auto m = opt_int(l, "max_response_mb", 1)) out.max_response_bytes = response_cap(l, *m);
   }
@@ -284,10 +308,11 @@ class ProfileSchema : public detail::YamlReader {
 
 }  // namespace
 
-Result<Profile> load_profile_text(std::string_view yaml, const std::string& source, const EnvLookup& env) {
+Result<Profile> load_profile_text(std::string_view yaml, const std::string& source,
+                                  const EnvLookup& env) {
   if (yaml.size() > kMaxProfileBytes) {
-    return fail(fmt::format("{}: a profile may hold at most {} KiB ({} bytes here)", source, kMaxProfileBytes >> 10,
-                            yaml.size()));
+    return fail(fmt::format("{}: a profile may hold at most {} KiB ({} bytes here)", source,
+                            kMaxProfileBytes >> 10, yaml.size()));
   }
   try {
     ProfileSchema schema(source, env);

@@ -1,14 +1,14 @@
 // What of a provider URL is secret, and how a URL is shown or keyed without its secrets: redaction
 // for messages, the fingerprint that keys state, and the credentials the loader adds to a
 // profile's secrets so that they are scrubbed from whatever is printed.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "rpcroute/config.hpp"
 
@@ -20,7 +20,8 @@ std::string redact_url(std::string_view url) {
   auto rest = url.substr(scheme_end + 3);
   auto path_pos = rest.find_first_of("/?#");
   auto authority = rest.substr(0, path_pos);
-  if (auto at = authority.rfind('@'); at != std::string_view::npos) authority = authority.substr(at + 1);
+  if (auto at = authority.rfind('@'); at != std::string_view::npos)
+    authority = authority.substr(at + 1);
   std::string out = fmt::format("{}://{}", url.substr(0, scheme_end), authority);
   if (path_pos != std::string_view::npos) {
     auto tail = rest.substr(path_pos);
@@ -58,7 +59,8 @@ std::string percent_decoded(std::string_view s) {
 bool credential_name(std::string_view name) {
   std::string n(name);
   std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return std::tolower(c); });
-  for (std::string_view word : {"key", "token", "secret", "auth", "pass", "sig", "cred", "session"}) {
+  for (std::string_view word :
+       {"key", "token", "secret", "auth", "pass", "sig", "cred", "session"}) {
     if (n.find(word) != std::string::npos) return true;
   }
   return false;
@@ -70,10 +72,14 @@ bool looks_like_credential(std::string_view s) {
   if (s.size() < 16) return false;
   bool digit = false, upper = false, lower = false;
   for (unsigned char c : s) {
-    if (std::isdigit(c)) digit = true;
-    else if (std::isupper(c)) upper = true;
-    else if (std::islower(c)) lower = true;
-    else if (std::string_view("-_.~+=%:").find(static_cast<char>(c)) == std::string_view::npos) return false;
+    if (std::isdigit(c))
+      digit = true;
+    else if (std::isupper(c))
+      upper = true;
+    else if (std::islower(c))
+      lower = true;
+    else if (std::string_view("-_.~+=%:").find(static_cast<char>(c)) == std::string_view::npos)
+      return false;
   }
   return digit || (upper && lower);
 }
@@ -106,7 +112,8 @@ std::vector<std::string> url_credentials(std::string_view url) {
     const auto info = authority.substr(0, at);
     const auto colon = info.find(':');
     const auto user = info.substr(0, colon);
-    const auto password = colon == std::string_view::npos ? std::string_view() : info.substr(colon + 1);
+    const auto password =
+        colon == std::string_view::npos ? std::string_view() : info.substr(colon + 1);
     add(password);
     if (password.empty() || looks_like_credential(user)) add(user);
   }
@@ -126,7 +133,8 @@ std::vector<std::string> url_credentials(std::string_view url) {
     const auto pair = query.substr(0, amp);
     const auto eq = pair.find('=');
     const auto value = eq == std::string_view::npos ? pair : pair.substr(eq + 1);
-    if ((eq != std::string_view::npos && credential_name(pair.substr(0, eq))) || looks_like_credential(value)) {
+    if ((eq != std::string_view::npos && credential_name(pair.substr(0, eq))) ||
+        looks_like_credential(value)) {
       add(value);
     }
     if (amp == std::string_view::npos) break;

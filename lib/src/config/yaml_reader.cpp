@@ -1,13 +1,13 @@
 #include "yaml_reader.hpp"
 
+#include <curl/curl.h>
+#include <fmt/format.h>
+#include <yaml-cpp/depthguard.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <set>
-
-#include <curl/curl.h>
-#include <fmt/format.h>
-#include <yaml-cpp/depthguard.h>
 
 namespace rpcroute::detail {
 
@@ -41,7 +41,8 @@ void YamlReader::check_expansion(const YAML::Node& n, int depth, Expansion& e) c
   if (n.IsScalar()) {
     e.scalar_bytes += n.Scalar().size();
     if (e.scalar_bytes > kMaxScalarBytes) {
-      throw error(n, fmt::format("more than {} MiB of text once aliases are expanded", kMaxScalarBytes >> 20));
+      throw error(n, fmt::format("more than {} MiB of text once aliases are expanded",
+                                 kMaxScalarBytes >> 20));
     }
   } else if (n.IsSequence()) {
     for (const auto& item : n) check_expansion(item, depth + 1, e);
@@ -62,7 +63,8 @@ ProfileError YamlReader::error(const YAML::Node& n, std::string_view msg) const 
   std::string text = at(n.Mark(), msg);
   // A substituted value may sit anywhere in a URL (even the host): never print one.
   for (const auto& secret : secrets_) {
-    for (std::size_t pos = 0; !secret.empty() && (pos = text.find(secret, pos)) != std::string::npos;) {
+    for (std::size_t pos = 0;
+         !secret.empty() && (pos = text.find(secret, pos)) != std::string::npos;) {
       text.replace(pos, secret.size(), "***");
       pos += 3;
     }
@@ -78,14 +80,17 @@ void YamlReader::check_keys(const YAML::Node& map, std::initializer_list<std::st
                             std::string_view where) const {
   std::set<std::string> seen;
   for (auto it = map.begin(); it != map.end(); ++it) {
-    if (!it->first.IsScalar()) throw error(it->first, fmt::format("keys of {} must be names", where));
+    if (!it->first.IsScalar())
+      throw error(it->first, fmt::format("keys of {} must be names", where));
     auto k = it->first.Scalar();
     if (std::find(allowed.begin(), allowed.end(), k) == allowed.end()) {
       std::string list;
       for (auto a : allowed) list += fmt::format("{}{}", list.empty() ? "" : ", ", a);
-      throw error(it->first, fmt::format("unknown key '{}' in {} (expected one of: {})", k, where, list));
+      throw error(it->first,
+                  fmt::format("unknown key '{}' in {} (expected one of: {})", k, where, list));
     }
-    if (!seen.insert(k).second) throw error(it->first, fmt::format("duplicate key '{}' in {}", k, where));
+    if (!seen.insert(k).second)
+      throw error(it->first, fmt::format("duplicate key '{}' in {}", k, where));
   }
 }
 
@@ -101,7 +106,8 @@ std::optional<std::string> YamlReader::opt_string(const YAML::Node& map, const c
   return n.Scalar();
 }
 
-std::optional<std::int64_t> YamlReader::opt_int(const YAML::Node& map, const char* key, std::int64_t min) const {
+std::optional<std::int64_t> YamlReader::opt_int(const YAML::Node& map, const char* key,
+                                                std::int64_t min) const {
   auto n = map[key];
   if (!n) return std::nullopt;
   std::int64_t v = 0;
@@ -118,7 +124,8 @@ std::uint64_t YamlReader::response_cap(const YAML::Node& map, std::int64_t mb) c
   return static_cast<std::uint64_t>(mb) << 20;
 }
 
-std::optional<double> YamlReader::opt_double(const YAML::Node& map, const char* key, double lo, double hi) const {
+std::optional<double> YamlReader::opt_double(const YAML::Node& map, const char* key, double lo,
+                                             double hi) const {
   auto n = map[key];
   if (!n) return std::nullopt;
   double v = 0;
@@ -131,16 +138,18 @@ std::optional<double> YamlReader::opt_double(const YAML::Node& map, const char* 
 
 bool YamlReader::boolean(const YAML::Node& n) const {
   bool v = false;
-  if (!n.IsScalar() || quoted(n) || !YAML::convert<bool>::decode(n, v)) throw error(n, "expected true or false");
+  if (!n.IsScalar() || quoted(n) || !YAML::convert<bool>::decode(n, v))
+    throw error(n, "expected true or false");
   return v;
 }
 
 Strategy YamlReader::strategy(const YAML::Node& n) const {
   auto name = scalar(n, "strategy");
   if (auto s = parse_strategy(name)) return *s;
-  throw error(n, fmt::format("unknown strategy '{}' (expected one of: load_balanced, round_robin, random, "
-                             "weighted, priority, fastest, latency_weighted)",
-                             name));
+  throw error(
+      n, fmt::format("unknown strategy '{}' (expected one of: load_balanced, round_robin, random, "
+                     "weighted, priority, fastest, latency_weighted)",
+                     name));
 }
 
 std::vector<std::string> YamlReader::string_list(const YAML::Node& n, std::string_view what) const {
@@ -150,7 +159,8 @@ std::vector<std::string> YamlReader::string_list(const YAML::Node& n, std::strin
   return out;
 }
 
-std::string YamlReader::substitute(const YAML::Node& n, const std::string& text, bool secret_by_default) {
+std::string YamlReader::substitute(const YAML::Node& n, const std::string& text,
+                                   bool secret_by_default) {
   std::string out;
   std::size_t i = 0;
   bool substituted = false;
@@ -186,7 +196,8 @@ void YamlReader::check_url(const YAML::Node& n, const std::string& url,
   char* scheme = nullptr;
   char* host = nullptr;
   bool ok = rc == CURLUE_OK && curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
-            curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK && host != nullptr && host[0] != '\0';
+            curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK && host != nullptr &&
+            host[0] != '\0';
   std::string s = scheme != nullptr ? scheme : "";
   curl_free(scheme);
   curl_free(host);

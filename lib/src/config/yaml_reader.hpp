@@ -4,14 +4,14 @@
 // never a secret, typed fields stricter than yaml-cpp's conversions, and ${VAR} substitution.
 // Internal to the config loader: every failure is thrown as a ProfileError, caught by
 // load_profile_text.
+#include <yaml-cpp/yaml.h>
+
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <yaml-cpp/yaml.h>
 
 #include "rpcroute/config.hpp"
 
@@ -50,15 +50,18 @@ class YamlReader {
   [[nodiscard]] std::uint64_t response_cap(const YAML::Node& map, std::int64_t mb) const;
   [[nodiscard]] bool boolean(const YAML::Node& n) const;
   [[nodiscard]] Strategy strategy(const YAML::Node& n) const;
-  [[nodiscard]] std::vector<std::string> string_list(const YAML::Node& n, std::string_view what) const;
+  [[nodiscard]] std::vector<std::string> string_list(const YAML::Node& n,
+                                                     std::string_view what) const;
 
   /// ${VAR} substitution; an unset variable is an error naming it (never a value). Each value
   /// substituted becomes a secret; so does the whole text when `secret_by_default` and nothing
   /// was substituted (an api_key given in clear).
-  [[nodiscard]] std::string substitute(const YAML::Node& n, const std::string& text, bool secret_by_default);
+  [[nodiscard]] std::string substitute(const YAML::Node& n, const std::string& text,
+                                       bool secret_by_default);
   /// A URL curl can parse, with a host and one of `schemes` (the first names the family in the
   /// message: "http or https", "ws or wss").
-  void check_url(const YAML::Node& n, const std::string& url, std::initializer_list<std::string_view> schemes) const;
+  void check_url(const YAML::Node& n, const std::string& url,
+                 std::initializer_list<std::string_view> schemes) const;
 
   [[nodiscard]] const std::string& source() const { return source_; }
   void add_secret(std::string secret) { secrets_.push_back(std::move(secret)); }

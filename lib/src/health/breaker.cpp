@@ -7,15 +7,19 @@ namespace rpcroute {
 
 std::string_view breaker_state_name(BreakerState s) {
   switch (s) {
-    case BreakerState::closed: return "closed";
-    case BreakerState::open: return "open";
-    case BreakerState::half_open: return "half_open";
+    case BreakerState::closed:
+      return "closed";
+    case BreakerState::open:
+      return "open";
+    case BreakerState::half_open:
+      return "half_open";
   }
   return "?";
 }
 
 BreakerState Breaker::effective_state(std::int64_t now_ms) const {
-  if (state == BreakerState::open && now_ms >= opened_ms + recovery_ms) return BreakerState::half_open;
+  if (state == BreakerState::open && now_ms >= opened_ms + recovery_ms)
+    return BreakerState::half_open;
   return state;
 }
 
@@ -24,18 +28,19 @@ std::int64_t Breaker::retry_in_ms(std::int64_t now_ms) const {
   return std::max<std::int64_t>(0, opened_ms + recovery_ms - now_ms);
 }
 
-
 namespace {
 
 std::int64_t recovery_for(const BreakerConfig& cfg, int reopens, double jitter) {
   double base = static_cast<double>(cfg.recovery_timeout_ms) * std::pow(2.0, std::min(reopens, 30));
   base *= 1.0 + cfg.jitter * jitter;
-  return static_cast<std::int64_t>(std::min(base, static_cast<double>(cfg.max_recovery_timeout_ms)));
+  return static_cast<std::int64_t>(
+      std::min(base, static_cast<double>(cfg.max_recovery_timeout_ms)));
 }
 
 }  // namespace
 
-void breaker_trip(Breaker& b, std::int64_t t_ms, std::string_view reason, const BreakerConfig& cfg, double jitter) {
+void breaker_trip(Breaker& b, std::int64_t t_ms, std::string_view reason, const BreakerConfig& cfg,
+                  double jitter) {
   const BreakerState now = b.effective_state(t_ms);
   if (now == BreakerState::open) return;
   b.reopens = now == BreakerState::half_open ? b.reopens + 1 : 0;

@@ -1,9 +1,9 @@
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <ctime>
-
-#include <fmt/format.h>
 
 #include "rpcroute/jsonrpc.hpp"
 #include "rpcroute/outcome.hpp"
@@ -12,19 +12,32 @@ namespace rpcroute {
 
 std::string_view outcome_name(Outcome o) {
   switch (o) {
-    case Outcome::success: return "success";
-    case Outcome::rpc_error: return "rpc_error";
-    case Outcome::rate_limited: return "rate_limited";
-    case Outcome::connect_failed: return "connect_failed";
-    case Outcome::dns_failed: return "dns_failed";
-    case Outcome::tls_failed: return "tls_failed";
-    case Outcome::timeout: return "timeout";
-    case Outcome::transport_error: return "transport_error";
-    case Outcome::http_error: return "http_error";
-    case Outcome::bad_response: return "bad_response";
-    case Outcome::wrong_id: return "wrong_id";
-    case Outcome::too_large: return "too_large";
-    case Outcome::out_of_memory: return "out_of_memory";
+    case Outcome::success:
+      return "success";
+    case Outcome::rpc_error:
+      return "rpc_error";
+    case Outcome::rate_limited:
+      return "rate_limited";
+    case Outcome::connect_failed:
+      return "connect_failed";
+    case Outcome::dns_failed:
+      return "dns_failed";
+    case Outcome::tls_failed:
+      return "tls_failed";
+    case Outcome::timeout:
+      return "timeout";
+    case Outcome::transport_error:
+      return "transport_error";
+    case Outcome::http_error:
+      return "http_error";
+    case Outcome::bad_response:
+      return "bad_response";
+    case Outcome::wrong_id:
+      return "wrong_id";
+    case Outcome::too_large:
+      return "too_large";
+    case Outcome::out_of_memory:
+      return "out_of_memory";
   }
   return "?";
 }
@@ -38,12 +51,18 @@ std::optional<Outcome> parse_outcome(std::string_view name) {
 
 std::string_view class_name(OutcomeClass c) {
   switch (c) {
-    case OutcomeClass::success: return "success";
-    case OutcomeClass::deterministic: return "deterministic";
-    case OutcomeClass::capability: return "capability";
-    case OutcomeClass::rate_limited: return "rate_limited";
-    case OutcomeClass::provider_failure: return "provider_failure";
-    case OutcomeClass::unknown: return "unknown";
+    case OutcomeClass::success:
+      return "success";
+    case OutcomeClass::deterministic:
+      return "deterministic";
+    case OutcomeClass::capability:
+      return "capability";
+    case OutcomeClass::rate_limited:
+      return "rate_limited";
+    case OutcomeClass::provider_failure:
+      return "provider_failure";
+    case OutcomeClass::unknown:
+      return "unknown";
   }
   return "?";
 }
@@ -112,13 +131,13 @@ constexpr MessageRule kMessageRules[] = {
 };
 
 constexpr CodeRule kCodeRules[] = {
-    {3, C::deterministic},                       // execution reverted with data
+    {3, C::deterministic},  // execution reverted with data
     {jsonrpc::kInvalidParams, C::deterministic},
     {jsonrpc::kInvalidRequest, C::deterministic},
     {jsonrpc::kParseError, C::deterministic},
     {jsonrpc::kMethodNotFound, C::capability},
-    {-32001, C::capability},  // resource not found
-    {-32004, C::capability},  // method not supported (EIP-1474)
+    {-32001, C::capability},     // resource not found
+    {-32004, C::capability},     // method not supported (EIP-1474)
     {-32003, C::deterministic},  // transaction rejected
     {-32010, C::deterministic},  // transaction cost exceeds limit
     {-32015, C::deterministic},  // VM execution error (Nethermind)
@@ -131,7 +150,8 @@ constexpr CodeRule kCodeRules[] = {
 
 std::string lower(std::string_view s) {
   std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
   return out;
 }
 
@@ -168,7 +188,8 @@ std::span<const CodeRule> code_rules() { return kCodeRules; }
 OutcomeClass classify_rpc_error(std::int64_t code, std::string_view message) {
   auto msg = lower(message);
   for (const auto& r : kMessageRules) {
-    if (msg.find(r.needle) != std::string::npos && (r.needle2.empty() || msg.find(r.needle2) != std::string::npos)) {
+    if (msg.find(r.needle) != std::string::npos &&
+        (r.needle2.empty() || msg.find(r.needle2) != std::string::npos)) {
       return r.cls;
     }
   }
@@ -178,13 +199,14 @@ OutcomeClass classify_rpc_error(std::int64_t code, std::string_view message) {
   return C::unknown;
 }
 
-std::int64_t retry_after_ms(std::string_view header, std::string_view message, std::string_view data,
-                            std::int64_t now_ms) {
+std::int64_t retry_after_ms(std::string_view header, std::string_view message,
+                            std::string_view data, std::int64_t now_ms) {
   if (!header.empty()) {
     std::int64_t secs = 0;
     auto [p, ec] = std::from_chars(header.data(), header.data() + header.size(), secs);
     if (ec == std::errc() && p == header.data() + header.size()) {
-      if (secs >= 0 && secs <= static_cast<std::int64_t>(kMaxRetryAfterMs) / 1000) return secs * 1000;
+      if (secs >= 0 && secs <= static_cast<std::int64_t>(kMaxRetryAfterMs) / 1000)
+        return secs * 1000;
     } else if (auto d = parse_http_date(header, now_ms)) {
       return *d;
     }
@@ -204,9 +226,12 @@ std::int64_t retry_after_ms(std::string_view header, std::string_view message, s
     auto unit = rest.substr(static_cast<std::size_t>(p - rest.data()));
     while (!unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
     double scale = 1000;  // seconds unless told otherwise
-    if (unit.rfind("ms", 0) == 0 || unit.rfind("millisecond", 0) == 0) scale = 1;
-    else if (unit.rfind("min", 0) == 0 || (unit.rfind('m', 0) == 0 && unit.rfind("mi", 0) != 0)) scale = 60'000;
-    else if (unit.rfind('h', 0) == 0) scale = 3'600'000;
+    if (unit.rfind("ms", 0) == 0 || unit.rfind("millisecond", 0) == 0)
+      scale = 1;
+    else if (unit.rfind("min", 0) == 0 || (unit.rfind('m', 0) == 0 && unit.rfind("mi", 0) != 0))
+      scale = 60'000;
+    else if (unit.rfind('h', 0) == 0)
+      scale = 3'600'000;
     auto ms = v * scale;
     if (!(ms <= kMaxRetryAfterMs)) continue;
     return static_cast<std::int64_t>(ms);
@@ -247,7 +272,8 @@ std::string report_text(std::string_view text) {
     const std::size_t n = utf8_length(text.substr(i));
     const auto c = static_cast<unsigned char>(text[i]);
     // C1 controls (U+0080 to U+009F, "\xc2\x9b" is CSI) steer terminals as ESC does.
-    const bool control = n == 0 || c < 0x20 || c == 0x7F || (n == 2 && c == 0xC2 && static_cast<unsigned char>(text[i + 1]) < 0xA0);
+    const bool control = n == 0 || c < 0x20 || c == 0x7F ||
+                         (n == 2 && c == 0xC2 && static_cast<unsigned char>(text[i + 1]) < 0xA0);
     std::string piece;
     if (!control) {
       piece.assign(text.substr(i, n));
@@ -277,32 +303,55 @@ Classification classify_transport(TransportError e, std::string message) {
   c.cls = C::provider_failure;
   c.message = std::move(message);
   switch (e) {
-    case TransportError::none: c.cls = C::success; c.outcome = Outcome::success; break;
-    case TransportError::connect: c.outcome = Outcome::connect_failed; break;
-    case TransportError::dns: c.outcome = Outcome::dns_failed; break;
-    case TransportError::timeout: c.outcome = Outcome::timeout; break;
-    case TransportError::tls: c.outcome = Outcome::tls_failed; break;
+    case TransportError::none:
+      c.cls = C::success;
+      c.outcome = Outcome::success;
+      break;
+    case TransportError::connect:
+      c.outcome = Outcome::connect_failed;
+      break;
+    case TransportError::dns:
+      c.outcome = Outcome::dns_failed;
+      break;
+    case TransportError::timeout:
+      c.outcome = Outcome::timeout;
+      break;
+    case TransportError::tls:
+      c.outcome = Outcome::tls_failed;
+      break;
     case TransportError::truncated:
-    case TransportError::encoded: c.outcome = Outcome::bad_response; break;
+    case TransportError::encoded:
+      c.outcome = Outcome::bad_response;
+      break;
     // Charged to the provider: its answer is what outgrew the cap or the memory left.
-    case TransportError::too_large: c.outcome = Outcome::too_large; break;
-    case TransportError::out_of_memory: c.outcome = Outcome::out_of_memory; break;
+    case TransportError::too_large:
+      c.outcome = Outcome::too_large;
+      break;
+    case TransportError::out_of_memory:
+      c.outcome = Outcome::out_of_memory;
+      break;
     case TransportError::reset:
-    case TransportError::other: c.outcome = Outcome::transport_error; break;
+    case TransportError::other:
+      c.outcome = Outcome::transport_error;
+      break;
     // Our side gave up (the client left): nothing to hold against the provider. The router does
     // not record such an attempt; should anything classify one, it leaves the breaker alone.
-    case TransportError::cancelled: c.cls = C::capability; c.outcome = Outcome::transport_error; break;
+    case TransportError::cancelled:
+      c.cls = C::capability;
+      c.outcome = Outcome::transport_error;
+      break;
   }
   return c;
 }
 
-Classification classify_http_status(long status, std::string_view body, std::string_view retry_after_header,
-                                    std::int64_t now_ms) {
+Classification classify_http_status(long status, std::string_view body,
+                                    std::string_view retry_after_header, std::int64_t now_ms) {
   Classification c;
   std::string rpc_message;
   std::string rpc_data;
   bool rpc_rate_limited = false;
-  if (auto parsed = jsonrpc::parse_response(body); parsed && !parsed->replies.empty() && parsed->replies[0].error) {
+  if (auto parsed = jsonrpc::parse_response(body);
+      parsed && !parsed->replies.empty() && parsed->replies[0].error) {
     const auto& err = *parsed->replies[0].error;
     rpc_message = err.message;
     rpc_data = err.data;
@@ -312,12 +361,14 @@ Classification classify_http_status(long status, std::string_view body, std::str
     c.outcome = Outcome::rate_limited;
     c.cls = C::rate_limited;
     c.retry_after_ms = retry_after_ms(retry_after_header, rpc_message, rpc_data, now_ms);
-    c.message = rpc_message.empty() ? fmt::format("HTTP {}", status) : fmt::format("HTTP {}: {}", status, rpc_message);
+    c.message = rpc_message.empty() ? fmt::format("HTTP {}", status)
+                                    : fmt::format("HTTP {}: {}", status, rpc_message);
     return c;
   }
   c.outcome = Outcome::http_error;
   c.cls = C::provider_failure;
-  c.message = rpc_message.empty() ? fmt::format("HTTP {}", status) : fmt::format("HTTP {}: {}", status, rpc_message);
+  c.message = rpc_message.empty() ? fmt::format("HTTP {}", status)
+                                  : fmt::format("HTTP {}: {}", status, rpc_message);
   return c;
 }
 

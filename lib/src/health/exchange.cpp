@@ -1,11 +1,11 @@
 #include "rpcroute/health/exchange.hpp"
 
-#include <algorithm>
-#include <cassert>
-#include <atomic>
-#include <cstring>
-
 #include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cassert>
+#include <cstring>
 
 #include "rpcroute/jsonrpc.hpp"
 
@@ -26,7 +26,8 @@ OutcomeClass overall_class(std::span<const Classification> per_call) {
   return per_call.empty() ? OutcomeClass::success : per_call.front().cls;
 }
 
-Classification reply_class(const jsonrpc::Reply& r, std::string_view retry_after_header, std::int64_t now_ms) {
+Classification reply_class(const jsonrpc::Reply& r, std::string_view retry_after_header,
+                           std::int64_t now_ms) {
   Classification c;
   if (r.result) return c;
   c.cls = classify_rpc_error(r.error->code, r.error->message);
@@ -94,7 +95,8 @@ UpstreamIds reserve_upstream_ids(std::size_t count) {
 
 std::string upstream_body(std::span<const UpstreamCall> calls, UpstreamIds ids) {
   assert(ids.count == calls.size());
-  if (calls.size() == 1) return jsonrpc::make_call(std::to_string(ids.first), calls[0].method, calls[0].params);
+  if (calls.size() == 1)
+    return jsonrpc::make_call(std::to_string(ids.first), calls[0].method, calls[0].params);
   std::string body;
   body.push_back('[');
   for (std::size_t i = 0; i < calls.size(); ++i) {
@@ -110,17 +112,19 @@ namespace {
 /// Our ids are plain decimal integers: an answer's id is ours only as that exact token (no 7.0,
 /// no "7"). Whitespace around a raw token is not part of it.
 bool is_our_id(std::string_view token, std::string_view want) {
-  while (!token.empty() && (token.front() == ' ' || token.front() == '\t' || token.front() == '\n' || token.front() == '\r'))
+  while (!token.empty() && (token.front() == ' ' || token.front() == '\t' ||
+                            token.front() == '\n' || token.front() == '\r'))
     token.remove_prefix(1);
-  while (!token.empty() && (token.back() == ' ' || token.back() == '\t' || token.back() == '\n' || token.back() == '\r'))
+  while (!token.empty() && (token.back() == ' ' || token.back() == '\t' || token.back() == '\n' ||
+                            token.back() == '\r'))
     token.remove_suffix(1);
   return token == want;
 }
 
 }  // namespace
 
-Exchange classify_exchange(HttpResponse http, UpstreamIds ids, std::int64_t now_ms, const Profile& profile,
-                           std::span<const UpstreamCall> calls) {
+Exchange classify_exchange(HttpResponse http, UpstreamIds ids, std::int64_t now_ms,
+                           const Profile& profile, std::span<const UpstreamCall> calls) {
   const std::size_t n = ids.count;
   Exchange ex;
   ex.http = std::move(http);
@@ -156,7 +160,8 @@ Exchange classify_exchange(HttpResponse http, UpstreamIds ids, std::int64_t now_
           if (!is_our_id(r.id, want)) continue;
           if (ex.replies[i] != nullptr) {  // two answers for one call: neither can be trusted
             ex.replies[i] = nullptr;
-            ex.per_call[i] = failure(Outcome::bad_response, "two answers for one call in the batch");
+            ex.per_call[i] =
+                failure(Outcome::bad_response, "two answers for one call in the batch");
             break;
           }
           ex.replies[i] = &r;
@@ -168,13 +173,15 @@ Exchange classify_exchange(HttpResponse http, UpstreamIds ids, std::int64_t now_
             // A head nobody can read must not pass for one (the client would get it verbatim).
             auto shown = std::string(ex.replies[i]->result->substr(0, 40));
             ex.per_call[i] = failure(Outcome::bad_response,
-                                     fmt::format("eth_blockNumber answered {}, not a block number", profile.scrub(shown)));
+                                     fmt::format("eth_blockNumber answered {}, not a block number",
+                                                 profile.scrub(shown)));
           }
         } else if (ex.per_call[i].outcome == Outcome::bad_response) {
           continue;
         } else if (n == 1 && replies.size() == 1) {
-          ex.per_call[i] = failure(Outcome::wrong_id, fmt::format("answer has id {} instead of {}",
-                                                                  replies[0].id.empty() ? "none" : replies[0].id, want));
+          ex.per_call[i] = failure(
+              Outcome::wrong_id, fmt::format("answer has id {} instead of {}",
+                                             replies[0].id.empty() ? "none" : replies[0].id, want));
         } else {
           ex.per_call[i] = failure(Outcome::bad_response, "no answer for this call in the batch");
         }
@@ -188,7 +195,8 @@ Exchange classify_exchange(HttpResponse http, UpstreamIds ids, std::int64_t now_
     if (!c.message.empty()) c.message = report_text(profile.scrub(std::move(c.message)));
   }
 
-  ex.overall.cls = overall_class(std::span<const Classification>(ex.per_call.data(), ex.per_call.size()));
+  ex.overall.cls =
+      overall_class(std::span<const Classification>(ex.per_call.data(), ex.per_call.size()));
   for (const auto& c : ex.per_call) {
     if (c.cls == ex.overall.cls) {
       ex.overall = c;
@@ -204,15 +212,19 @@ bool connection_suspect(const Exchange& ex) {
   });
 }
 
-std::uint64_t max_response_bytes(std::span<const UpstreamCall> calls, const Provider& provider, const Profile& profile) {
+std::uint64_t max_response_bytes(std::span<const UpstreamCall> calls, const Provider& provider,
+                                 const Profile& profile) {
   const std::uint64_t base = provider.limits.max_response_bytes.value_or(kDefaultMaxResponseBytes);
   std::uint64_t cap = 0;
-  for (const auto& c : calls) cap = std::max(cap, profile.policy_for(c.method).max_response_bytes.value_or(base));
+  for (const auto& c : calls)
+    cap = std::max(cap, profile.policy_for(c.method).max_response_bytes.value_or(base));
   return cap == 0 ? base : cap;
 }
 
-asio::awaitable<Exchange> send_exchange(Transport& transport, const Provider& provider, std::span<const UpstreamCall> calls,
-                                        std::int64_t timeout_ms, const Clock& clock, const Profile& profile) {
+asio::awaitable<Exchange> send_exchange(Transport& transport, const Provider& provider,
+                                        std::span<const UpstreamCall> calls,
+                                        std::int64_t timeout_ms, const Clock& clock,
+                                        const Profile& profile) {
   // A named request: g++ 12 destroys temporaries inside a co_await expression twice.
   const UpstreamIds ids = reserve_upstream_ids(calls.size());
   HttpRequest request{provider.url, upstream_body(calls, ids), &provider.headers, timeout_ms,
@@ -224,8 +236,8 @@ asio::awaitable<Exchange> send_exchange(Transport& transport, const Provider& pr
 }
 
 void record_exchange(HealthSink& sink, const HealthConfig& health, std::string_view key,
-                     std::span<const UpstreamCall> calls, const Exchange& ex, std::int64_t now_ms, double jitter,
-                     RecordOptions options) {
+                     std::span<const UpstreamCall> calls, const Exchange& ex, std::int64_t now_ms,
+                     double jitter, RecordOptions options) {
   AttemptEvent attempt;
   attempt.key.assign(key);
   attempt.t_ms = now_ms;
@@ -233,13 +245,14 @@ void record_exchange(HealthSink& sink, const HealthConfig& health, std::string_v
   attempt.reason = std::string(outcome_name(ex.overall.outcome));
   attempt.retry_after_ms = ex.overall.retry_after_ms;
   attempt.jitter = jitter;
-  attempt.trip =
-      options.timeout_trips && attempt.cls == OutcomeClass::provider_failure && trips_at_once(ex.overall.outcome);
+  attempt.trip = options.timeout_trips && attempt.cls == OutcomeClass::provider_failure &&
+                 trips_at_once(ex.overall.outcome);
   attempt.trial = options.trial;
   sink.record(std::move(attempt), health);
   for (std::size_t i = 0; i < calls.size(); ++i) {
-    sink.record(SampleEvent{std::string(key), std::string(calls[i].method), Sample{now_ms, ex.http.latency_us, ex.per_call[i].outcome}},
-                 health);
+    sink.record(SampleEvent{std::string(key), std::string(calls[i].method),
+                            Sample{now_ms, ex.http.latency_us, ex.per_call[i].outcome}},
+                health);
   }
 }
 

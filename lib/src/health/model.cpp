@@ -1,17 +1,18 @@
 #include "rpcroute/health/model.hpp"
 
+#include <fmt/format.h>
+#include <simdjson.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <vector>
-
-#include <fmt/format.h>
-#include <simdjson.h>
 
 #include "rpcroute/json.hpp"
 
 namespace rpcroute {
 
-void provider_key_into(std::string& out, std::string_view profile, std::string_view chain, const Provider& p) {
+void provider_key_into(std::string& out, std::string_view profile, std::string_view chain,
+                       const Provider& p) {
   out.clear();
   out.reserve(profile.size() + chain.size() + p.id.size() + p.fingerprint.size() + 3);
   out.append(profile);
@@ -29,7 +30,8 @@ std::string provider_key(std::string_view profile, std::string_view chain, const
 }
 std::string chain_key(std::string_view profile, const Chain& chain) {
   // The file stem and chain name are labels (two projects' local.yaml share them); the chain id and
-  // the digest of the providers' URL fingerprints say which chain this is, seen through which nodes.
+  // the digest of the providers' URL fingerprints say which chain this is, seen through which
+  // nodes.
   std::vector<std::string_view> prints;
   prints.reserve(chain.providers.size());
   for (const auto& p : chain.providers) prints.push_back(p.fingerprint);
@@ -62,7 +64,8 @@ bool known_shaped_method(std::string_view method) {
 std::string_view method_slot(const std::map<std::string, std::deque<Sample>, std::less<>>& methods,
                              std::string_view method) {
   if (!known_shaped_method(method)) return kOtherMethod;
-  if (methods.size() < kMaxMethodsPerProvider || methods.find(method) != methods.end()) return method;
+  if (methods.size() < kMaxMethodsPerProvider || methods.find(method) != methods.end())
+    return method;
   return kOtherMethod;
 }
 
@@ -162,11 +165,13 @@ void apply_event(State& state, const Event& event, const HealthConfig& health) {
           auto& ps = provider_entry(state, e.key);
           ps.last_used_ms = std::max(ps.last_used_ms, e.t_ms);
           if (e.trial) {
-            breaker_on_trial(ps.breaker, e.cls, e.t_ms, clip(e.reason), health.circuit_breaker, e.jitter);
+            breaker_on_trial(ps.breaker, e.cls, e.t_ms, clip(e.reason), health.circuit_breaker,
+                             e.jitter);
           } else if (e.trip) {
             breaker_trip(ps.breaker, e.t_ms, clip(e.reason), health.circuit_breaker, e.jitter);
           } else {
-            breaker_on_outcome(ps.breaker, e.cls, e.t_ms, clip(e.reason), health.circuit_breaker, e.jitter);
+            breaker_on_outcome(ps.breaker, e.cls, e.t_ms, clip(e.reason), health.circuit_breaker,
+                               e.jitter);
           }
           if (e.cls == OutcomeClass::rate_limited) {
             auto wait = e.retry_after_ms >= 0 ? e.retry_after_ms : health.rate_limit_default_ms;
@@ -178,7 +183,8 @@ void apply_event(State& state, const Event& event, const HealthConfig& health) {
           // Only known-shaped names become keys, so many per provider; the rest share one.
           const auto slot = method_slot(ps.methods, e.method);
           auto m = ps.methods.find(slot);
-          if (m == ps.methods.end()) m = ps.methods.emplace(std::string(slot), std::deque<Sample>{}).first;
+          if (m == ps.methods.end())
+            m = ps.methods.emplace(std::string(slot), std::deque<Sample>{}).first;
           auto& samples = m->second;
           // Keep time order even when another process's samples were merged in first. A live
           // sample is almost always the newest: appended without a search.
@@ -194,14 +200,16 @@ void apply_event(State& state, const Event& event, const HealthConfig& health) {
           auto& ps = provider_entry(state, e.key);
           // The newest observation wins (a restarted node may really be lower); events from
           // several processes merge by their timestamps.
-          if (e.height.t_ms > ps.height.t_ms || (e.height.t_ms == ps.height.t_ms && e.height.block > ps.height.block)) {
+          if (e.height.t_ms > ps.height.t_ms ||
+              (e.height.t_ms == ps.height.t_ms && e.height.block > ps.height.block)) {
             ps.height = e.height;
           }
         } else if constexpr (std::is_same_v<T, HighWaterEvent>) {
           auto& hw = state.chains[e.chain_key].high_water;
           // The mark only rises; seeing it again keeps it fresh. A reset replaces it.
           if (e.reset ? e.height.t_ms >= hw.t_ms
-                      : e.height.block > hw.block || (e.height.block == hw.block && e.height.t_ms > hw.t_ms)) {
+                      : e.height.block > hw.block ||
+                            (e.height.block == hw.block && e.height.t_ms > hw.t_ms)) {
             hw = e.height;
           }
         } else if constexpr (std::is_same_v<T, CursorEvent>) {
@@ -212,8 +220,9 @@ void apply_event(State& state, const Event& event, const HealthConfig& health) {
           if (it == state.filters.end()) {
             // Full: the oldest pin goes (they expire after kFilterRetentionMs anyway).
             if (state.filters.size() >= kMaxFilters) {
-              state.filters.erase(std::min_element(state.filters.begin(), state.filters.end(),
-                                                   [](const auto& a, const auto& b) { return a.second.t_ms < b.second.t_ms; }));
+              state.filters.erase(std::min_element(
+                  state.filters.begin(), state.filters.end(),
+                  [](const auto& a, const auto& b) { return a.second.t_ms < b.second.t_ms; }));
             }
             it = state.filters.emplace(e.key, e.pin).first;
           }
@@ -252,12 +261,13 @@ void prune(State& state, std::int64_t now_ms) {
     auto& ps = it->second;
     for (auto m = ps.methods.begin(); m != ps.methods.end();) {
       auto& samples = m->second;
-      while (!samples.empty() && samples.front().t_ms < now_ms - kSampleRetentionMs) samples.pop_front();
+      while (!samples.empty() && samples.front().t_ms < now_ms - kSampleRetentionMs)
+        samples.pop_front();
       while (samples.size() > kMaxSamplesPerMethod) samples.pop_front();
       m = samples.empty() ? ps.methods.erase(m) : std::next(m);
     }
-    bool stale = ps.last_used_ms < now_ms - kProviderRetentionMs && ps.breaker.state == BreakerState::closed &&
-                 ps.rate_limited_until_ms < now_ms;
+    bool stale = ps.last_used_ms < now_ms - kProviderRetentionMs &&
+                 ps.breaker.state == BreakerState::closed && ps.rate_limited_until_ms < now_ms;
     it = stale ? state.providers.erase(it) : std::next(it);
   }
   for (auto it = state.filters.begin(); it != state.filters.end();) {

@@ -31,7 +31,8 @@ const char* closing_quote(const char* p, const char* end) {
     }
   }
   while (p < end) {
-    const auto* q = static_cast<const char*>(std::memchr(p, '"', static_cast<std::size_t>(end - p)));
+    const auto* q =
+        static_cast<const char*>(std::memchr(p, '"', static_cast<std::size_t>(end - p)));
     if (q == nullptr) return nullptr;
     const char* b = q;
     while (b > start && b[-1] == '\\') --b;
@@ -87,7 +88,8 @@ bool well_formed(std::string_view text) {
       case ']':
       case '}': {
         bool empty = c == ']' ? expect == Expect::value_or_close : expect == Expect::key_or_close;
-        if (open.empty() || open.back() != (c == ']' ? '[' : '{') || !(empty || expect == Expect::comma_or_close)) {
+        if (open.empty() || open.back() != (c == ']' ? '[' : '{') ||
+            !(empty || expect == Expect::comma_or_close)) {
           return false;
         }
         open.pop_back();

@@ -1,13 +1,13 @@
 #include "rpcroute/jsonrpc.hpp"
 
-#include <algorithm>
-#include <array>
-#include <cstring>
-#include <charconv>
-#include <vector>
-
 #include <fmt/format.h>
 #include <simdjson.h>
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cstring>
+#include <vector>
 
 #include "grammar.hpp"
 #include "rpcroute/json.hpp"
@@ -19,10 +19,12 @@ namespace od = simdjson::ondemand;
 namespace {
 
 std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\n' || s.back() == '\r' || s.back() == '\t')) {
+  while (!s.empty() &&
+         (s.back() == ' ' || s.back() == '\n' || s.back() == '\r' || s.back() == '\t')) {
     s.remove_suffix(1);
   }
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\n' || s.front() == '\r' || s.front() == '\t')) {
+  while (!s.empty() &&
+         (s.front() == ' ' || s.front() == '\n' || s.front() == '\r' || s.front() == '\t')) {
     s.remove_prefix(1);
   }
   return s;
@@ -121,7 +123,8 @@ simdjson::error_code validate_scalar(od::document& doc, od::json_type t) {
       if (auto e = doc.is_null().get(n)) return e;
       return n ? simdjson::SUCCESS : simdjson::INCORRECT_TYPE;
     }
-    default: return simdjson::INCORRECT_TYPE;
+    default:
+      return simdjson::INCORRECT_TYPE;
   }
 }
 
@@ -147,13 +150,15 @@ void release_large_parser() {
 /// simdjson needs SIMDJSON_PADDING readable bytes past the end; copy only when we must.
 class PaddedInput {
  public:
-  explicit PaddedInput(std::string_view s, std::size_t capacity = 0) : view_(s), capacity_(capacity) {}
+  explicit PaddedInput(std::string_view s, std::size_t capacity = 0)
+      : view_(s), capacity_(capacity) {}
   simdjson::padded_string_view view() {
     if (capacity_ >= view_.size() + simdjson::SIMDJSON_PADDING) {
       return simdjson::padded_string_view(view_.data(), view_.size(), capacity_);
     }
     copy_ = simdjson::padded_string(view_);
-    return simdjson::padded_string_view(copy_.data(), copy_.size(), copy_.size() + simdjson::SIMDJSON_PADDING);
+    return simdjson::padded_string_view(copy_.data(), copy_.size(),
+                                        copy_.size() + simdjson::SIMDJSON_PADDING);
   }
   /// The same bytes in the caller's text (views must not point into a copy that dies with us).
   [[nodiscard]] std::string_view original(std::string_view parsed) const {
@@ -182,7 +187,8 @@ simdjson::error_code parse_call(od::object obj, od::document& doc, Call& call) {
       std::string_view raw;
       if (t == od::json_type::object || t == od::json_type::array || t == od::json_type::boolean) {
         if (auto e = raw_of(v, doc, raw)) return e;
-        if (call.invalid_reason.empty()) call.invalid_reason = "id must be a string, a number or null";
+        if (call.invalid_reason.empty())
+          call.invalid_reason = "id must be a string, a number or null";
         continue;
       }
       if (auto e = raw_of(v, doc, raw)) return e;
@@ -206,7 +212,8 @@ simdjson::error_code parse_call(od::object obj, od::document& doc, Call& call) {
       std::string_view raw;
       if (auto e = raw_of(v, doc, raw)) return e;
       if (t != od::json_type::array && t != od::json_type::object) {
-        if (call.invalid_reason.empty()) call.invalid_reason = "params must be an array or an object";
+        if (call.invalid_reason.empty())
+          call.invalid_reason = "params must be an array or an object";
         continue;
       }
       call.params.assign(raw);
@@ -221,14 +228,16 @@ simdjson::error_code parse_call(od::object obj, od::document& doc, Call& call) {
       }
       std::string_view version;
       if (auto e = v.get_string().get(version)) return e;
-      if (version != "2.0" && call.invalid_reason.empty()) call.invalid_reason = "jsonrpc must be \"2.0\"";
+      if (version != "2.0" && call.invalid_reason.empty())
+        call.invalid_reason = "jsonrpc must be \"2.0\"";
     } else {
       std::string_view raw;
       if (auto e = raw_of(v, doc, raw)) return e;  // skip, but validate
     }
   }
   if (!has_method && call.invalid_reason.empty()) call.invalid_reason = "missing method";
-  if (has_method && call.method.empty() && call.invalid_reason.empty()) call.invalid_reason = "empty method";
+  if (has_method && call.method.empty() && call.invalid_reason.empty())
+    call.invalid_reason = "empty method";
   if (call.params.empty()) call.params = "[]";
   return simdjson::SUCCESS;
 }
@@ -237,11 +246,14 @@ simdjson::error_code parse_call(od::object obj, od::document& doc, Call& call) {
 
 namespace {
 tl::expected<Body, BodyError> parse_body_in(std::string_view text, std::size_t capacity) {
-  auto bad_json = [](std::string_view why) { return tl::unexpected(BodyError{kParseError, fmt::format("parse error: {}", why)}); };
+  auto bad_json = [](std::string_view why) {
+    return tl::unexpected(BodyError{kParseError, fmt::format("parse error: {}", why)});
+  };
   if (trim(text).empty()) return bad_json("empty body");
   PaddedInput input(text, capacity);
   od::document doc;
-  if (auto e = thread_parser().iterate(input.view()).get(doc)) return bad_json(simdjson::error_message(e));
+  if (auto e = thread_parser().iterate(input.view()).get(doc))
+    return bad_json(simdjson::error_message(e));
   od::json_type t;
   if (auto e = doc.type().get(t)) return bad_json(simdjson::error_message(e));
   Body body;
@@ -266,7 +278,8 @@ tl::expected<Body, BodyError> parse_body_in(std::string_view text, std::size_t c
       }
       body.calls.push_back(std::move(call));
     }
-    if (body.calls.empty()) return tl::unexpected(BodyError{kInvalidRequest, "invalid request: empty batch"});
+    if (body.calls.empty())
+      return tl::unexpected(BodyError{kInvalidRequest, "invalid request: empty batch"});
   } else if (t == od::json_type::object) {
     od::object obj;
     if (auto e = doc.get_object().get(obj)) return bad_json(simdjson::error_message(e));
@@ -276,7 +289,8 @@ tl::expected<Body, BodyError> parse_body_in(std::string_view text, std::size_t c
   } else {
     // Validate the scalar before calling it a shape error: "01x" is a parse error.
     if (auto e = validate_scalar(doc, t)) return bad_json(simdjson::error_message(e));
-    return tl::unexpected(BodyError{kInvalidRequest, "invalid request: expected an object or an array"});
+    return tl::unexpected(
+        BodyError{kInvalidRequest, "invalid request: expected an object or an array"});
   }
   if (!at_end(doc)) return bad_json("trailing content after the JSON value");
   if (!detail::well_formed(text)) return bad_json("misplaced bracket, comma or colon");
@@ -316,7 +330,8 @@ simdjson::error_code parse_error_fields(od::object eo, od::document& doc, RpcErr
 
 /// A reply's "error" member. Null is no error (some servers send "error": null next to a result);
 /// anything else but an object makes the answer not a response.
-simdjson::error_code parse_error_member(od::value v, od::document& doc, Reply& reply, std::string& why) {
+simdjson::error_code parse_error_member(od::value v, od::document& doc, Reply& reply,
+                                        std::string& why) {
   od::json_type t;
   if (auto e = v.type().get(t)) return e;
   std::string_view raw;
@@ -334,8 +349,8 @@ simdjson::error_code parse_error_member(od::value v, od::document& doc, Reply& r
   return simdjson::SUCCESS;
 }
 
-simdjson::error_code parse_reply(od::object obj, od::document& doc, const PaddedInput& input, Reply& reply,
-                                 std::string& why) {
+simdjson::error_code parse_reply(od::object obj, od::document& doc, const PaddedInput& input,
+                                 Reply& reply, std::string& why) {
   // A member given twice makes the answer ambiguous (which id did it answer?): not a response.
   bool seen_id = false, seen_result = false, seen_error = false;
   auto once = [&](bool& seen, std::string_view key) {
@@ -348,9 +363,12 @@ simdjson::error_code parse_reply(od::object obj, od::document& doc, const Padded
     od::value v;
     if (auto e = field.value().get(v)) return e;
     std::string_view raw;
-    if (key == "id") once(seen_id, key);
-    else if (key == "result") once(seen_result, key);
-    else if (key == "error") once(seen_error, key);
+    if (key == "id")
+      once(seen_id, key);
+    else if (key == "result")
+      once(seen_result, key);
+    else if (key == "error")
+      once(seen_error, key);
     if (key == "id") {
       if (auto e = raw_of(v, doc, raw)) return e;
       reply.id.assign(raw);
@@ -364,15 +382,19 @@ simdjson::error_code parse_reply(od::object obj, od::document& doc, const Padded
     }
   }
   if (why.empty()) {
-    if (reply.result && reply.error) why = "both result and error";
-    else if (!reply.result && !reply.error) why = "neither result nor error";
+    if (reply.result && reply.error)
+      why = "both result and error";
+    else if (!reply.result && !reply.error)
+      why = "neither result nor error";
   }
   return simdjson::SUCCESS;
 }
 
 }  // namespace
 
-tl::expected<Response, std::string> parse_response(std::string_view text) { return parse_response(text, 0); }
+tl::expected<Response, std::string> parse_response(std::string_view text) {
+  return parse_response(text, 0);
+}
 
 namespace {
 tl::expected<Response, std::string> parse_response_in(std::string_view text, std::size_t capacity);
@@ -391,7 +413,8 @@ tl::expected<Body, BodyError> parse_body(std::string_view text, std::size_t capa
   return detail::parse_full_body(text, capacity);
 }
 
-tl::expected<Response, std::string> detail::parse_full_response(std::string_view text, std::size_t capacity) {
+tl::expected<Response, std::string> detail::parse_full_response(std::string_view text,
+                                                                std::size_t capacity) {
   auto r = parse_response_in(text, capacity);
   if (text.size() > kKeptParserCapacity) release_large_parser();
   return r;
@@ -409,7 +432,9 @@ tl::expected<Response, std::string> parse_response_in(std::string_view text, std
   if (trim(text).empty()) return tl::unexpected(std::string("empty body"));
   PaddedInput input(text, capacity);
   od::document doc;
-  auto invalid = [](simdjson::error_code e) { return tl::unexpected(fmt::format("invalid JSON: {}", simdjson::error_message(e))); };
+  auto invalid = [](simdjson::error_code e) {
+    return tl::unexpected(fmt::format("invalid JSON: {}", simdjson::error_message(e)));
+  };
   if (auto e = thread_parser().iterate(input.view()).get(doc)) return invalid(e);
   od::json_type t;
   if (auto e = doc.type().get(t)) return invalid(e);
@@ -428,7 +453,8 @@ tl::expected<Response, std::string> parse_response_in(std::string_view text, std
     for (auto item : arr) {
       od::object obj;
       if (auto e = item.get_object().get(obj)) {
-        if (e == simdjson::INCORRECT_TYPE) return tl::unexpected(std::string("batch answer holds a non-object"));
+        if (e == simdjson::INCORRECT_TYPE)
+          return tl::unexpected(std::string("batch answer holds a non-object"));
         return invalid(e);
       }
       Reply r;
@@ -439,7 +465,8 @@ tl::expected<Response, std::string> parse_response_in(std::string_view text, std
     return tl::unexpected(std::string("not a JSON-RPC response"));
   }
   if (!at_end(doc)) return tl::unexpected(std::string("invalid JSON: trailing content"));
-  if (!detail::well_formed(text)) return tl::unexpected(std::string("invalid JSON: misplaced bracket, comma or colon"));
+  if (!detail::well_formed(text))
+    return tl::unexpected(std::string("invalid JSON: misplaced bracket, comma or colon"));
   if (!why.empty()) return tl::unexpected(fmt::format("not a JSON-RPC response: {}", why));
   return resp;
 }
@@ -450,7 +477,8 @@ std::optional<std::uint64_t> parse_quantity(std::string_view raw) {
   raw = trim(raw);
   if (raw.size() < 5 || raw.front() != '"' || raw.back() != '"') return std::nullopt;
   auto s = raw.substr(1, raw.size() - 2);
-  if (s.size() < 3 || s[0] != '0' || (s[1] != 'x' && s[1] != 'X') || s.size() > 18) return std::nullopt;
+  if (s.size() < 3 || s[0] != '0' || (s[1] != 'x' && s[1] != 'X') || s.size() > 18)
+    return std::nullopt;
   std::uint64_t v = 0;
   auto [p, ec] = std::from_chars(s.data() + 2, s.data() + s.size(), v, 16);
   if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
@@ -464,12 +492,15 @@ bool same_id(std::string_view a, std::string_view b) {
   if (a.empty() || b.empty() || a.front() == '"' || b.front() == '"') return false;
   // Integers compare as text (JSON has no leading zeros); only fractions and exponents go through
   // double, so that ids above 2^53 stay distinct.
-  auto integral = [](std::string_view s) { return s.find_first_of(".eE") == std::string_view::npos; };
+  auto integral = [](std::string_view s) {
+    return s.find_first_of(".eE") == std::string_view::npos;
+  };
   if (integral(a) && integral(b)) return false;
   double x = 0, y = 0;
   auto [pa, ea] = std::from_chars(a.data(), a.data() + a.size(), x);
   auto [pb, eb] = std::from_chars(b.data(), b.data() + b.size(), y);
-  return ea == std::errc() && eb == std::errc() && pa == a.data() + a.size() && pb == b.data() + b.size() && x == y;
+  return ea == std::errc() && eb == std::errc() && pa == a.data() + a.size() &&
+         pb == b.data() + b.size() && x == y;
 }
 
 }  // namespace rpcroute::jsonrpc

@@ -21,18 +21,27 @@ constexpr std::array kCatalogue = {
     MethodInfo{.name = "debug_getRawHeader", .block_param = 0, .timeout = trace},
     MethodInfo{.name = "debug_getRawReceipts", .block_param = 0, .timeout = trace},
     MethodInfo{.name = "debug_traceBlockByNumber", .block_param = 0, .timeout = trace},
-    MethodInfo{.name = "debug_traceCall", .block_param = 1, .block_optional = true, .timeout = trace},
+    MethodInfo{
+        .name = "debug_traceCall", .block_param = 1, .block_optional = true, .timeout = trace},
     MethodInfo{.name = "erigon_getHeaderByNumber", .block_param = 0},
     MethodInfo{.name = "eth_blobBaseFee", .timeout = cheap},
     MethodInfo{.name = "eth_blockNumber", .timeout = cheap},
-    MethodInfo{.name = "eth_call", .block_param = 1, .block_optional = true, .sticky = from_field, .timeout = heavy},
+    MethodInfo{.name = "eth_call",
+               .block_param = 1,
+               .block_optional = true,
+               .sticky = from_field,
+               .timeout = heavy},
     MethodInfo{.name = "eth_chainId", .timeout = cheap, .cacheable = true},
     MethodInfo{.name = "eth_createAccessList",
                .block_param = 1,
                .block_optional = true,
                .sticky = from_field,
                .timeout = heavy},
-    MethodInfo{.name = "eth_estimateGas", .block_param = 1, .block_optional = true, .sticky = from_field, .timeout = heavy},
+    MethodInfo{.name = "eth_estimateGas",
+               .block_param = 1,
+               .block_optional = true,
+               .sticky = from_field,
+               .timeout = heavy},
     MethodInfo{.name = "eth_feeHistory", .block_param = 1, .timeout = cheap},
     MethodInfo{.name = "eth_gasPrice", .timeout = cheap},
     MethodInfo{.name = "eth_getBalance", .block_param = 1, .timeout = cheap},
@@ -50,7 +59,10 @@ constexpr std::array kCatalogue = {
     MethodInfo{.name = "eth_getStorageAt", .block_param = 2, .timeout = cheap},
     MethodInfo{.name = "eth_getTransactionByBlockNumberAndIndex", .block_param = 0},
     MethodInfo{.name = "eth_getTransactionByHash", .sticky = hash_param, .timeout = cheap},
-    MethodInfo{.name = "eth_getTransactionCount", .block_param = 1, .sticky = address_param, .timeout = cheap},
+    MethodInfo{.name = "eth_getTransactionCount",
+               .block_param = 1,
+               .sticky = address_param,
+               .timeout = cheap},
     MethodInfo{.name = "eth_getTransactionReceipt", .sticky = hash_param, .timeout = cheap},
     MethodInfo{.name = "eth_getUncleByBlockNumberAndIndex", .block_param = 0},
     MethodInfo{.name = "eth_getUncleCountByBlockNumber", .block_param = 0},
@@ -73,7 +85,8 @@ constexpr std::array kCatalogue = {
 };
 
 constexpr bool by_name(const MethodInfo& a, const MethodInfo& b) { return a.name < b.name; }
-static_assert(std::is_sorted(kCatalogue.begin(), kCatalogue.end(), by_name), "the catalogue must stay sorted");
+static_assert(std::is_sorted(kCatalogue.begin(), kCatalogue.end(), by_name),
+              "the catalogue must stay sorted");
 
 constexpr MethodInfo kUnknown{};
 // Tracing and debugging replay blocks: long, whatever the method.
@@ -82,8 +95,9 @@ constexpr MethodInfo kUnknownTrace{.name = {}, .timeout = trace};
 }  // namespace
 
 const MethodInfo& method_info(std::string_view method) {
-  const auto* it = std::lower_bound(kCatalogue.begin(), kCatalogue.end(), method,
-                                    [](const MethodInfo& row, std::string_view m) { return row.name < m; });
+  const auto* it =
+      std::lower_bound(kCatalogue.begin(), kCatalogue.end(), method,
+                       [](const MethodInfo& row, std::string_view m) { return row.name < m; });
   if (it != kCatalogue.end() && it->name == method) return *it;
   return method.starts_with("debug_") || method.starts_with("trace_") ? kUnknownTrace : kUnknown;
 }

@@ -31,13 +31,15 @@ inline bool is_digit(char c) { return c >= '0' && c <= '9'; }
 /// text, the last bytes are scanned 16 at a time too and a stop found past `end` means `end`.
 inline const char* string_run_end(const char* p, const char* end, const char* readable) {
 #if defined(__SSE2__)
-  const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
+  const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'),
+                space = _mm_set1_epi8(0x20);
   const char* const simd_end = readable - end >= 16 ? end : end - 15;  // loads start before it
   while (p < simd_end) {
     const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
     // Signed compare: bytes >= 0x80 are negative, so "< 0x20" catches them with the controls.
     const __m128i stop =
-        _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(b, quote), _mm_cmpeq_epi8(b, backslash)), _mm_cmplt_epi8(b, space));
+        _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(b, quote), _mm_cmpeq_epi8(b, backslash)),
+                     _mm_cmplt_epi8(b, space));
     if (const int mask = _mm_movemask_epi8(stop); mask != 0) {
       return std::min(end, p + __builtin_ctz(static_cast<unsigned>(mask)));
     }
@@ -59,7 +61,9 @@ class Scanner {
  public:
   /// `capacity`: the bytes readable from text.data() (0: just the text).
   Scanner(std::string_view text, std::size_t capacity)
-      : p_(text.data()), end_(text.data() + text.size()), readable_(text.data() + std::max(capacity, text.size())) {}
+      : p_(text.data()),
+        end_(text.data() + text.size()),
+        readable_(text.data() + std::max(capacity, text.size())) {}
 
   void ws() {
     // Most tokens follow one another directly: one compare decides that.
@@ -124,10 +128,14 @@ class Scanner {
           ws();
         }
       }
-      case 't': return literal("true");
-      case 'f': return literal("false");
-      case 'n': return literal("null");
-      default: return number();
+      case 't':
+        return literal("true");
+      case 'f':
+        return literal("false");
+      case 'n':
+        return literal("null");
+      default:
+        return number();
     }
   }
 
@@ -139,7 +147,9 @@ class Scanner {
     return is_ws(c) || c == ',' || c == ']' || c == '}';
   }
   bool literal(std::string_view word) {
-    if (static_cast<std::size_t>(end_ - p_) < word.size() || std::memcmp(p_, word.data(), word.size()) != 0) return false;
+    if (static_cast<std::size_t>(end_ - p_) < word.size() ||
+        std::memcmp(p_, word.data(), word.size()) != 0)
+      return false;
     p_ += word.size();
     return delimited();
   }
@@ -186,7 +196,8 @@ bool walk_object(std::string_view text, std::size_t capacity, OnMember&& on_memb
       s.ws();
       const char* start = s.pos();
       if (!s.value(1)) return false;
-      if (!on_member(key, std::string_view(start, static_cast<std::size_t>(s.pos() - start)))) return false;
+      if (!on_member(key, std::string_view(start, static_cast<std::size_t>(s.pos() - start))))
+        return false;
       s.ws();
       if (s.eat('}')) break;
       if (!s.eat(',')) return false;

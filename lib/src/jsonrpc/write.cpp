@@ -1,15 +1,16 @@
 // Writing JSON-RPC: calls, results and errors around raw JSON that is passed through, not rebuilt.
+#include <fmt/format.h>
+
 #include <cstring>
 #include <initializer_list>
-
-#include <fmt/format.h>
 
 #include "rpcroute/json.hpp"
 #include "rpcroute/jsonrpc.hpp"
 
 namespace rpcroute::jsonrpc {
 
-void append_call(std::string& out, std::string_view id, std::string_view method, std::string_view params) {
+void append_call(std::string& out, std::string_view id, std::string_view method,
+                 std::string_view params) {
   out += std::string_view(R"({"jsonrpc":"2.0","id":)");
   out += id.empty() ? std::string_view("null") : id;
   out += std::string_view(R"(,"method":)");
@@ -24,7 +25,8 @@ std::string make_call(std::string_view id, std::string_view method, std::string_
   unsigned special = 0;  // branch-free: any control character, quote or backslash
   for (char c : method) {
     const auto u = static_cast<unsigned char>(c);
-    special |= static_cast<unsigned>(u < 0x20) | static_cast<unsigned>(u == '"') | static_cast<unsigned>(u == '\\');
+    special |= static_cast<unsigned>(u < 0x20) | static_cast<unsigned>(u == '"') |
+               static_cast<unsigned>(u == '\\');
   }
   const bool plain = special == 0;
   if (!plain) {
@@ -33,10 +35,12 @@ std::string make_call(std::string_view id, std::string_view method, std::string_
     return out;
   }
   // The usual method name needs no escape: the whole call is sized once and copied in pieces.
-  constexpr std::string_view head = R"({"jsonrpc":"2.0","id":)", mid = R"(,"method":")", tail = R"(","params":)";
+  constexpr std::string_view head = R"({"jsonrpc":"2.0","id":)", mid = R"(,"method":")",
+                             tail = R"(","params":)";
   if (id.empty()) id = "null";
   if (params.empty()) params = "[]";
-  out.resize(head.size() + id.size() + mid.size() + method.size() + tail.size() + params.size() + 1);
+  out.resize(head.size() + id.size() + mid.size() + method.size() + tail.size() + params.size() +
+             1);
   char* p = out.data();
   for (std::string_view piece : {head, id, mid, method, tail, params}) {
     std::memcpy(p, piece.data(), piece.size());
@@ -68,7 +72,8 @@ std::string error_object(std::int64_t code, std::string_view message, std::strin
   return out;
 }
 
-std::string make_error(std::string_view id, std::int64_t code, std::string_view message, std::string_view data) {
+std::string make_error(std::string_view id, std::int64_t code, std::string_view message,
+                       std::string_view data) {
   std::string out(std::string_view(R"({"jsonrpc":"2.0","id":)"));
   out += id.empty() ? std::string_view("null") : id;
   out += std::string_view(R"(,"error":)");

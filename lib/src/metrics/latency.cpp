@@ -9,14 +9,16 @@ namespace rpcroute {
 double quantile_in_place(std::span<double> values, double q) {
   if (values.empty()) return 0;
   auto rank = static_cast<std::size_t>(std::ceil(q * static_cast<double>(values.size())));
-  auto nth = values.begin() + static_cast<std::ptrdiff_t>(std::clamp<std::size_t>(rank, 1, values.size()) - 1);
+  auto nth = values.begin() +
+             static_cast<std::ptrdiff_t>(std::clamp<std::size_t>(rank, 1, values.size()) - 1);
   std::nth_element(values.begin(), nth, values.end());  // what a full sort would put there
   return *nth;
 }
 
 double quantile(std::vector<double> values, double q) { return quantile_in_place(values, q); }
 
-LatencyStats summarize(const std::deque<Sample>* samples, std::int64_t now_ms, std::int64_t window_ms) {
+LatencyStats summarize(const std::deque<Sample>* samples, std::int64_t now_ms,
+                       std::int64_t window_ms) {
   LatencyStats s;
   if (samples == nullptr) return s;
   // Called for every provider of every plan by the latency strategies: one buffer per thread.

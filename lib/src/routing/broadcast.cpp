@@ -1,8 +1,8 @@
-// Broadcast (a method policy's `broadcast: true`): one call sent to every eligible provider at once;
-// the first success answers, the other sends finish in the background.
-#include <algorithm>
-
+// Broadcast (a method policy's `broadcast: true`): one call sent to every eligible provider at
+// once; the first success answers, the other sends finish in the background.
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "executor_parts.hpp"
 
@@ -14,8 +14,9 @@ namespace {
 bool says_already_known(std::string_view message) {
   std::string m(message);
   std::transform(m.begin(), m.end(), m.begin(), [](unsigned char c) { return std::tolower(c); });
-  for (std::string_view needle : {"already known", "known transaction", "already imported", "already exists",
-                                  "alreadyknown", "already in the pool", "already have"}) {
+  for (std::string_view needle :
+       {"already known", "known transaction", "already imported", "already exists", "alreadyknown",
+        "already in the pool", "already have"}) {
     if (m.find(needle) != std::string::npos) return true;
   }
   return false;
@@ -24,7 +25,8 @@ bool says_already_known(std::string_view message) {
 }  // namespace
 
 struct Executor::Broadcast {
-  explicit Broadcast(const asio::any_io_executor& ex) : wake(ex, asio::steady_timer::time_point::max()) {}
+  explicit Broadcast(const asio::any_io_executor& ex)
+      : wake(ex, asio::steady_timer::time_point::max()) {}
   asio::steady_timer wake;
   std::size_t pending = 0;
   bool winner = false;
@@ -38,14 +40,16 @@ struct Executor::Broadcast {
   std::vector<AttemptRecord> attempts;
 };
 
-asio::awaitable<void> Executor::route_broadcast(const Chain& chain, Item& item, std::int64_t deadline_us) {
+asio::awaitable<void> Executor::route_broadcast(const Chain& chain, Item& item,
+                                                std::int64_t deadline_us) {
   auto ex = co_await asio::this_coro::executor;
   auto b = std::make_shared<Broadcast>(ex);
   const auto& call = *item.call;
   b->pending = item.plan.candidates.size();
   for (const auto& cand : item.plan.candidates) {
     ++background_;
-    asio::co_spawn(ex, broadcast_send(b, &chain, cand, call.method, call.params, deadline_us), asio::detached);
+    asio::co_spawn(ex, broadcast_send(b, &chain, cand, call.method, call.params, deadline_us),
+                   asio::detached);
   }
   if (!b->winner && b->pending > 0) {
     boost::system::error_code ec;
@@ -74,8 +78,9 @@ asio::awaitable<void> Executor::route_broadcast(const Chain& chain, Item& item, 
   finish_unavailable(item, chain, "the broadcast reached no provider");
 }
 
-asio::awaitable<void> Executor::broadcast_send(std::shared_ptr<Broadcast> b, const Chain* chain, Candidate cand,
-                                               std::string method, std::string params, std::int64_t deadline_us) {
+asio::awaitable<void> Executor::broadcast_send(std::shared_ptr<Broadcast> b, const Chain* chain,
+                                               Candidate cand, std::string method,
+                                               std::string params, std::int64_t deadline_us) {
   const Provider& provider = *cand.provider;
   const auto policy = profile_.policy_for(method);
   const auto remaining_ms = std::max<std::int64_t>(1, (deadline_us - clock_.mono_us()) / 1000);
@@ -83,7 +88,8 @@ asio::awaitable<void> Executor::broadcast_send(std::shared_ptr<Broadcast> b, con
   const UpstreamCall one{method, params};
   const std::vector<UpstreamCall> upstream{one};
   if (provider.rate_limit) {
-    store_.record(QuotaEvent{std::string(cand.key), clock_.now_ms(), 1.0, *provider.rate_limit}, profile_.health);
+    store_.record(QuotaEvent{std::string(cand.key), clock_.now_ms(), 1.0, *provider.rate_limit},
+                  profile_.health);
   }
   Exchange ex = co_await send_exchange(transport_, provider, upstream, timeout, clock_, profile_);
   const auto now = clock_.now_ms();
@@ -106,7 +112,8 @@ asio::awaitable<void> Executor::broadcast_send(std::shared_ptr<Broadcast> b, con
     // error, then the first error that came.
     const bool known = says_already_known(reply->error->message);
     if (!b->error || (known && !b->error_known)) {
-      b->error = jsonrpc::error_object(reply->error->code, reply->error->message, reply->error->data);
+      b->error =
+          jsonrpc::error_object(reply->error->code, reply->error->message, reply->error->data);
       b->error_known = known;
       b->error_provider = provider.id;
       b->error_latency_ms = latency_ms;

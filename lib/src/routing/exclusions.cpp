@@ -1,9 +1,9 @@
 #include "rpcroute/exclusions.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
-
-#include <fmt/format.h>
 
 #include "rpcroute/health/bucket.hpp"
 
@@ -11,7 +11,9 @@ namespace rpcroute {
 
 namespace {
 
-std::string seconds_text(std::int64_t ms) { return fmt::format("{:.1f}s", static_cast<double>(ms) / 1000.0); }
+std::string seconds_text(std::int64_t ms) {
+  return fmt::format("{:.1f}s", static_cast<double>(ms) / 1000.0);
+}
 
 std::string_view archival_source(const Provider& p, const ProviderState* ps) {
   if (p.archival) return "the profile says archival: false";
@@ -25,34 +27,41 @@ using Verdict = std::optional<RuleVerdict>;
 
 Verdict by_caller(const RuleInput& in, const ProviderView& v) {
   if (!in.only_provider || v.provider->id == *in.only_provider) return std::nullopt;
-  return RuleVerdict{ExclusionKind::caller, fmt::format("not selected (only {} was requested)", *in.only_provider)};
+  return RuleVerdict{ExclusionKind::caller,
+                     fmt::format("not selected (only {} was requested)", *in.only_provider)};
 }
 
 Verdict by_policy(const RuleInput& in, const ProviderView& v) {
   const auto& allowed = in.policy->providers;
-  if (allowed.empty() || std::find(allowed.begin(), allowed.end(), v.provider->id) != allowed.end()) {
+  if (allowed.empty() ||
+      std::find(allowed.begin(), allowed.end(), v.provider->id) != allowed.end()) {
     return std::nullopt;
   }
-  return RuleVerdict{ExclusionKind::policy,
-                     fmt::format("the method policy for {} restricts it to other providers", in.method)};
+  return RuleVerdict{
+      ExclusionKind::policy,
+      fmt::format("the method policy for {} restricts it to other providers", in.method)};
 }
 
 Verdict by_filter(const RuleInput& in, const ProviderView& v) {
   if (!in.filter_owner || *in.filter_owner == v.provider->id) return std::nullopt;
-  return RuleVerdict{ExclusionKind::filter, fmt::format("the filter lives on {}", *in.filter_owner)};
+  return RuleVerdict{ExclusionKind::filter,
+                     fmt::format("the filter lives on {}", *in.filter_owner)};
 }
 
 Verdict by_method(const RuleInput& in, const ProviderView& v) {
   if (v.provider->methods.permits(in.method)) return std::nullopt;
-  return RuleVerdict{ExclusionKind::method, fmt::format("{} is denied by the provider's method list", in.method)};
+  return RuleVerdict{ExclusionKind::method,
+                     fmt::format("{} is denied by the provider's method list", in.method)};
 }
 
 Verdict by_chain_id(const RuleInput& in, const ProviderView& v) {
   const auto* ps = v.state;
-  if (ps == nullptr || ps->probe.chain_id == 0 || ps->probe.chain_id == in.chain->chain_id) return std::nullopt;
+  if (ps == nullptr || ps->probe.chain_id == 0 || ps->probe.chain_id == in.chain->chain_id)
+    return std::nullopt;
   return RuleVerdict{ExclusionKind::chain_id,
-                     fmt::format("wrong chain id {} (the profile says {}), seen by probe {} ago", ps->probe.chain_id,
-                                 in.chain->chain_id, seconds_text(in.now_ms - ps->probe.t_ms))};
+                     fmt::format("wrong chain id {} (the profile says {}), seen by probe {} ago",
+                                 ps->probe.chain_id, in.chain->chain_id,
+                                 seconds_text(in.now_ms - ps->probe.t_ms))};
 }
 
 Verdict by_breaker(const RuleInput& in, const ProviderView& v) {
@@ -68,31 +77,37 @@ Verdict by_breaker(const RuleInput& in, const ProviderView& v) {
 Verdict by_half_open(const RuleInput& in, const ProviderView& v) {
   if (v.state == nullptr || v.breaker == BreakerState::closed) return std::nullopt;
   auto it = in.half_open_trials->find(v.key);
-  if (it == in.half_open_trials->end() || it->second < in.half_open_max_inflight) return std::nullopt;
-  return RuleVerdict{ExclusionKind::half_open, "circuit breaker half-open with its trial request in flight"};
+  if (it == in.half_open_trials->end() || it->second < in.half_open_max_inflight)
+    return std::nullopt;
+  return RuleVerdict{ExclusionKind::half_open,
+                     "circuit breaker half-open with its trial request in flight"};
 }
 
 Verdict by_archive(const RuleInput& in, const ProviderView& v) {
   if (!in.needs_archive || archival_of(*v.provider, v.state) != false) return std::nullopt;
   auto oldest = oldest_block(in.need, in.head);
-  return RuleVerdict{ExclusionKind::archive,
-                     fmt::format("not archival ({}); the request reads block {} (head ~{}, archival_threshold {})",
-                                 archival_source(*v.provider, v.state),
-                                 oldest ? std::to_string(*oldest) : std::string("earliest"), in.head,
-                                 in.chain->archival_threshold)};
+  return RuleVerdict{
+      ExclusionKind::archive,
+      fmt::format("not archival ({}); the request reads block {} (head ~{}, archival_threshold {})",
+                  archival_source(*v.provider, v.state),
+                  oldest ? std::to_string(*oldest) : std::string("earliest"), in.head,
+                  in.chain->archival_threshold)};
 }
 
 Verdict by_height(const RuleInput& in, const ProviderView& v) {
-  if (!in.highest || !v.estimate || *v.estimate >= *in.highest || in.head < *in.highest) return std::nullopt;
+  if (!in.highest || !v.estimate || *v.estimate >= *in.highest || in.head < *in.highest)
+    return std::nullopt;
   return RuleVerdict{ExclusionKind::height,
-                     fmt::format("block {} is above its height (~{}; head ~{})", *in.highest, *v.estimate, in.head)};
+                     fmt::format("block {} is above its height (~{}; head ~{})", *in.highest,
+                                 *v.estimate, in.head)};
 }
 
 Verdict by_limit(const RuleInput& in, const ProviderView& v) {
   const auto& limit = v.provider->limits.max_block_range;
   if (in.log_range == 0 || !limit || in.log_range <= *limit) return std::nullopt;
   return RuleVerdict{ExclusionKind::limit,
-                     fmt::format("eth_getLogs over {} blocks exceeds its max_block_range {}", in.log_range, *limit)};
+                     fmt::format("eth_getLogs over {} blocks exceeds its max_block_range {}",
+                                 in.log_range, *limit)};
 }
 
 Verdict by_quota(const RuleInput& in, const ProviderView& v) {
@@ -102,14 +117,15 @@ Verdict by_quota(const RuleInput& in, const ProviderView& v) {
   const auto wait = bucket_wait_ms(bucket, *rate, in.now_ms);
   if (wait <= 0) return std::nullopt;
   return RuleVerdict{ExclusionKind::quota,
-                     fmt::format("quota used up (rate_limit {} rps, burst {}); a token in {} ms", rate->rps,
-                                 rate->burst, wait),
+                     fmt::format("quota used up (rate_limit {} rps, burst {}); a token in {} ms",
+                                 rate->rps, rate->burst, wait),
                      wait};
 }
 
 Verdict by_quarantine(const RuleInput& in, const ProviderView& v) {
   if (!quarantined(v.judgement.verdict)) return std::nullopt;
-  return RuleVerdict{ExclusionKind::quarantine, claim_doubt(v.state->height, v.judgement, *in.chain), 0, Keep::lag};
+  return RuleVerdict{ExclusionKind::quarantine,
+                     claim_doubt(v.state->height, v.judgement, *in.chain), 0, Keep::lag};
 }
 
 Verdict by_lag(const RuleInput& in, const ProviderView& v) {
@@ -118,46 +134,62 @@ Verdict by_lag(const RuleInput& in, const ProviderView& v) {
   const auto& chain = *in.chain;
   const auto lag = in.reference ? lag_behind(ps->height, *in.reference, chain) : 0;
   if (lag > static_cast<std::int64_t>(chain.max_lag_blocks)) {
-    return RuleVerdict{ExclusionKind::lag,
-                       fmt::format("lagging {} blocks behind (height ~{}, best {}; max_lag_blocks {})", lag,
-                                   height_at(ps->height, in.reference->t_ms, chain), in.reference->block,
-                                   chain.max_lag_blocks),
-                       0, Keep::lag};
+    return RuleVerdict{
+        ExclusionKind::lag,
+        fmt::format("lagging {} blocks behind (height ~{}, best {}; max_lag_blocks {})", lag,
+                    height_at(ps->height, in.reference->t_ms, chain), in.reference->block,
+                    chain.max_lag_blocks),
+        0, Keep::lag};
   }
   // The judgement made when its height was seen (probe compares every provider at once) stands
   // while that height is fresh, even after the others' newer heights would give it the benefit
   // of the doubt: one rule for rank, /status and routing, with the horizon of a height.
   const bool judged_behind = ps->lag.behind_since_ms != 0 && ps->lag.t_ms >= ps->height.t_ms;
   if (!judged_behind) return std::nullopt;
-  return RuleVerdict{ExclusionKind::lag,
-                     fmt::format("lagging {} blocks behind (height {} seen {} ago; max_lag_blocks {})", ps->lag.blocks,
-                                 ps->height.block, seconds_text(in.now_ms - ps->height.t_ms), chain.max_lag_blocks),
-                     0, Keep::lag};
+  return RuleVerdict{
+      ExclusionKind::lag,
+      fmt::format("lagging {} blocks behind (height {} seen {} ago; max_lag_blocks {})",
+                  ps->lag.blocks, ps->height.block, seconds_text(in.now_ms - ps->height.t_ms),
+                  chain.max_lag_blocks),
+      0, Keep::lag};
 }
 
 // Behaviour as data: the order is the order of the reasons users see.
 constexpr std::array<ExclusionRule, 13> kRules = {
-    by_caller, by_policy, by_filter, by_method, by_chain_id, by_breaker, by_half_open,
-    by_archive, by_height, by_limit, by_quota, by_quarantine, by_lag,
+    by_caller,  by_policy, by_filter, by_method, by_chain_id,   by_breaker, by_half_open,
+    by_archive, by_height, by_limit,  by_quota,  by_quarantine, by_lag,
 };
 
 }  // namespace
 
 std::string_view exclusion_kind_name(ExclusionKind k) {
   switch (k) {
-    case ExclusionKind::caller: return "caller";
-    case ExclusionKind::policy: return "policy";
-    case ExclusionKind::filter: return "filter";
-    case ExclusionKind::method: return "method";
-    case ExclusionKind::chain_id: return "chain_id";
-    case ExclusionKind::breaker: return "breaker";
-    case ExclusionKind::half_open: return "half_open";
-    case ExclusionKind::lag: return "lag";
-    case ExclusionKind::archive: return "archive";
-    case ExclusionKind::height: return "height";
-    case ExclusionKind::limit: return "limit";
-    case ExclusionKind::quota: return "quota";
-    case ExclusionKind::quarantine: return "quarantine";
+    case ExclusionKind::caller:
+      return "caller";
+    case ExclusionKind::policy:
+      return "policy";
+    case ExclusionKind::filter:
+      return "filter";
+    case ExclusionKind::method:
+      return "method";
+    case ExclusionKind::chain_id:
+      return "chain_id";
+    case ExclusionKind::breaker:
+      return "breaker";
+    case ExclusionKind::half_open:
+      return "half_open";
+    case ExclusionKind::lag:
+      return "lag";
+    case ExclusionKind::archive:
+      return "archive";
+    case ExclusionKind::height:
+      return "height";
+    case ExclusionKind::limit:
+      return "limit";
+    case ExclusionKind::quota:
+      return "quota";
+    case ExclusionKind::quarantine:
+      return "quarantine";
   }
   return "?";
 }
@@ -165,23 +197,32 @@ std::string_view exclusion_kind_name(ExclusionKind k) {
 std::optional<bool> archival_of(const Provider& p, const ProviderState* ps) {
   if (p.archival) return p.archival;
   if (ps == nullptr) return std::nullopt;
-  if (ps->archival_seen.archival && ps->archival_seen.t_ms >= ps->probe.t_ms) return ps->archival_seen.archival;
+  if (ps->archival_seen.archival && ps->archival_seen.t_ms >= ps->probe.t_ms)
+    return ps->archival_seen.archival;
   return ps->probe.archival;
 }
 
 std::span<const ExclusionRule> exclusion_rules() { return kRules; }
 
-Fate apply_exclusion_rules(const RuleInput& in, const ProviderView& view, std::vector<Exclusion>& excluded) {
-  bool open = false;  // excluded by its breaker already: later rules only decide whether it may be a trial
+Fate apply_exclusion_rules(const RuleInput& in, const ProviderView& view,
+                           std::vector<Exclusion>& excluded) {
+  bool open =
+      false;  // excluded by its breaker already: later rules only decide whether it may be a trial
   for (const ExclusionRule rule : kRules) {
     auto v = rule(in, view);
     if (!v) continue;
-    if (v->keep == Keep::lag && open) continue;  // an open breaker is tried as a trial, not as a laggard
-    if (!open) excluded.push_back({view.provider->id, std::move(v->reason), v->retry_in_ms, v->kind});
+    if (v->keep == Keep::lag && open)
+      continue;  // an open breaker is tried as a trial, not as a laggard
+    if (!open)
+      excluded.push_back({view.provider->id, std::move(v->reason), v->retry_in_ms, v->kind});
     switch (v->keep) {
-      case Keep::trial: open = true; continue;
-      case Keep::lag: return Fate::lagging;
-      case Keep::no: return Fate::out;
+      case Keep::trial:
+        open = true;
+        continue;
+      case Keep::lag:
+        return Fate::lagging;
+      case Keep::no:
+        return Fate::out;
     }
   }
   return open ? Fate::trial : Fate::candidate;

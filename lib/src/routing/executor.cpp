@@ -1,9 +1,9 @@
 #include "rpcroute/executor.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <climits>
-
-#include <fmt/format.h>
 
 #include "executor_parts.hpp"
 #include "rpcroute/judge.hpp"
@@ -17,8 +17,9 @@ namespace {
 bool says_missing_state(std::string_view message) {
   std::string m(message);
   std::transform(m.begin(), m.end(), m.begin(), [](unsigned char c) { return std::tolower(c); });
-  for (std::string_view needle : {"missing trie node", "state not available", "historical state", "state is not available",
-                                  "state histories haven't been fully indexed", "pruned"}) {
+  for (std::string_view needle :
+       {"missing trie node", "state not available", "historical state", "state is not available",
+        "state histories haven't been fully indexed", "pruned"}) {
     if (m.find(needle) != std::string::npos) return true;
   }
   return false;
@@ -28,11 +29,13 @@ bool says_missing_state(std::string_view message) {
 std::string give_up_reason(GiveUp why, std::string_view provider, Outcome outcome) {
   switch (why) {
     case GiveUp::maybe_sent:
-      return fmt::format("not retried elsewhere: the transaction may have reached {} ({})", provider,
-                         outcome_name(outcome));
-    case GiveUp::attempt_limit: return "attempt limit reached";
+      return fmt::format("not retried elsewhere: the transaction may have reached {} ({})",
+                         provider, outcome_name(outcome));
+    case GiveUp::attempt_limit:
+      return "attempt limit reached";
     case GiveUp::exhausted:
-    case GiveUp::none: break;
+    case GiveUp::none:
+      break;
   }
   return "every candidate failed";
 }
@@ -43,13 +46,19 @@ std::string answer_error(const jsonrpc::Reply& r) {
 
 }  // namespace
 
-Executor::Executor(const Profile& profile, Planner& planner, Transport& transport, HealthStore& store, const Clock& clock,
-                   Random& rng, LocalTraffic& traffic)
-    : profile_(profile), planner_(planner), transport_(transport), store_(store), clock_(clock), rng_(rng),
+Executor::Executor(const Profile& profile, Planner& planner, Transport& transport,
+                   HealthStore& store, const Clock& clock, Random& rng, LocalTraffic& traffic)
+    : profile_(profile),
+      planner_(planner),
+      transport_(transport),
+      store_(store),
+      clock_(clock),
+      rng_(rng),
       traffic_(traffic) {}
 
-asio::awaitable<std::vector<CallOutcome>> Executor::route(const Chain& chain, std::span<const jsonrpc::Call> calls,
-                                                         RouteOptions options) {
+asio::awaitable<std::vector<CallOutcome>> Executor::route(const Chain& chain,
+                                                          std::span<const jsonrpc::Call> calls,
+                                                          RouteOptions options) {
   // One coroutine for the whole request: the steps are plain functions, so that an attempt costs
   // no coroutine frame beyond the transport's.
   std::vector<CallOutcome> outs(calls.size());
@@ -62,8 +71,9 @@ asio::awaitable<std::vector<CallOutcome>> Executor::route(const Chain& chain, st
     if (call.valid()) timeout_ms = std::max(timeout_ms, default_method_timeout_ms(call.method));
   }
   if (options.timeout_ms) timeout_ms = *options.timeout_ms;
-  Run run{chain, options, options.max_attempts.value_or(profile_.routing.max_attempts.value_or(INT_MAX)), timeout_ms,
-          clock_.mono_us() + timeout_ms * 1000};
+  Run run{chain, options,
+          options.max_attempts.value_or(profile_.routing.max_attempts.value_or(INT_MAX)),
+          timeout_ms, clock_.mono_us() + timeout_ms * 1000};
 
   for (std::size_t i = 0; i < calls.size(); ++i) {
     const auto& call = calls[i];
@@ -77,13 +87,15 @@ asio::awaitable<std::vector<CallOutcome>> Executor::route(const Chain& chain, st
     // Every provider is over its quota: wait for the first token when it comes within the deadline,
     // rather than fail a script that calls in a tight loop.
     while (auto wait = quota_wait(item.plan, run.deadline_us)) {
-      asio::steady_timer timer(co_await asio::this_coro::executor, std::chrono::milliseconds(*wait));
+      asio::steady_timer timer(co_await asio::this_coro::executor,
+                               std::chrono::milliseconds(*wait));
       boost::system::error_code ec;
       co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       item.plan = planner_.plan(chain, call.method, call.params, options);
     }
     planned(run, item);
-    if (!item.done && item.plan.policy.broadcast) co_await route_broadcast(chain, item, run.deadline_us);
+    if (!item.done && item.plan.policy.broadcast)
+      co_await route_broadcast(chain, item, run.deadline_us);
   }
 
   Round round;
@@ -183,8 +195,8 @@ HttpRequest Executor::start_round(const Run& run, Round& round) {
   round.upstream.reserve(round.group.size());
   for (auto* it : round.group) round.upstream.push_back({it->call->method, it->call->params});
   if (provider.rate_limit) {
-    store_.record(QuotaEvent{std::string(round.cand.key), clock_.now_ms(), static_cast<double>(round.group.size()),
-                             *provider.rate_limit},
+    store_.record(QuotaEvent{std::string(round.cand.key), clock_.now_ms(),
+                             static_cast<double>(round.group.size()), *provider.rate_limit},
                   profile_.health);
   }
   round.trial = round.cand.breaker != BreakerState::closed;
@@ -194,8 +206,8 @@ HttpRequest Executor::start_round(const Run& run, Round& round) {
   const std::span<const UpstreamCall> calls(round.upstream.data(), round.upstream.size());
   // send_exchange's steps, in route()'s frame: a coroutine level less per attempt.
   round.ids = reserve_upstream_ids(calls.size());
-  HttpRequest request{provider.url, upstream_body(calls, round.ids), &provider.headers, round.attempt_timeout,
-                      max_response_bytes(calls, provider, profile_)};
+  HttpRequest request{provider.url, upstream_body(calls, round.ids), &provider.headers,
+                      round.attempt_timeout, max_response_bytes(calls, provider, profile_)};
   request.cancel = run.options.cancel;
   return request;
 }
@@ -222,19 +234,22 @@ void Executor::settle_round(const Run& run, Round& round, HttpResponse answer) {
   const double latency_ms = ex.latency_ms();
   for (std::size_t g = 0; g < round.group.size(); ++g) {
     Item& item = *round.group[g];
-    item.out.attempts.push_back({provider.id, scrubbed(ex.per_call[g]), ex.http.status, latency_ms});
+    item.out.attempts.push_back(
+        {provider.id, scrubbed(ex.per_call[g]), ex.http.status, latency_ms});
     settle_item(run, round, ex, g, now);
   }
 }
 
-void Executor::settle_item(const Run& run, const Round& round, Exchange& ex, std::size_t g, std::int64_t now) {
+void Executor::settle_item(const Run& run, const Round& round, Exchange& ex, std::size_t g,
+                           std::int64_t now) {
   Item& item = *round.group[g];
   const Provider& provider = *round.cand.provider;
   const auto& c = ex.per_call[g];
   const jsonrpc::Reply* reply = ex.replies[g];
   const double latency_ms = ex.latency_ms();
-  const Decision d = judge(c, {.replay_unsafe = method_info(item.call->method).replay_unsafe,
-                               .max_attempts = run.max_attempts},
+  const Decision d = judge(c,
+                           {.replay_unsafe = method_info(item.call->method).replay_unsafe,
+                            .max_attempts = run.max_attempts},
                            {.attempts = static_cast<int>(item.out.attempts.size()),
                             .candidate = item.next,
                             .candidates = item.plan.candidates.size(),
@@ -250,13 +265,19 @@ void Executor::settle_item(const Run& run, const Round& round, Exchange& ex, std
     item.out.error = std::move(error_obj);
   };
   switch (d.action) {
-    case Action::deliver: deliver(run, round, ex, g, now); return;
-    case Action::return_error: finish_with_error(answer_error(*reply), provider.id, latency_ms); return;
-    default: break;
+    case Action::deliver:
+      deliver(run, round, ex, g, now);
+      return;
+    case Action::return_error:
+      finish_with_error(answer_error(*reply), provider.id, latency_ms);
+      return;
+    default:
+      break;
   }
-  if (c.cls == OutcomeClass::capability && reply != nullptr && reply->error && item.plan.needs_archive &&
-      !provider.archival && says_missing_state(reply->error->message)) {
-    store_.record(ArchivalEvent{std::string(round.cand.key), ArchivalSeen{false, now}}, profile_.health);
+  if (c.cls == OutcomeClass::capability && reply != nullptr && reply->error &&
+      item.plan.needs_archive && !provider.archival && says_missing_state(reply->error->message)) {
+    store_.record(ArchivalEvent{std::string(round.cand.key), ArchivalSeen{false, now}},
+                  profile_.health);
   }
   if (d.hold) {
     item.held_error = answer_error(*reply);
@@ -265,13 +286,20 @@ void Executor::settle_item(const Run& run, const Round& round, Exchange& ex, std
   }
   if (d.spend_unknown) item.unknown_spent = true;
   switch (d.action) {
-    case Action::return_held: finish_with_error(*item.held_error, item.held_provider, item.held_latency_ms); return;
-    case Action::give_up: finish_unavailable(item, run.chain, give_up_reason(d.why, provider.id, c.outcome)); return;
-    default: ++item.next; return;
+    case Action::return_held:
+      finish_with_error(*item.held_error, item.held_provider, item.held_latency_ms);
+      return;
+    case Action::give_up:
+      finish_unavailable(item, run.chain, give_up_reason(d.why, provider.id, c.outcome));
+      return;
+    default:
+      ++item.next;
+      return;
   }
 }
 
-void Executor::deliver(const Run& run, const Round& round, Exchange& ex, std::size_t g, std::int64_t now) {
+void Executor::deliver(const Run& run, const Round& round, Exchange& ex, std::size_t g,
+                       std::int64_t now) {
   Item& item = *round.group[g];
   const auto& call = *item.call;
   auto& out = item.out;
@@ -290,7 +318,8 @@ void Executor::deliver(const Run& run, const Round& round, Exchange& ex, std::si
     out.result = alone ? take_part(ex, result) : std::string(result);
     if (call.has_id()) out.response = jsonrpc::make_result(call.id, out.result);
   } else if (call.has_id()) {
-    out.response = alone ? take_as_response(ex, result, call.id) : jsonrpc::make_result(call.id, result);
+    out.response =
+        alone ? take_as_response(ex, result, call.id) : jsonrpc::make_result(call.id, result);
   }
 }
 

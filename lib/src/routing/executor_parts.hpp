@@ -1,12 +1,11 @@
 #pragma once
 // The executor's per-request types, shared by executor.cpp, outcomes.cpp and broadcast.cpp.
+#include <boost/container/small_vector.hpp>
 #include <optional>
 #include <string>
 
-#include <boost/container/small_vector.hpp>
-
-#include "rpcroute/health/exchange.hpp"
 #include "rpcroute/executor.hpp"
+#include "rpcroute/health/exchange.hpp"
 
 namespace rpcroute {
 
@@ -48,6 +47,7 @@ struct Executor::Round {
 };
 
 /// The JSON-RPC error response for a call, from an error object.
-[[nodiscard]] std::string error_response(const jsonrpc::Call& call, const std::string& error_object);
+[[nodiscard]] std::string error_response(const jsonrpc::Call& call,
+                                         const std::string& error_object);
 
 }  // namespace rpcroute

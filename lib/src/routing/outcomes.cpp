@@ -1,8 +1,8 @@
 // How a call ends (the 503 details, error answers) and what a success teaches.
-#include <algorithm>
-
 #include <fmt/format.h>
 #include <simdjson.h>
+
+#include <algorithm>
 
 #include "executor_parts.hpp"
 #include "rpcroute/json.hpp"
@@ -55,7 +55,8 @@ std::string error_response(const jsonrpc::Call& call, const std::string& error_o
 Classification Executor::scrubbed(const Classification& c) const {
   // A provider may echo the URL (and its key) in an error message: our report never repeats it.
   Classification out = c;
-  if (!profile_.secrets.empty() || !profile_.url_paths.empty()) out.message = profile_.scrub(std::move(out.message));
+  if (!profile_.secrets.empty() || !profile_.url_paths.empty())
+    out.message = profile_.scrub(std::move(out.message));
   return out;
 }
 
@@ -80,10 +81,12 @@ void Executor::finish_unavailable(Item& item, const Chain& chain, std::string_vi
     data.value(out.retry_after_ms);
   }
   data.end_object();
-  auto message = fmt::format("no provider could serve {} on {}: {}", item.call->method, chain.name, why);
+  auto message =
+      fmt::format("no provider could serve {} on {}: {}", item.call->method, chain.name, why);
   out.error = jsonrpc::error_object(jsonrpc::kNoProvider, message, data.str());
-  out.response = item.call->has_id() ? jsonrpc::make_error(item.call->id, jsonrpc::kNoProvider, message, data.str())
-                                     : std::string();
+  out.response = item.call->has_id()
+                     ? jsonrpc::make_error(item.call->id, jsonrpc::kNoProvider, message, data.str())
+                     : std::string();
 }
 
 void Executor::on_success(const Chain& chain, const Candidate& cand, Item& item, std::int64_t now,
@@ -93,8 +96,9 @@ void Executor::on_success(const Chain& chain, const Candidate& cand, Item& item,
   learn_height(chain, cand, item, now, result);
   if (info.filter == FilterRole::creates) {
     if (auto id = json_string_value(result)) {
-      store_.record(FilterEvent{filter_key(profile_.name, chain, *id), FilterPin{cand.provider->id, now}},
-                    profile_.health);
+      store_.record(
+          FilterEvent{filter_key(profile_.name, chain, *id), FilterPin{cand.provider->id, now}},
+          profile_.health);
     }
   }
   if (item.plan.needs_archive && !cand.provider->archival) {
@@ -104,7 +108,8 @@ void Executor::on_success(const Chain& chain, const Candidate& cand, Item& item,
     traffic_.sticky.stick(chain.name, item.plan.sticky, cand.provider->id, now);
     if (info.replay_unsafe) {
       if (auto hash = json_string_value(result)) {
-        traffic_.sticky.stick(chain.name, StickyKey{StickyKey::Kind::transaction, *hash}, cand.provider->id, now);
+        traffic_.sticky.stick(chain.name, StickyKey{StickyKey::Kind::transaction, *hash},
+                              cand.provider->id, now);
       }
     }
   }
@@ -118,7 +123,8 @@ void Executor::learn_height(const Chain& chain, const Candidate& cand, Item& ite
   if (call.method == "eth_blockNumber") {
     auto h = jsonrpc::parse_quantity(result);
     if (!h) return;
-    observe_height(store_, profile_, chain, *cand.provider, Height{*h, now}, rng_.uniform(), cand.key);
+    observe_height(store_, profile_, chain, *cand.provider, Height{*h, now}, rng_.uniform(),
+                   cand.key);
     // Never backwards: an answer below the high-water mark is raised to it while the mark is
     // fresh and the providers still reach it. A mark nobody has confirmed for a whole horizon, or
     // that the providers' head no longer supports (a restarted or reset chain: every provider
@@ -130,13 +136,15 @@ void Executor::learn_height(const Chain& chain, const Candidate& cand, Item& ite
       out.raised_from = *h;
       out.result = jsonrpc::to_quantity(cs->high_water.block);
     } else {
-      store_.record(HighWaterEvent{ckey, Height{*h, now}, has_mark && *h < cs->high_water.block}, profile_.health);
+      store_.record(HighWaterEvent{ckey, Height{*h, now}, has_mark && *h < cs->high_water.block},
+                    profile_.health);
     }
   } else if (call.method == "eth_getBlockByNumber" && item.plan.need.block &&
              item.plan.need.block->kind == BlockRef::Kind::latest) {
     auto h = block_number_of(result);
     if (!h) return;
-    observe_height(store_, profile_, chain, *cand.provider, Height{*h, now}, rng_.uniform(), cand.key);
+    observe_height(store_, profile_, chain, *cand.provider, Height{*h, now}, rng_.uniform(),
+                   cand.key);
     // Only a height the head rule believes may raise the mark.
     if (mark_supported(store_, profile_, chain, Height{*h, now}, now)) {
       store_.record(HighWaterEvent{ckey, Height{*h, now}, false}, profile_.health);

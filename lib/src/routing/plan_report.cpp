@@ -61,9 +61,10 @@ std::string explain_candidate(Strategy s, const Candidate& c, std::size_t pos, s
                                      static_cast<double>(c.rate_limited_until_ms - now) / 1000.0));
       break;
     case Tier::half_open:
-      tier = c.breaker == BreakerState::open
-                 ? "its circuit is open, but no provider is usable: it gets a trial request (tier 3)"
-                 : "its circuit is half-open (on trial), so it drops to tier 3";
+      tier =
+          c.breaker == BreakerState::open
+              ? "its circuit is open, but no provider is usable: it gets a trial request (tier 3)"
+              : "its circuit is half-open (on trial), so it drops to tier 3";
       break;
     case Tier::half_open_rate_limited:
       tier = "its circuit is half-open and it is rate-limited: tier 4";

@@ -1,8 +1,8 @@
 #include "rpcroute/planner.hpp"
 
-#include <algorithm>
-
 #include <simdjson.h>
+
+#include <algorithm>
 
 #include "rpcroute/exclusions.hpp"
 #include "rpcroute/methods.hpp"
@@ -38,15 +38,17 @@ void AttemptsInFlight::finish(const Provider* p, std::int64_t start_ms) {
   auto it = by_provider_.find(p);
   if (it == by_provider_.end()) return;
   auto& v = it->second;
-  auto a = std::find_if(v.begin(), v.end(), [&](const Attempt& x) { return x.start_ms == start_ms; });
+  auto a =
+      std::find_if(v.begin(), v.end(), [&](const Attempt& x) { return x.start_ms == start_ms; });
   if (a != v.end()) v.erase(a);
 }
 
 const AttemptsInFlight::Attempt* AttemptsInFlight::oldest(const Provider* p) const {
   auto it = by_provider_.find(p);
   if (it == by_provider_.end() || it->second.empty()) return nullptr;
-  return &*std::min_element(it->second.begin(), it->second.end(),
-                            [](const Attempt& a, const Attempt& b) { return a.start_ms < b.start_ms; });
+  return &*std::min_element(
+      it->second.begin(), it->second.end(),
+      [](const Attempt& a, const Attempt& b) { return a.start_ms < b.start_ms; });
 }
 
 bool attempt_stalled(std::int64_t age_ms, double p50_ms) {
@@ -70,18 +72,24 @@ Planner::Planner(const Profile& profile, const HealthView& health, const Clock& 
     : profile_(profile), health_(health), clock_(clock), rng_(rng), traffic_(traffic) {}
 
 Planner::Planner(const Profile& profile, const HealthView& health, const Clock& clock, Random& rng)
-    : profile_(profile), health_(health), clock_(clock), rng_(rng), own_traffic_(std::in_place),
+    : profile_(profile),
+      health_(health),
+      clock_(clock),
+      rng_(rng),
+      own_traffic_(std::in_place),
       traffic_(*own_traffic_) {}
 
 const std::string& Planner::provider_key_for(const Chain& chain, const Provider& provider) {
   auto it = keys_.find(&provider);
-  if (it == keys_.end()) it = keys_.emplace(&provider, provider_key(profile_.name, chain.name, provider)).first;
+  if (it == keys_.end())
+    it = keys_.emplace(&provider, provider_key(profile_.name, chain.name, provider)).first;
   return it->second;
 }
 
 const std::string& Planner::chain_key_for(const Chain& chain) {
   auto it = chain_keys_.find(&chain);
-  if (it == chain_keys_.end()) it = chain_keys_.emplace(&chain, chain_key(profile_.name, chain)).first;
+  if (it == chain_keys_.end())
+    it = chain_keys_.emplace(&chain, chain_key(profile_.name, chain)).first;
   return it->second;
 }
 
@@ -102,7 +110,8 @@ void Planner::read_heights(const Chain& chain, std::int64_t now, Heights& h) {
     h.states[i] = &ps;
     const bool right_chain = ps.probe.chain_id == 0 || ps.probe.chain_id == chain.chain_id;
     h.claims[i] = {ps.height, right_chain && ps.breaker.effective_state(now) != BreakerState::open};
-    if (right_chain && height_fresh(ps.height, now, chain) && ps.height.block <= kMaxPlausibleHeight) {
+    if (right_chain && height_fresh(ps.height, now, chain) &&
+        ps.height.block <= kMaxPlausibleHeight) {
       h.estimates[i] = estimate_height(ps.height, now, chain);
     }
   }
@@ -113,7 +122,8 @@ Plan Planner::plan(const Chain& chain, std::string_view method, std::string_view
                    const RouteOptions& options) {
   Plan plan;
   plan.policy = profile_.policy_for(method);
-  plan.strategy = options.strategy.value_or(plan.policy.strategy.value_or(profile_.routing.default_strategy));
+  plan.strategy =
+      options.strategy.value_or(plan.policy.strategy.value_or(profile_.routing.default_strategy));
   const auto now = clock_.now_ms();
 
   thread_local std::vector<const ProviderState*> states;
@@ -136,9 +146,9 @@ Plan Planner::plan(const Chain& chain, std::string_view method, std::string_view
   return plan;
 }
 
-RuleInput Planner::read_request(const Chain& chain, std::string_view method, std::string_view params,
-                                const RouteOptions& options, Plan& plan, const Heights& heights,
-                                std::int64_t now) {
+RuleInput Planner::read_request(const Chain& chain, std::string_view method,
+                                std::string_view params, const RouteOptions& options, Plan& plan,
+                                const Heights& heights, std::int64_t now) {
   RuleInput in;
   in.chain = &chain;
   in.method = method;
@@ -146,7 +156,8 @@ RuleInput Planner::read_request(const Chain& chain, std::string_view method, std
   if (options.provider) in.only_provider = *options.provider;
   if (method_info(method).filter == FilterRole::reads) {
     if (auto id = first_string_param(params)) {
-      if (const FilterPin* pin = health_.filter(filter_key(profile_.name, chain, *id)); pin != nullptr) {
+      if (const FilterPin* pin = health_.filter(filter_key(profile_.name, chain, *id));
+          pin != nullptr) {
         in.filter_owner = pin->provider;
       }
     }
@@ -158,7 +169,8 @@ RuleInput Planner::read_request(const Chain& chain, std::string_view method, std
       earliest = earliest || (*ref && (*ref)->kind == BlockRef::Kind::earliest);
     }
     const auto oldest = oldest_block(plan.need, plan.head);
-    plan.needs_archive = earliest || (oldest && plan.head > 0 && *oldest + chain.archival_threshold < plan.head);
+    plan.needs_archive =
+        earliest || (oldest && plan.head > 0 && *oldest + chain.archival_threshold < plan.head);
   }
   in.need = plan.need;
   in.head = plan.head;
@@ -173,12 +185,13 @@ RuleInput Planner::read_request(const Chain& chain, std::string_view method, std
   return in;
 }
 
-void Planner::sort_providers(const Chain& chain, const RuleInput& in, const RouteOptions& options, Plan& plan,
-                             const Heights& heights) {
+void Planner::sort_providers(const Chain& chain, const RuleInput& in, const RouteOptions& options,
+                             Plan& plan, const Heights& heights) {
   const bool needs_stats = options.with_stats || plan.strategy == Strategy::fastest ||
                            plan.strategy == Strategy::latency_weighted;
   std::vector<Candidate> lagging;
-  std::vector<Candidate> open;  // open breakers that pass every other rule: trials when nothing else is usable
+  std::vector<Candidate>
+      open;  // open breakers that pass every other rule: trials when nothing else is usable
   plan.candidates.reserve(chain.providers.size());
   for (std::size_t i = 0; i < chain.providers.size(); ++i) {
     const Provider& p = chain.providers[i];
@@ -202,8 +215,8 @@ void Planner::sort_providers(const Chain& chain, const RuleInput& in, const Rout
     }
   }
   // A lagging or quarantined provider is better than none: when that alone left nothing to try,
-  // they are tried (eth_blockNumber answers still never go below the mark, and a doubtful head answer
-  // is still refused).
+  // they are tried (eth_blockNumber answers still never go below the mark, and a doubtful head
+  // answer is still refused).
   if (plan.candidates.empty() && !lagging.empty()) {
     plan.lag_fallback = true;
     std::erase_if(plan.excluded, [](const Exclusion& e) {
@@ -218,14 +231,16 @@ void Planner::sort_providers(const Chain& chain, const RuleInput& in, const Rout
     plan.breaker_trial = true;
     std::erase_if(plan.excluded, [&](const Exclusion& e) {
       return e.kind == ExclusionKind::breaker &&
-             std::any_of(open.begin(), open.end(), [&](const Candidate& c) { return c.provider->id == e.provider; });
+             std::any_of(open.begin(), open.end(),
+                         [&](const Candidate& c) { return c.provider->id == e.provider; });
     });
     plan.candidates = std::move(open);
   }
 }
 
-Candidate Planner::make_candidate(const ProviderView& view, std::size_t position, std::string_view method,
-                                  Strategy strategy, bool needs_stats, std::int64_t now) const {
+Candidate Planner::make_candidate(const ProviderView& view, std::size_t position,
+                                  std::string_view method, Strategy strategy, bool needs_stats,
+                                  std::int64_t now) const {
   Candidate c;
   c.provider = view.provider;
   c.position = position;
@@ -236,8 +251,9 @@ Candidate Planner::make_candidate(const ProviderView& view, std::size_t position
     c.rate_limited_until_ms = ps->rate_limited_until_ms;
     c.tier = tier_of(is_open ? BreakerState::half_open : view.breaker, ps->rate_limited(now));
     if (needs_stats) {
-      const auto window = strategy == Strategy::latency_weighted ? profile_.strategies.latency_weighted.window_ms
-                                                                 : profile_.strategies.fastest.window_ms;
+      const auto window = strategy == Strategy::latency_weighted
+                              ? profile_.strategies.latency_weighted.window_ms
+                              : profile_.strategies.fastest.window_ms;
       auto m = ps->methods.find(method);
       c.stats = summarize(m == ps->methods.end() ? nullptr : &m->second, now, window);
     }
@@ -252,7 +268,8 @@ void Planner::rank(const Chain& chain, Plan& plan, std::string_view method, std:
   in.strategy = plan.strategy;
   in.params = &profile_.strategies;
   in.rng = &rng_;
-  if (const ChainState* cs = health_.chain(chain_key_for(chain)); cs != nullptr) in.rr_cursor = cs->rr_cursor;
+  if (const ChainState* cs = health_.chain(chain_key_for(chain)); cs != nullptr)
+    in.rr_cursor = cs->rr_cursor;
   rank_candidates(plan.candidates, in);
   // A sender's nonce lookups, sends and receipt polls go where its last ones went (one mempool),
   // whatever the strategy drew, as long as that provider is in the best tier.
@@ -260,7 +277,8 @@ void Planner::rank(const Chain& chain, Plan& plan, std::string_view method, std:
   auto id = traffic_.sticky.find(chain.name, plan.sticky, now);
   if (!id || plan.candidates.empty()) return;
   auto& cands = plan.candidates;
-  auto it = std::find_if(cands.begin(), cands.end(), [&](const Candidate& c) { return c.provider->id == *id; });
+  auto it = std::find_if(cands.begin(), cands.end(),
+                         [&](const Candidate& c) { return c.provider->id == *id; });
   if (it == cands.end() || it->tier != cands.front().tier) return;
   std::rotate(cands.begin(), it, it + 1);
   for (auto& c : cands) c.first_probability = 0;

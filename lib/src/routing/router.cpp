@@ -2,16 +2,20 @@
 
 namespace rpcroute {
 
-Router::Router(const Profile& profile, Transport& transport, HealthStore& store, const Clock& clock, Random& rng)
-    : profile_(profile), planner_(profile, store, clock, rng, traffic_),
+Router::Router(const Profile& profile, Transport& transport, HealthStore& store, const Clock& clock,
+               Random& rng)
+    : profile_(profile),
+      planner_(profile, store, clock, rng, traffic_),
       executor_(profile, planner_, transport, store, clock, rng, traffic_) {}
 
-Plan Router::plan(const Chain& chain, std::string_view method, std::string_view params, const RouteOptions& options) {
+Plan Router::plan(const Chain& chain, std::string_view method, std::string_view params,
+                  const RouteOptions& options) {
   return planner_.plan(chain, method, params, options);
 }
 
-asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain, std::span<const jsonrpc::Call> calls,
-                                                       RouteOptions options) {
+asio::awaitable<std::vector<CallOutcome>> Router::route(const Chain& chain,
+                                                        std::span<const jsonrpc::Call> calls,
+                                                        RouteOptions options) {
   return executor_.route(chain, calls, std::move(options));
 }
 

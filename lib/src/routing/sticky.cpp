@@ -1,9 +1,9 @@
 #include "rpcroute/sticky.hpp"
 
+#include <simdjson.h>
+
 #include <algorithm>
 #include <vector>
-
-#include <simdjson.h>
 
 #include "rpcroute/methods.hpp"
 #include "rpcroute/transaction.hpp"
@@ -14,7 +14,8 @@ namespace {
 
 std::string lower(std::string_view s) {
   std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
   return out;
 }
 
@@ -40,7 +41,8 @@ StickyKey sticky_key(std::string_view method, std::string_view params) {
   thread_local simdjson::dom::parser parser;
   simdjson::dom::element root;
   simdjson::dom::array arr;
-  if (parser.parse(params.data(), params.size(), true).get(root) || root.get_array().get(arr) || arr.size() == 0) {
+  if (parser.parse(params.data(), params.size(), true).get(root) || root.get_array().get(arr) ||
+      arr.size() == 0) {
     return {};
   }
   simdjson::dom::element first = arr.at(0);
@@ -73,8 +75,8 @@ std::optional<std::string_view> StickyProviders::find(std::string_view chain, co
   return it->second.provider;
 }
 
-void StickyProviders::stick(std::string_view chain, const StickyKey& key, std::string_view provider_id,
-                            std::int64_t now_ms) {
+void StickyProviders::stick(std::string_view chain, const StickyKey& key,
+                            std::string_view provider_id, std::int64_t now_ms) {
   if (key.empty()) return;
   auto k = join(chain, key.value);
   if (auto it = entries_.find(k); it != entries_.end()) {
@@ -88,7 +90,8 @@ void StickyProviders::stick(std::string_view chain, const StickyKey& key, std::s
 void StickyProviders::make_room(std::int64_t now_ms) {
   std::erase_if(entries_, [&](const auto& e) { return now_ms - e.second.t_ms > window_ms_; });
   if (entries_.size() < capacity_) return;
-  // Full of live entries: drop the older half at once, so that a flood costs one pass per many inserts.
+  // Full of live entries: drop the older half at once, so that a flood costs one pass per many
+  // inserts.
   std::vector<std::int64_t> times;
   times.reserve(entries_.size());
   for (const auto& [k, e] : entries_) times.push_back(e.t_ms);

@@ -55,7 +55,8 @@ void weighted_order(Candidates& c, std::vector<double>& weights, Random& rng) {
   }
   for (std::size_t i = 0; i < n; ++i) {
     c[i].metric = weights[i];
-    c[i].first_probability = total > 0 ? std::max(weights[i], 0.0) / total : 1.0 / static_cast<double>(n);
+    c[i].first_probability =
+        total > 0 ? std::max(weights[i], 0.0) / total : 1.0 / static_cast<double>(n);
   }
   double left = total;
   for (std::size_t k = 0; k + 1 < n; ++k) {
@@ -97,8 +98,10 @@ void load_balanced(Candidates& c, const RankInput& in) {
 
 void round_robin(Candidates& c, const RankInput& in) {
   by_position(c);
-  if (!c.empty()) std::rotate(c.begin(), c.begin() + static_cast<long>(in.rr_cursor % c.size()), c.end());
-  for (std::size_t i = 0; i < c.size(); ++i) c[i].metric = static_cast<double>(in.rr_cursor % c.size());
+  if (!c.empty())
+    std::rotate(c.begin(), c.begin() + static_cast<long>(in.rr_cursor % c.size()), c.end());
+  for (std::size_t i = 0; i < c.size(); ++i)
+    c[i].metric = static_cast<double>(in.rr_cursor % c.size());
   first_only_probability(c);
 }
 
@@ -106,7 +109,8 @@ void random_first(Candidates& c, const RankInput& in) {
   by_position(c);
   if (!c.empty()) {
     auto pick = in.rng->below(c.size());
-    std::rotate(c.begin(), c.begin() + static_cast<long>(pick), c.begin() + static_cast<long>(pick) + 1);
+    std::rotate(c.begin(), c.begin() + static_cast<long>(pick),
+                c.begin() + static_cast<long>(pick) + 1);
   }
   uniform_probability(c);
 }
@@ -119,10 +123,12 @@ void weighted(Candidates& c, const RankInput& in) {
 }
 
 void priority(Candidates& c, const RankInput&) {
-  std::sort(c.begin(), c.end(), [](const Candidate& a, const Candidate& b) {  // positions are unique
-    if (a.provider->priority != b.provider->priority) return a.provider->priority < b.provider->priority;
-    return a.position < b.position;
-  });
+  std::sort(c.begin(), c.end(),
+            [](const Candidate& a, const Candidate& b) {  // positions are unique
+              if (a.provider->priority != b.provider->priority)
+                return a.provider->priority < b.provider->priority;
+              return a.position < b.position;
+            });
   for (auto& x : c) x.metric = x.provider->priority;
   first_only_probability(c);
 }
@@ -136,7 +142,8 @@ void fastest(Candidates& c, const RankInput& in) {
   double baseline = cold_start_baseline(c, p.min_calls, p.min_success_rate);
   double worst = 0;
   for (const auto& x : c) {
-    if (qualifies(x.stats, p.min_calls, p.min_success_rate)) worst = std::max(worst, x.stats.p50_ms);
+    if (qualifies(x.stats, p.min_calls, p.min_success_rate))
+      worst = std::max(worst, x.stats.p50_ms);
   }
   for (auto& x : c) {
     if (qualifies(x.stats, p.min_calls, p.min_success_rate)) {
@@ -151,10 +158,11 @@ void fastest(Candidates& c, const RankInput& in) {
       x.cold = true;
     }
   }
-  std::sort(c.begin(), c.end(), [](const Candidate& a, const Candidate& b) {  // positions are unique
-    if (a.metric != b.metric) return a.metric < b.metric;
-    return a.position < b.position;
-  });
+  std::sort(c.begin(), c.end(),
+            [](const Candidate& a, const Candidate& b) {  // positions are unique
+              if (a.metric != b.metric) return a.metric < b.metric;
+              return a.position < b.position;
+            });
   first_only_probability(c);
 }
 
@@ -185,9 +193,12 @@ struct StrategyEntry {
 };
 
 constexpr StrategyEntry kStrategies[] = {
-    {Strategy::load_balanced, &load_balanced}, {Strategy::round_robin, &round_robin},
-    {Strategy::random, &random_first},         {Strategy::weighted, &weighted},
-    {Strategy::priority, &priority},           {Strategy::fastest, &fastest},
+    {Strategy::load_balanced, &load_balanced},
+    {Strategy::round_robin, &round_robin},
+    {Strategy::random, &random_first},
+    {Strategy::weighted, &weighted},
+    {Strategy::priority, &priority},
+    {Strategy::fastest, &fastest},
     {Strategy::latency_weighted, &latency_weighted},
 };
 
@@ -202,7 +213,8 @@ double cold_start_baseline(std::span<const Candidate> c, int min_calls, double m
   return p50s.empty() ? 0.0 : quantile_in_place(p50s, 0.75);
 }
 
-double latency_weight(const Candidate& c, double best_p50_ms, double baseline_ms, const LatencyWeightedParams& p) {
+double latency_weight(const Candidate& c, double best_p50_ms, double baseline_ms,
+                      const LatencyWeightedParams& p) {
   bool known = c.stats.calls >= p.min_calls && c.stats.has_latency();
   double p50 = known ? c.stats.p50_ms : baseline_ms;
   double latency_term = 1.0;
@@ -211,24 +223,32 @@ double latency_weight(const Candidate& c, double best_p50_ms, double baseline_ms
   double success = c.stats.calls > 0 ? c.stats.success_rate : 1.0;
   // Few samples: trust the estimate less, but keep exploring (0.5 with none, 1 at min_calls).
   double confidence =
-      p.min_calls <= 0 ? 1.0 : 0.5 + 0.5 * std::min(1.0, static_cast<double>(c.stats.calls) / p.min_calls);
+      p.min_calls <= 0
+          ? 1.0
+          : 0.5 + 0.5 * std::min(1.0, static_cast<double>(c.stats.calls) / p.min_calls);
   // A provider below the success-rate bar is halved on top of its lower success term.
   double calls_scale = c.stats.calls >= p.min_calls && success < p.min_success_rate ? 0.5 : 1.0;
   return std::max(p.explore_floor, latency_term * success * confidence * calls_scale);
 }
 
 Tier tier_of(BreakerState effective, bool rate_limited) {
-  if (effective == BreakerState::half_open) return rate_limited ? Tier::half_open_rate_limited : Tier::half_open;
+  if (effective == BreakerState::half_open)
+    return rate_limited ? Tier::half_open_rate_limited : Tier::half_open;
   return rate_limited ? Tier::rate_limited : Tier::healthy;
 }
 
 std::string_view tier_name(Tier t) {
   switch (t) {
-    case Tier::healthy: return "healthy";
-    case Tier::rate_limited: return "rate_limited";
-    case Tier::half_open: return "half_open";
-    case Tier::half_open_rate_limited: return "half_open_rate_limited";
-    case Tier::stalled: return "stalled";
+    case Tier::healthy:
+      return "healthy";
+    case Tier::rate_limited:
+      return "rate_limited";
+    case Tier::half_open:
+      return "half_open";
+    case Tier::half_open_rate_limited:
+      return "half_open_rate_limited";
+    case Tier::stalled:
+      return "stalled";
   }
   return "?";
 }

@@ -1,4 +1,5 @@
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <pwd.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -13,15 +14,14 @@
 #include <sstream>
 #include <thread>
 
-#include <fmt/format.h>
-
 #include "rpcroute/state.hpp"
 
 namespace rpcroute {
 
 std::filesystem::path default_state_path(const EnvLookup& env) {
   if (auto p = env("RPCROUTE_STATE"); p && !p->empty()) return *p;
-  if (auto x = env("XDG_STATE_HOME"); x && !x->empty()) return std::filesystem::path(*x) / "rpcroute" / "state.json";
+  if (auto x = env("XDG_STATE_HOME"); x && !x->empty())
+    return std::filesystem::path(*x) / "rpcroute" / "state.json";
   if (auto h = env("HOME"); h && !h->empty()) {
     return std::filesystem::path(*h) / ".local" / "state" / "rpcroute" / "state.json";
   }
@@ -30,7 +30,8 @@ std::filesystem::path default_state_path(const EnvLookup& env) {
   if (auto r = env("XDG_RUNTIME_DIR"); r && !r->empty() && r->front() == '/') {
     return std::filesystem::path(*r) / "rpcroute" / "state.json";
   }
-  if (const passwd* pw = ::getpwuid(::geteuid()); pw != nullptr && pw->pw_dir != nullptr && pw->pw_dir[0] == '/') {
+  if (const passwd* pw = ::getpwuid(::geteuid());
+      pw != nullptr && pw->pw_dir != nullptr && pw->pw_dir[0] == '/') {
     return std::filesystem::path(pw->pw_dir) / ".local" / "state" / "rpcroute" / "state.json";
   }
   return std::filesystem::path("/tmp") / fmt::format("rpcroute-{}", ::geteuid()) / "state.json";
@@ -77,7 +78,8 @@ struct FileMark {
 FileMark file_mark(const std::filesystem::path& path) {
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) return {};
-  return {st.st_ino, static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
+  return {st.st_ino,
+          static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
 }
 
 /// Exclusive lock on a sibling lock file, held for the object's lifetime; nullopt when another
@@ -95,7 +97,8 @@ Result<std::optional<Fd>> lock_exclusive(const std::filesystem::path& path, bool
   }
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
-    return fail(fmt::format("cannot lock {}: not a regular file", lock_path.string()), ExitCode::internal);
+    return fail(fmt::format("cannot lock {}: not a regular file", lock_path.string()),
+                ExitCode::internal);
   }
   using steady = std::chrono::steady_clock;
   const auto start = steady::now();
@@ -106,7 +109,8 @@ Result<std::optional<Fd>> lock_exclusive(const std::filesystem::path& path, bool
     if (::flock(fd.get(), LOCK_EX | LOCK_NB) == 0) return std::optional<Fd>(std::move(fd));
     if (errno == EINTR) continue;
     if (errno != EWOULDBLOCK) {
-      return fail(fmt::format("cannot lock {}: {}", lock_path.string(), errno_text()), ExitCode::internal);
+      return fail(fmt::format("cannot lock {}: {}", lock_path.string(), errno_text()),
+                  ExitCode::internal);
     }
     if (!wait) return std::optional<Fd>();
     const auto now = steady::now();
@@ -124,8 +128,9 @@ Result<std::optional<Fd>> lock_exclusive(const std::filesystem::path& path, bool
 }
 
 std::string still_locked(const std::filesystem::path& path) {
-  return fmt::format("{}.lock is held by another process (a stopped or hung rpcroute?); gave up waiting for it",
-                     path.string());
+  return fmt::format(
+      "{}.lock is held by another process (a stopped or hung rpcroute?); gave up waiting for it",
+      path.string());
 }
 
 /// lock_exclusive() that waits, with "still locked" as an error.
@@ -143,22 +148,27 @@ Result<Fd> lock_or_fail(const std::filesystem::path& path) {
 std::string refusal(const std::filesystem::path& path) {
   struct stat st {};
   if (::lstat(path.c_str(), &st) == 0) {
-    if (S_ISDIR(st.st_mode)) return fmt::format("state path {} is a directory, not a state file", path.string());
+    if (S_ISDIR(st.st_mode))
+      return fmt::format("state path {} is a directory, not a state file", path.string());
     if (S_ISLNK(st.st_mode)) {
-      return fmt::format("state path {} is a symbolic link; rpcroute does not follow links in its state folder",
-                         path.string());
+      return fmt::format(
+          "state path {} is a symbolic link; rpcroute does not follow links in its state folder",
+          path.string());
     }
   }
   const auto dir = folder_of(path);
   if (::stat(dir.c_str(), &st) != 0) return {};  // not there yet: made private at the first save
   if (!S_ISDIR(st.st_mode)) return fmt::format("state folder {} is not a directory", dir.string());
   if (st.st_uid != ::geteuid()) {
-    return fmt::format("state folder {} belongs to uid {}, not to you (uid {})", dir.string(), st.st_uid, ::geteuid());
+    return fmt::format("state folder {} belongs to uid {}, not to you (uid {})", dir.string(),
+                       st.st_uid, ::geteuid());
   }
   if ((st.st_mode & 022) != 0) {
-    return fmt::format("state folder {} is writable by {} (mode {:o}); make it private (chmod go-w) or choose another "
-                       "--state",
-                       dir.string(), (st.st_mode & 002) != 0 ? "others" : "its group", st.st_mode & 07777);
+    return fmt::format(
+        "state folder {} is writable by {} (mode {:o}); make it private (chmod go-w) or choose "
+        "another "
+        "--state",
+        dir.string(), (st.st_mode & 002) != 0 ? "others" : "its group", st.st_mode & 07777);
   }
   return {};
 }
@@ -169,7 +179,9 @@ enum class ReadStatus { ok, missing, unreadable, not_regular };
 /// file is not ours to move or replace (`--state /dev/null`): the command runs without state.
 std::string odd_file_type(const std::filesystem::path& path) {
   struct stat st {};
-  if (::lstat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode) || S_ISDIR(st.st_mode) || S_ISLNK(st.st_mode)) return {};
+  if (::lstat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode) || S_ISDIR(st.st_mode) ||
+      S_ISLNK(st.st_mode))
+    return {};
   if (S_ISFIFO(st.st_mode)) return "a FIFO";
   if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) return "a device";
   if (S_ISSOCK(st.st_mode)) return "a socket";
@@ -185,7 +197,8 @@ ReadStatus read_file(const std::filesystem::path& path, std::string& out, std::s
     why = errno_text();
     // Unreadable, yet moved aside only when it is a regular file (a link is never followed).
     struct stat st {};
-    return ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) ? ReadStatus::unreadable : ReadStatus::not_regular;
+    return ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) ? ReadStatus::unreadable
+                                                                  : ReadStatus::not_regular;
   }
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) {
@@ -248,7 +261,8 @@ Result<void> ensure_dir(const std::filesystem::path& dir) {
   if (dir.has_parent_path()) std::filesystem::create_directories(dir.parent_path(), ec);
   // The state folder itself is made private from the start (no window with the umask's mode).
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    return fail(fmt::format("cannot create {}: {}", dir.string(), errno_text()), ExitCode::internal);
+    return fail(fmt::format("cannot create {}: {}", dir.string(), errno_text()),
+                ExitCode::internal);
   }
   return {};
 }
@@ -261,8 +275,8 @@ StateStore::StateStore(std::optional<std::filesystem::path> path, const Clock& c
 void StateStore::warn_dropped(std::size_t dropped) {
   if (dropped == 0 || warned_dropped_) return;
   warned_dropped_ = true;
-  warn_(fmt::format("state file {}: dropped {} unreadable entr{}; the rest is kept", path_->string(), dropped,
-                    dropped == 1 ? "y" : "ies"));
+  warn_(fmt::format("state file {}: dropped {} unreadable entr{}; the rest is kept",
+                    path_->string(), dropped, dropped == 1 ? "y" : "ies"));
 }
 
 State StateStore::read_or_move_aside() {
@@ -289,11 +303,12 @@ State StateStore::read_or_move_aside() {
   std::error_code ec;
   std::filesystem::rename(*path_, aside, ec);
   if (ec) {
-    warn_(fmt::format("state file {} is unusable ({}) and could not be moved aside: {}; starting fresh", path_->string(),
-                      why, ec.message()));
+    warn_(fmt::format(
+        "state file {} is unusable ({}) and could not be moved aside: {}; starting fresh",
+        path_->string(), why, ec.message()));
   } else {
-    warn_(fmt::format("state file {} is unusable ({}); moved it to {} and started fresh", path_->string(), why,
-                      aside.string()));
+    warn_(fmt::format("state file {} is unusable ({}); moved it to {} and started fresh",
+                      path_->string(), why, aside.string()));
   }
   return {};
 }
@@ -302,7 +317,8 @@ Result<void> StateStore::load() {
   if (!path_) return {};
   if (auto odd = odd_file_type(*path_); !odd.empty()) {
     // Never read, move or replace it: `--state /dev/null` must not rename /dev/null.
-    warn_(fmt::format("state path {} is {}, not a state file; running without saved state", path_->string(), odd));
+    warn_(fmt::format("state path {} is {}, not a state file; running without saved state",
+                      path_->string(), odd));
     path_.reset();
     return {};
   }
@@ -325,7 +341,8 @@ Result<void> StateStore::load() {
   // Unusable: look again under the lock (a writer may have been mid-rename), then move it aside.
   auto lock = lock_or_fail(*path_);
   if (!lock) {
-    warn_(fmt::format("state file {}: {}; running without saved state", path_->string(), lock.error().message));
+    warn_(fmt::format("state file {}: {}; running without saved state", path_->string(),
+                      lock.error().message));
     return {};
   }
   state_ = read_or_move_aside();
@@ -360,7 +377,8 @@ void StateStore::add_pending(Event event, const HealthConfig& health) {
           pp.health = health;
           const auto slot = method_slot(pp.samples, e.method);
           auto m = pp.samples.find(slot);
-          if (m == pp.samples.end()) m = pp.samples.emplace(std::string(slot), std::deque<Sample>{}).first;
+          if (m == pp.samples.end())
+            m = pp.samples.emplace(std::string(slot), std::deque<Sample>{}).first;
           auto& samples = m->second;
           samples.push_back(e.sample);
           if (samples.size() > kMaxSamplesPerMethod) samples.pop_front();
@@ -407,9 +425,9 @@ void StateStore::add_pending(Event event, const HealthConfig& health) {
           if (!storable_filter_key(e.key)) return;
           auto& filters = pending_.filters;
           if (filters.size() >= kMaxFilters && filters.find(e.key) == filters.end()) {
-            filters.erase(std::min_element(filters.begin(), filters.end(), [](const auto& a, const auto& b) {
-              return a.second.t_ms < b.second.t_ms;
-            }));
+            filters.erase(std::min_element(
+                filters.begin(), filters.end(),
+                [](const auto& a, const auto& b) { return a.second.t_ms < b.second.t_ms; }));
           }
           filters[e.key] = e.pin;
         }
@@ -421,7 +439,8 @@ void StateStore::replay_pending(State& onto) const {
   for (const auto& [key, pp] : pending_.providers) {
     for (const auto& a : pp.attempts) apply_event(onto, a, pp.health);
     for (const auto& [method, samples] : pp.samples) {
-      for (const auto& sample : samples) apply_event(onto, SampleEvent{key, method, sample}, pp.health);
+      for (const auto& sample : samples)
+        apply_event(onto, SampleEvent{key, method, sample}, pp.health);
     }
     if (pp.height) apply_event(onto, HeightEvent{key, *pp.height}, pp.health);
     if (pp.probe) apply_event(onto, ProbeEvent{key, *pp.probe}, pp.health);
@@ -452,7 +471,8 @@ Result<bool> StateStore::save_waiting(bool wait) {
   if (!lock) return tl::unexpected(lock.error());
   if (!*lock) return false;
   if (auto odd = odd_file_type(*path_); !odd.empty()) {
-    return fail(fmt::format("state path {} is {}; not replaced", path_->string(), odd), ExitCode::internal);
+    return fail(fmt::format("state path {} is {}; not replaced", path_->string(), odd),
+                ExitCode::internal);
   }
 
   remove_orphan_temporaries(*path_);
@@ -470,8 +490,11 @@ Result<bool> StateStore::save_waiting(bool wait) {
     // unlink removes a link itself. We hold the lock and the folder is ours.
     constexpr int kFlags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
     Fd fd(::open(tmp.c_str(), kFlags, 0600));
-    if (!fd.valid() && errno == EEXIST && ::unlink(tmp.c_str()) == 0) fd = Fd(::open(tmp.c_str(), kFlags, 0600));
-    if (!fd.valid()) return fail(fmt::format("cannot write {}: {}", tmp.string(), errno_text()), ExitCode::internal);
+    if (!fd.valid() && errno == EEXIST && ::unlink(tmp.c_str()) == 0)
+      fd = Fd(::open(tmp.c_str(), kFlags, 0600));
+    if (!fd.valid())
+      return fail(fmt::format("cannot write {}: {}", tmp.string(), errno_text()),
+                  ExitCode::internal);
     ::fchmod(fd.get(), 0600);
     if (auto r = write_all(fd.get(), text); !r) {
       ::unlink(tmp.c_str());
@@ -502,11 +525,13 @@ Result<void> StateStore::reset() {
   if (auto why = refusal(*path_); !why.empty()) return fail(why, ExitCode::usage);
   struct stat st {};
   if (::lstat(path_->c_str(), &st) != 0) return {};
-  if (!S_ISREG(st.st_mode)) return fail(fmt::format("state path {} is not a regular file; not removed", path_->string()));
+  if (!S_ISREG(st.st_mode))
+    return fail(fmt::format("state path {} is not a regular file; not removed", path_->string()));
   auto lock = lock_or_fail(*path_);
   if (!lock) return tl::unexpected(lock.error());
   if (::unlink(path_->c_str()) != 0 && errno != ENOENT) {
-    return fail(fmt::format("cannot remove {}: {}", path_->string(), errno_text()), ExitCode::internal);
+    return fail(fmt::format("cannot remove {}: {}", path_->string(), errno_text()),
+                ExitCode::internal);
   }
   return {};
 }

@@ -1,11 +1,11 @@
+#include <fmt/format.h>
+#include <simdjson.h>
+
 #include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
 #include <vector>
-
-#include <fmt/format.h>
-#include <simdjson.h>
 
 #include "rpcroute/json.hpp"
 #include "rpcroute/state.hpp"
@@ -85,7 +85,10 @@ std::string serialize_state(const State& state, std::int64_t now_ms) {
     if (ps.probe.t_ms > 0) {
       auto opt = [&](const char* key, const std::optional<bool>& v) {
         put_key(w, key);
-        if (v) w.value(*v); else w.null();
+        if (v)
+          w.value(*v);
+        else
+          w.null();
       };
       w.key("probe");
       w.begin_object();
@@ -257,10 +260,14 @@ ProviderState parse_provider(dom::object po, std::size_t& dropped) {
   if (has(po, "breaker")) {
     auto bo = get_obj(po, "breaker");
     auto st = get_str(bo, "state");
-    if (st == "open") ps.breaker.state = BreakerState::open;
-    else if (st == "half_open") ps.breaker.state = BreakerState::half_open;
-    else if (st == "closed" || st.empty()) ps.breaker.state = BreakerState::closed;
-    else throw Bad{fmt::format("unknown breaker state '{}'", st)};
+    if (st == "open")
+      ps.breaker.state = BreakerState::open;
+    else if (st == "half_open")
+      ps.breaker.state = BreakerState::half_open;
+    else if (st == "closed" || st.empty())
+      ps.breaker.state = BreakerState::closed;
+    else
+      throw Bad{fmt::format("unknown breaker state '{}'", st)};
     ps.breaker.failures = static_cast<int>(get_int(bo, "failures"));
     ps.breaker.successes = static_cast<int>(get_int(bo, "successes"));
     ps.breaker.reopens = static_cast<int>(get_int(bo, "reopens"));
@@ -306,7 +313,8 @@ ProviderState parse_provider(dom::object po, std::size_t& dropped) {
       // would not make a key (see method_slot) are dropped too: a file written before the bounds
       // may hold thousands.
       try {
-        if (method != kOtherMethod && method_slot(ps.methods, method) != method) throw Bad{"method name"};
+        if (method != kOtherMethod && method_slot(ps.methods, method) != method)
+          throw Bad{"method name"};
         dom::object mo;
         if (mv.get_object().get(mo)) throw Bad{"method entry is not an object"};
         std::deque<Sample> samples;
@@ -316,10 +324,12 @@ ProviderState parse_provider(dom::object po, std::size_t& dropped) {
           if (se.get_array().get(arr)) throw Bad{"samples is not an array"};
           for (auto item : arr) {
             dom::array triple;
-            if (item.get_array().get(triple) || triple.size() != 3) throw Bad{"a sample is not [t, us, outcome]"};
+            if (item.get_array().get(triple) || triple.size() != 3)
+              throw Bad{"a sample is not [t, us, outcome]"};
             Sample smp;
             std::string_view outcome;
-            if (triple.at(0).get_int64().get(smp.t_ms) || triple.at(1).get_int64().get(smp.latency_us) ||
+            if (triple.at(0).get_int64().get(smp.t_ms) ||
+                triple.at(1).get_int64().get(smp.latency_us) ||
                 triple.at(2).get_string().get(outcome)) {
               throw Bad{"a sample is not [t, us, outcome]"};
             }
@@ -364,7 +374,8 @@ Result<State> parse_state(std::string_view text, std::size_t* dropped_out) {
     if (top.at_key("version").get(version) || version.get_int64().get(v)) throw Bad{"no version"};
     if (v != kStateVersion) throw Bad{fmt::format("unknown version {}", v)};
     State state;
-    // The sections must be objects (else this is not a state file); each entry in them stands alone.
+    // The sections must be objects (else this is not a state file); each entry in them stands
+    // alone.
     if (has(top, "providers")) {
       for (auto [key, value] : get_obj(top, "providers")) {
         try {
@@ -397,10 +408,12 @@ Result<State> parse_state(std::string_view text, std::size_t* dropped_out) {
     if (has(top, "filters")) {
       for (auto [key, value] : get_obj(top, "filters")) {
         try {
-          if (!storable_filter_key(key) || state.filters.size() >= kMaxFilters) throw Bad{"filter key"};
+          if (!storable_filter_key(key) || state.filters.size() >= kMaxFilters)
+            throw Bad{"filter key"};
           dom::object fo;
           if (value.get_object().get(fo)) throw Bad{"filter entry is not an object"};
-          state.filters.emplace(std::string(key), FilterPin{get_str(fo, "provider"), get_int(fo, "t_ms")});
+          state.filters.emplace(std::string(key),
+                                FilterPin{get_str(fo, "provider"), get_int(fo, "t_ms")});
         } catch (const Bad&) {
           ++dropped;
         }

@@ -1,24 +1,25 @@
-#include <algorithm>
-#include <charconv>
-#include <new>
-#include <cstring>
-#include <unordered_map>
-#include <unordered_set>
-
+#include <curl/curl.h>
+#include <fmt/format.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <curl/curl.h>
-#include <fmt/format.h>
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+#include <new>
+#include <unordered_map>
+#include <unordered_set>
 
+#include "native_http.hpp"
 #include "rpcroute/clock.hpp"
 #include "rpcroute/transport.hpp"
-#include "native_http.hpp"
 
 namespace rpcroute {
 
 void init_curl() {
-  static const bool initialised = [] { return curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK; }();
+  static const bool initialised = [] {
+    return curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
+  }();
   (void)initialised;
 }
 
@@ -60,21 +61,29 @@ struct SocketWatch {
 
 TransportError transport_error_of(CURLcode code) {
   switch (code) {
-    case CURLE_OK: return TransportError::none;
-    case CURLE_COULDNT_CONNECT: return TransportError::connect;
+    case CURLE_OK:
+      return TransportError::none;
+    case CURLE_COULDNT_CONNECT:
+      return TransportError::connect;
     case CURLE_COULDNT_RESOLVE_HOST:
-    case CURLE_COULDNT_RESOLVE_PROXY: return TransportError::dns;
-    case CURLE_OPERATION_TIMEDOUT: return TransportError::timeout;
+    case CURLE_COULDNT_RESOLVE_PROXY:
+      return TransportError::dns;
+    case CURLE_OPERATION_TIMEDOUT:
+      return TransportError::timeout;
     case CURLE_SSL_CONNECT_ERROR:
     case CURLE_PEER_FAILED_VERIFICATION:
     case CURLE_SSL_CERTPROBLEM:
     case CURLE_SSL_CIPHER:
-    case CURLE_SSL_CACERT_BADFILE: return TransportError::tls;
-    case CURLE_PARTIAL_FILE: return TransportError::truncated;
+    case CURLE_SSL_CACERT_BADFILE:
+      return TransportError::tls;
+    case CURLE_PARTIAL_FILE:
+      return TransportError::truncated;
     case CURLE_GOT_NOTHING:
     case CURLE_RECV_ERROR:
-    case CURLE_SEND_ERROR: return TransportError::reset;
-    default: return TransportError::other;
+    case CURLE_SEND_ERROR:
+      return TransportError::reset;
+    default:
+      return TransportError::other;
   }
 }
 
@@ -86,8 +95,10 @@ static std::string abandoned_message(TransportError why, std::uint64_t cap) {
   switch (why) {
     case TransportError::too_large:
       return fmt::format("answer larger than the response cap ({} bytes)", cap);
-    case TransportError::out_of_memory: return "out of memory while receiving the answer";
-    default: return "transfer abandoned";
+    case TransportError::out_of_memory:
+      return "out of memory while receiving the answer";
+    default:
+      return "transfer abandoned";
   }
 }
 
@@ -252,7 +263,8 @@ struct Engine::Core : std::enable_shared_from_this<Engine::Core> {
   void retire_unclean_idle() {
     if (plain_http.empty()) return;
     for (const auto& [fd, serial] : curl_sockets) {
-      if (plain_http.find(serial) == plain_http.end() || sockets.find(fd) != sockets.end()) continue;
+      if (plain_http.find(serial) == plain_http.end() || sockets.find(fd) != sockets.end())
+        continue;
       char byte;
       const auto n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
       if (n >= 0) retire(fd);
@@ -341,14 +353,17 @@ struct Transfer {
   /// One header line; false abandons the transfer.
   bool header(std::string_view line) {
     auto field_is = [&](std::string_view key) {
-      return line.size() > key.size() && std::equal(key.begin(), key.end(), line.begin(), [](char a, char b) {
+      return line.size() > key.size() &&
+             std::equal(key.begin(), key.end(), line.begin(), [](char a, char b) {
                return a == std::tolower(static_cast<unsigned char>(b));
              });
     };
     auto value_of = [&](std::string_view key) {
       auto v = line.substr(key.size());
       while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
-      while (!v.empty() && (v.back() == '\r' || v.back() == '\n' || v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+      while (!v.empty() &&
+             (v.back() == '\r' || v.back() == '\n' || v.back() == ' ' || v.back() == '\t'))
+        v.remove_suffix(1);
       return v;
     };
     if (line.starts_with("HTTP/")) encoded = false;  // a new answer (after an interim one)
@@ -391,7 +406,8 @@ struct Transfer {
       if (match) {
         auto v = line.substr(key.size());
         while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
-        while (!v.empty() && (v.back() == '\r' || v.back() == '\n' || v.back() == ' ')) v.remove_suffix(1);
+        while (!v.empty() && (v.back() == '\r' || v.back() == '\n' || v.back() == ' '))
+          v.remove_suffix(1);
         response.retry_after.assign(v);
       }
     }
@@ -410,7 +426,8 @@ void Engine::Core::check_done() {
     auto& r = t->response;
     r.error = transport_error_of(code);
     if (code != CURLE_OK) {
-      r.error_message = t->error_buffer[0] != '\0' ? std::string(t->error_buffer) : curl_easy_strerror(code);
+      r.error_message =
+          t->error_buffer[0] != '\0' ? std::string(t->error_buffer) : curl_easy_strerror(code);
     }
     curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &r.status);
     if (t->abandoned != TransportError::none) {
@@ -440,7 +457,8 @@ void Engine::Core::check_done() {
           r.connection = ConnectionRef{ConnectionRef::Client::curl, it->second};
           const char* scheme = nullptr;
           curl_easy_getinfo(msg->easy_handle, CURLINFO_SCHEME, &scheme);
-          if (scheme != nullptr && (scheme[0] == 'h' || scheme[0] == 'H') && std::strlen(scheme) == 4) {
+          if (scheme != nullptr && (scheme[0] == 'h' || scheme[0] == 'H') &&
+              std::strlen(scheme) == 4) {
             plain_http.insert(it->second);  // "http", not "https"
           }
         }
@@ -489,9 +507,14 @@ Engine::~Engine() {
 
 void Engine::close_connection(const ConnectionRef& connection) {
   switch (connection.client) {
-    case ConnectionRef::Client::none: break;
-    case ConnectionRef::Client::native: core_->native->close_connection(connection.id); break;
-    case ConnectionRef::Client::curl: core_->close_connection(connection.id); break;
+    case ConnectionRef::Client::none:
+      break;
+    case ConnectionRef::Client::native:
+      core_->native->close_connection(connection.id);
+      break;
+    case ConnectionRef::Client::curl:
+      core_->close_connection(connection.id);
+      break;
   }
 }
 
@@ -500,7 +523,8 @@ std::size_t Engine::in_flight() const { return core_->in_flight + core_->native-
 // Not a coroutine itself: the native client's transfer is handed back as it is (one coroutine
 // frame less per request); curl's is perform_curl.
 asio::awaitable<HttpResponse> Engine::perform(HttpRequest request) {
-  if (auto target = core_->native->target_for(request)) return core_->native->perform(std::move(request), std::move(target));
+  if (auto target = core_->native->target_for(request))
+    return core_->native->perform(std::move(request), std::move(target));
   return perform_curl(std::move(request));
 }
 
@@ -520,7 +544,8 @@ asio::awaitable<HttpResponse> Engine::perform_curl(HttpRequest request) {
   curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(t->request.body.size()));
   curl_slist* list = curl_slist_append(nullptr, "Content-Type: application/json");
   list = curl_slist_append(list, "Accept: application/json");
-  list = curl_slist_append(list, "Accept-Encoding: identity");  // as the native client (DECISIONS.md)
+  list =
+      curl_slist_append(list, "Accept-Encoding: identity");  // as the native client (DECISIONS.md)
   list = curl_slist_append(list, "Expect:");  // no 100-continue round trip on large bodies
   if (t->request.headers != nullptr) {
     for (const auto& h : *t->request.headers) {
@@ -537,7 +562,8 @@ asio::awaitable<HttpResponse> Engine::perform_curl(HttpRequest request) {
   curl_easy_setopt(e, CURLOPT_PRIVATE, t.get());
   curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t->error_buffer);
   curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(std::max<std::int64_t>(1, t->request.timeout_ms)));
+  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS,
+                   static_cast<long>(std::max<std::int64_t>(1, t->request.timeout_ms)));
   curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
                    static_cast<long>(std::clamp<std::int64_t>(t->request.timeout_ms, 1, 5'000)));
   curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);

@@ -21,7 +21,8 @@ constexpr std::array<unsigned char, 256> make_table() {
   for (int c = 0; c < 256; ++c) {
     unsigned char v = 0;
     const bool alnum = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-    if (alnum || (c != 0 && std::string_view("!#$%&'*+-.^_`|~").find(static_cast<char>(c)) != std::string_view::npos))
+    if (alnum || (c != 0 && std::string_view("!#$%&'*+-.^_`|~").find(static_cast<char>(c)) !=
+                                std::string_view::npos))
       v |= kToken;
     // field-content as Beast reads it: HTAB, SP, VCHAR, obs-text; not DEL, not other controls.
     if (c == '\t' || (c >= 0x20 && c != 0x7f)) v |= kValue;
@@ -33,7 +34,9 @@ constexpr std::array<unsigned char, 256> make_table() {
 }
 constexpr auto kClass = make_table();
 
-inline bool has(char c, unsigned char bit) { return (kClass[static_cast<unsigned char>(c)] & bit) != 0; }
+inline bool has(char c, unsigned char bit) {
+  return (kClass[static_cast<unsigned char>(c)] & bit) != 0;
+}
 
 #if defined(__SSE2__)
 inline __m128i in_range(__m128i b, char lo, char hi) {
@@ -78,7 +81,8 @@ inline const char* skip_field_content(const char* p, const char* end) {
     // Signed bytes: 0x00–0x1f are the ones in [0, 0x20); obs-text (0x80–0xff) is negative.
     __m128i stop = _mm_and_si128(_mm_cmplt_epi8(b, space), _mm_cmpgt_epi8(b, minus_one));
     stop = _mm_or_si128(_mm_andnot_si128(_mm_cmpeq_epi8(b, tab), stop), _mm_cmpeq_epi8(b, del));
-    if (const int mask = _mm_movemask_epi8(stop); mask != 0) return p + __builtin_ctz(static_cast<unsigned>(mask));
+    if (const int mask = _mm_movemask_epi8(stop); mask != 0)
+      return p + __builtin_ctz(static_cast<unsigned>(mask));
     p += 16;
   }
 #endif
@@ -142,9 +146,12 @@ inline bool connection_tokens(std::string_view v, bool& close, bool& keep_alive)
     const auto start = i;
     while (i < v.size() && has(v[i], kToken)) ++i;
     const auto token = v.substr(start, i - start);
-    if (name_is(token, "close")) close = true;
-    else if (name_is(token, "keep-alive")) keep_alive = true;
-    else return false;
+    if (name_is(token, "close"))
+      close = true;
+    else if (name_is(token, "keep-alive"))
+      keep_alive = true;
+    else
+      return false;
     while (i < v.size() && (v[i] == ' ' || v[i] == '\t')) ++i;
     if (i == v.size()) return true;
     if (v[i] != ',') return false;
@@ -185,7 +192,8 @@ bool parse_fields(const char*& p, const char* end, Message& out, bool& has_lengt
     while (p < end && (*p == ' ' || *p == '\t')) ++p;
     const char* value_start = p;
     p = skip_field_content(p, end);
-    if (end - p < 3 || p[0] != '\r' || p[1] != '\n' || p[2] == ' ' || p[2] == '\t') return false;  // no fold
+    if (end - p < 3 || p[0] != '\r' || p[1] != '\n' || p[2] == ' ' || p[2] == '\t')
+      return false;  // no fold
     const char* value_end = p;
     while (value_end > value_start && (value_end[-1] == ' ' || value_end[-1] == '\t')) --value_end;
     const std::string_view value(value_start, static_cast<std::size_t>(value_end - value_start));
@@ -238,7 +246,8 @@ bool parse_fields(const char*& p, const char* end, Message& out, bool& has_lengt
 
 }  // namespace
 
-bool parse_request(std::string_view in, std::size_t max_head, std::uint64_t max_body, Message& out) {
+bool parse_request(std::string_view in, std::size_t max_head, std::uint64_t max_body,
+                   Message& out) {
   out = Message{};
   const char* const begin = in.data();
   const char* const end = begin + std::min(in.size(), max_head);
@@ -294,14 +303,16 @@ bool parse_response(std::string_view in, std::size_t max_head, Message& out) {
     if (p[i] < '0' || p[i] > '9') return false;
     out.status = out.status * 10 + (p[i] - '0');
   }
-  if (out.status < 200 || out.status > 599 || out.status == 204 || out.status == 304 || p[3] != ' ') return false;
+  if (out.status < 200 || out.status > 599 || out.status == 204 || out.status == 304 || p[3] != ' ')
+    return false;
   p += 4;
   p = skip_field_content(p, end);
   if (end - p < 2 || p[0] != '\r' || p[1] != '\n') return false;
   p += 2;
 
   bool has_length = false;
-  if (!parse_fields(p, end, out, has_length) || !has_length) return false;  // no length: read to close, Beast's
+  if (!parse_fields(p, end, out, has_length) || !has_length)
+    return false;  // no length: read to close, Beast's
   out.head_size = static_cast<std::size_t>(p - begin);
   return in.size() - out.head_size >= out.body_size;
 }

@@ -1,7 +1,11 @@
 #include "native_http.hpp"
 
+#include <fmt/format.h>
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <array>
+#include <boost/beast/core/flat_buffer.hpp>
 #include <charconv>
 #include <chrono>
 #include <cstdlib>
@@ -9,11 +13,6 @@
 #include <limits>
 #include <new>
 #include <optional>
-
-#include <sys/socket.h>
-
-#include <boost/beast/core/flat_buffer.hpp>
-#include <fmt/format.h>
 
 #include "response_reader.hpp"
 #include "rpcroute/clock.hpp"
@@ -28,10 +27,10 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
-constexpr std::size_t kMaxIdle = 256;                 // like curl's CURLMOPT_MAXCONNECTS
-constexpr std::int64_t kMaxIdleUs = 60'000'000;       // older idle connections are not reused
-constexpr std::size_t kReadChunk = 16 * 1024;         // like curl's receive buffer
-constexpr std::size_t kLargeReadChunk = 256 * 1024;   // once a large body is on its way
+constexpr std::size_t kMaxIdle = 256;                // like curl's CURLMOPT_MAXCONNECTS
+constexpr std::int64_t kMaxIdleUs = 60'000'000;      // older idle connections are not reused
+constexpr std::size_t kReadChunk = 16 * 1024;        // like curl's receive buffer
+constexpr std::size_t kLargeReadChunk = 256 * 1024;  // once a large body is on its way
 constexpr std::uint64_t kReserveLimit = std::uint64_t{1} << 31;
 
 std::size_t test_body_limit() {
@@ -55,7 +54,9 @@ bool proxy_configured() {
   return false;
 }
 
-bool clean_header_text(std::string_view s) { return s.find_first_of("\r\n") == std::string_view::npos; }
+bool clean_header_text(std::string_view s) {
+  return s.find_first_of("\r\n") == std::string_view::npos;
+}
 
 }  // namespace
 
@@ -73,7 +74,9 @@ struct NativeHttp::Conn {
 
 NativeHttp::NativeHttp(asio::io_context& io) : io_(io) {
   enabled_ = !proxy_configured();
-  if (const char* v = std::getenv("RPCROUTE_HTTP_CLIENT"); v != nullptr && std::string_view(v) == "curl") enabled_ = false;
+  if (const char* v = std::getenv("RPCROUTE_HTTP_CLIENT");
+      v != nullptr && std::string_view(v) == "curl")
+    enabled_ = false;
 }
 
 NativeHttp::~NativeHttp() { close_idle(); }
@@ -143,7 +146,8 @@ void NativeHttp::close_connection(std::uint64_t serial) {
 
 ConnectionRef NativeHttp::give_back(const std::string& key, std::unique_ptr<Conn> conn) {
   if (idle_count_ >= kMaxIdle) return {};  // closed by its destructor
-  if (conn->buffer.capacity() > kReadChunk) conn->buffer = beast::flat_buffer();  // after a large body
+  if (conn->buffer.capacity() > kReadChunk)
+    conn->buffer = beast::flat_buffer();  // after a large body
   conn->idle_since_us = steady_us();
   const ConnectionRef ref{ConnectionRef::Client::native, conn->serial};
   idle_[key].push_back(std::move(conn));
@@ -207,7 +211,8 @@ struct Transfer {
   /// The target's head, the extra headers and Content-Length.
   static std::string request_head(const NativeHttp::Target& target, const HttpRequest& request) {
     std::string head;
-    head.reserve(target.head.size() + 40 + (request.headers != nullptr ? request.headers->size() * 64 : 0));
+    head.reserve(target.head.size() + 40 +
+                 (request.headers != nullptr ? request.headers->size() * 64 : 0));
     head = target.head;
     if (request.headers != nullptr) {
       for (const auto& h : *request.headers) {
@@ -232,8 +237,9 @@ struct Transfer {
          fmt::format("answer larger than the response cap ({} bytes)", request.max_response_bytes));
   }
   void timed_out(std::size_t received) {
-    fail(TransportError::timeout, fmt::format("Operation timed out after {} milliseconds with {} bytes received",
-                                              (steady_us() - started) / 1000, received));
+    fail(TransportError::timeout,
+         fmt::format("Operation timed out after {} milliseconds with {} bytes received",
+                     (steady_us() - started) / 1000, received));
   }
 
   /// The answer, once the transfer is over: the deadline and the cancellation hook let go.
@@ -263,7 +269,8 @@ struct Transfer {
 /// One non-blocking send first (the socket is in non-blocking mode): a request almost always fits
 /// the send buffer, and then no write operation is needed. False when `out` (advanced past what
 /// was sent) remains to be written.
-bool write_now(tcp::socket& socket, std::array<asio::const_buffer, 2>& out, boost::system::error_code& ec) {
+bool write_now(tcp::socket& socket, std::array<asio::const_buffer, 2>& out,
+               boost::system::error_code& ec) {
   std::size_t sent = socket.write_some(out, ec);
   if (ec == asio::error::would_block) {
     ec = {};
@@ -281,24 +288,28 @@ bool write_now(tcp::socket& socket, std::array<asio::const_buffer, 2>& out, boos
 /// How the reading of one answer ended.
 enum class ReadEnd {
   reading,
-  whole,     // taken whole by the fast path
-  parsed,    // Beast's parser is done
-  direct,    // the body was read past the parser, to its Content-Length
-  retry,     // a stale pooled connection said nothing: once more on a new one
-  failed,    // the Transfer holds the error
-  stopped,   // the deadline fired first
+  whole,    // taken whole by the fast path
+  parsed,   // Beast's parser is done
+  direct,   // the body was read past the parser, to its Content-Length
+  retry,    // a stale pooled connection said nothing: once more on a new one
+  failed,   // the Transfer holds the error
+  stopped,  // the deadline fired first
 };
 
 /// Reading one answer off a connection: the fast path for a whole plain answer in the buffer,
 /// else Beast's parser fed as bytes arrive. Each step is synchronous; perform() does the awaits.
 struct AnswerReading {
   AnswerReading(Transfer& t, NativeHttp::Conn& conn, bool may_retry)
-      : t(t), conn(conn), may_retry(may_retry), parser(std::in_place, t.request.max_response_bytes) {}
+      : t(t),
+        conn(conn),
+        may_retry(may_retry),
+        parser(std::in_place, t.request.max_response_bytes) {}
 
   /// The usual small answer, whole in the buffer, taken in one pass without the parser.
   bool take_whole() {
     if (parser_used || conn.buffer.size() == 0) return false;
-    const std::string_view in(static_cast<const char*>(conn.buffer.data().data()), conn.buffer.size());
+    const std::string_view in(static_cast<const char*>(conn.buffer.data().data()),
+                              conn.buffer.size());
     http1::Message m;
     if (!http1::parse_response(in, kHeaderLimit, m)) return false;
     if (m.body_size > t.request.max_response_bytes) {
@@ -337,7 +348,8 @@ struct AnswerReading {
         if (ec == bhttp::error::body_limit) {
           t.too_large();
         } else if (parser->encoded) {
-          t.fail(TransportError::encoded, "answer has a Content-Encoding other than the identity asked for");
+          t.fail(TransportError::encoded,
+                 "answer has a Content-Encoding other than the identity asked for");
         } else {
           t.fail(TransportError::other, fmt::format("Weird server reply: {}", ec.message()));
         }
@@ -368,7 +380,8 @@ struct AnswerReading {
   [[nodiscard]] std::size_t read_size() const {
     if (!parser->is_header_done()) return kReadChunk;
     const auto length = parser->content_length_remaining();
-    if (length && *length > kReadChunk) return static_cast<std::size_t>(std::min<std::uint64_t>(*length, kLargeReadChunk));
+    if (length && *length > kReadChunk)
+      return static_cast<std::size_t>(std::min<std::uint64_t>(*length, kLargeReadChunk));
     if (!length && received > kLargeReadChunk) return kLargeReadChunk;
     return kReadChunk;
   }
@@ -413,8 +426,11 @@ struct AnswerReading {
   /// can carry another request.
   bool settle() {
     switch (end) {
-      case ReadEnd::whole: return whole_reusable;
-      case ReadEnd::stopped: t.timed_out(received); return false;
+      case ReadEnd::whole:
+        return whole_reusable;
+      case ReadEnd::stopped:
+        t.timed_out(received);
+        return false;
       case ReadEnd::parsed:
       case ReadEnd::direct: {
         t.r.status = static_cast<long>(parser->status);
@@ -424,7 +440,8 @@ struct AnswerReading {
         if (parser->encoded) t.r.body.clear();  // an error status's coded body: not ours to read
         return reusable;
       }
-      default: return false;
+      default:
+        return false;
     }
   }
 
@@ -448,8 +465,8 @@ asio::awaitable<void> read_large_body(AnswerReading& a) {
     const auto chunk = std::min(left, std::max(kLargeReadChunk, old));
     check_body_capacity(old + chunk);
     body.resize(old + chunk);
-    const auto n = co_await a.conn.socket.async_read_some(asio::buffer(body.data() + old, chunk),
-                                                          asio::redirect_error(asio::use_awaitable, ec));
+    const auto n = co_await a.conn.socket.async_read_some(
+        asio::buffer(body.data() + old, chunk), asio::redirect_error(asio::use_awaitable, ec));
     body.resize(old + n);
     a.received += n;
     left -= n;
@@ -486,15 +503,15 @@ asio::awaitable<bool> connect(NativeHttp::Conn& conn, Transfer& t) {
   }
   if (deadline->fired) {
     deadline->socket = nullptr;
-    t.fail(TransportError::timeout,
-           fmt::format("Connection timed out after {} milliseconds", (steady_us() - t.started) / 1000));
+    t.fail(TransportError::timeout, fmt::format("Connection timed out after {} milliseconds",
+                                                (steady_us() - t.started) / 1000));
     co_return false;
   }
   if (short_connect) arm(deadline, t.start_point + std::chrono::milliseconds(t.timeout_ms));
   if (ec) {
     deadline->socket = nullptr;
-    t.fail(TransportError::connect,
-           fmt::format("Failed to connect to {} port {}: {}", t.target.host, t.target.port, ec.message()));
+    t.fail(TransportError::connect, fmt::format("Failed to connect to {} port {}: {}",
+                                                t.target.host, t.target.port, ec.message()));
     co_return false;
   }
   conn.socket.set_option(tcp::no_delay(true), ec);
@@ -510,7 +527,8 @@ asio::awaitable<bool> connect(NativeHttp::Conn& conn, Transfer& t) {
 // Connect (or reuse), write, read the answer, settle: the steps are the functions above; this
 // loop only sequences them and does the awaits of the usual path itself, so that a request on a
 // pooled connection costs no coroutine frame besides this one.
-asio::awaitable<HttpResponse> NativeHttp::perform(HttpRequest request, std::shared_ptr<const Target> target) {
+asio::awaitable<HttpResponse> NativeHttp::perform(HttpRequest request,
+                                                  std::shared_ptr<const Target> target) {
   auto self = shared_from_this();
   struct InFlight {
     std::size_t& n;
@@ -534,7 +552,8 @@ asio::awaitable<HttpResponse> NativeHttp::perform(HttpRequest request, std::shar
       boost::system::error_code ec;
       std::array<asio::const_buffer, 2> out{asio::buffer(t.head), asio::buffer(request.body)};
       if (!write_now(conn->socket, out, ec)) {
-        co_await asio::async_write(conn->socket, out, asio::redirect_error(asio::use_awaitable, ec));
+        co_await asio::async_write(conn->socket, out,
+                                   asio::redirect_error(asio::use_awaitable, ec));
       }
       if (t.deadline->fired) {
         t.timed_out(0);
@@ -542,7 +561,8 @@ asio::awaitable<HttpResponse> NativeHttp::perform(HttpRequest request, std::shar
       }
       if (ec) {
         t.deadline->socket = nullptr;
-        if (reused && attempt == 0) continue;  // a stale keep-alive connection: once more on a new one
+        if (reused && attempt == 0)
+          continue;  // a stale keep-alive connection: once more on a new one
         t.fail(TransportError::reset, fmt::format("Send failure: {}", ec.message()));
         break;
       }
@@ -552,10 +572,11 @@ asio::awaitable<HttpResponse> NativeHttp::perform(HttpRequest request, std::shar
           co_await read_large_body(a);
           break;
         }
-        // The socket is usually drained here (the answer to what was just sent has not arrived): the
-        // read waits for epoll instead of trying a recv that fails (rpcroute/edge_read.hpp).
-        const auto n = co_await async_read_some_edge(conn->socket, conn->buffer.prepare(a.read_size()),
-                                                     asio::redirect_error(asio::use_awaitable, ec));
+        // The socket is usually drained here (the answer to what was just sent has not arrived):
+        // the read waits for epoll instead of trying a recv that fails (rpcroute/edge_read.hpp).
+        const auto n =
+            co_await async_read_some_edge(conn->socket, conn->buffer.prepare(a.read_size()),
+                                          asio::redirect_error(asio::use_awaitable, ec));
         if (!a.took(n, ec)) break;
       }
       t.deadline->socket = nullptr;

@@ -27,8 +27,9 @@ class NativeHttp : public std::enable_shared_from_this<NativeHttp> {
     std::vector<asio::ip::tcp::endpoint> endpoints;
     std::string host;  // for messages
     std::uint16_t port = 80;
-    std::string key;   // pool key: "host:port"
-    std::string head;  // "POST path HTTP/1.1\r\nHost: …\r\n…" without Content-Length and extra headers
+    std::string key;  // pool key: "host:port"
+    std::string
+        head;  // "POST path HTTP/1.1\r\nHost: …\r\n…" without Content-Length and extra headers
   };
   struct Conn;
 
@@ -40,7 +41,8 @@ class NativeHttp : public std::enable_shared_from_this<NativeHttp> {
   /// The parsed target when this request can use the native client; null when curl must take it.
   [[nodiscard]] std::shared_ptr<const Target> target_for(const HttpRequest& request);
 
-  [[nodiscard]] asio::awaitable<HttpResponse> perform(HttpRequest request, std::shared_ptr<const Target> target);
+  [[nodiscard]] asio::awaitable<HttpResponse> perform(HttpRequest request,
+                                                      std::shared_ptr<const Target> target);
 
   /// Closes the idle keep-alive connections (engine shutdown).
   void close_idle();
@@ -59,7 +61,8 @@ class NativeHttp : public std::enable_shared_from_this<NativeHttp> {
 
   asio::io_context& io_;
   bool enabled_ = true;
-  std::unordered_map<std::string, std::shared_ptr<const Target>> targets_;  // by URL; null: not native
+  std::unordered_map<std::string, std::shared_ptr<const Target>>
+      targets_;  // by URL; null: not native
   std::unordered_map<std::string, std::vector<std::unique_ptr<Conn>>> idle_;
   std::size_t idle_count_ = 0;
   std::size_t in_flight_ = 0;

@@ -1,10 +1,10 @@
 // Which URLs the native client takes (plain http:// to an address or localhost, nothing a
 // request line cannot carry), and the request head it sends them.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
-
-#include <fmt/format.h>
 
 #include "native_http.hpp"
 
@@ -14,7 +14,8 @@ namespace {
 
 bool iequals(std::string_view a, std::string_view b) {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
          });
 }
 
@@ -39,7 +40,8 @@ bool split_authority(std::string_view authority, std::string_view& host, unsigne
   port = 80;
   if (port_text.empty()) return true;
   auto [p, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-  return ec == std::errc() && p == port_text.data() + port_text.size() && port != 0 && port <= 65535;
+  return ec == std::errc() && p == port_text.data() + port_text.size() && port != 0 &&
+         port <= 65535;
 }
 
 }  // namespace
@@ -50,13 +52,16 @@ std::shared_ptr<const NativeHttp::Target> parse_native_target(std::string_view u
   url.remove_prefix(scheme.size());
   const auto authority_end = url.find_first_of("/?#");
   std::string_view authority = url.substr(0, authority_end);
-  std::string_view rest = authority_end == std::string_view::npos ? std::string_view() : url.substr(authority_end);
+  std::string_view rest =
+      authority_end == std::string_view::npos ? std::string_view() : url.substr(authority_end);
   if (authority.empty() || authority.find('@') != std::string_view::npos) return nullptr;
   if (auto hash = rest.find('#'); hash != std::string_view::npos) rest = rest.substr(0, hash);
   for (char c : rest) {
-    if (static_cast<unsigned char>(c) <= 0x20 || static_cast<unsigned char>(c) >= 0x7f) return nullptr;
+    if (static_cast<unsigned char>(c) <= 0x20 || static_cast<unsigned char>(c) >= 0x7f)
+      return nullptr;
   }
-  std::string path = rest.empty() || rest.front() == '?' ? "/" + std::string(rest) : std::string(rest);
+  std::string path =
+      rest.empty() || rest.front() == '?' ? "/" + std::string(rest) : std::string(rest);
   std::string_view host;
   unsigned port = 80;
   if (!split_authority(authority, host, port)) return nullptr;
@@ -68,8 +73,10 @@ std::shared_ptr<const NativeHttp::Target> parse_native_target(std::string_view u
     target->endpoints.emplace_back(address, static_cast<std::uint16_t>(port));
   } else if (iequals(host, "localhost")) {
     // curl tries both; an IPv4-only node is the common case.
-    target->endpoints.emplace_back(asio::ip::make_address_v4("127.0.0.1"), static_cast<std::uint16_t>(port));
-    target->endpoints.emplace_back(asio::ip::make_address_v6("::1"), static_cast<std::uint16_t>(port));
+    target->endpoints.emplace_back(asio::ip::make_address_v4("127.0.0.1"),
+                                   static_cast<std::uint16_t>(port));
+    target->endpoints.emplace_back(asio::ip::make_address_v6("::1"),
+                                   static_cast<std::uint16_t>(port));
   } else {
     return nullptr;  // a name to resolve: curl does it (and its DNS cache)
   }
@@ -77,7 +84,8 @@ std::shared_ptr<const NativeHttp::Target> parse_native_target(std::string_view u
   target->port = static_cast<std::uint16_t>(port);
   target->key = fmt::format("{}:{}", host, port);
   target->head = fmt::format(
-      "POST {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: rpcroute/0.1\r\nContent-Type: application/json\r\n"
+      "POST {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: rpcroute/0.1\r\nContent-Type: "
+      "application/json\r\n"
       "Accept: application/json\r\nAccept-Encoding: identity\r\n",
       path, authority);
   return target;

@@ -12,7 +12,8 @@ namespace bhttp = boost::beast::http;
 
 namespace {
 
-constexpr std::uint64_t kReserveUpFront = std::uint64_t{256} << 20;  // reserved before any byte arrives
+constexpr std::uint64_t kReserveUpFront = std::uint64_t{256}
+                                          << 20;  // reserved before any byte arrives
 
 std::string_view trimmed(boost::beast::string_view value) {
   std::string_view v(value.data(), value.size());
@@ -23,7 +24,8 @@ std::string_view trimmed(boost::beast::string_view value) {
 
 bool is_identity(std::string_view v) {
   constexpr std::string_view identity = "identity";
-  return v.size() == identity.size() && std::equal(v.begin(), v.end(), identity.begin(), [](char x, char y) {
+  return v.size() == identity.size() &&
+         std::equal(v.begin(), v.end(), identity.begin(), [](char x, char y) {
            return std::tolower(static_cast<unsigned char>(x)) == y;
          });
 }

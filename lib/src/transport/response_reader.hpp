@@ -2,10 +2,9 @@
 // The native client's parser of an answer that its fast path (http1::parse_response) declined:
 // Beast's HTTP/1.1 response parser (status line, framing, chunked bodies, limits) keeping only what
 // the router reads. Internal to the transport.
+#include <boost/beast/http/basic_parser.hpp>
 #include <cstdint>
 #include <string>
-
-#include <boost/beast/http/basic_parser.hpp>
 
 namespace rpcroute::detail {
 
@@ -26,14 +25,18 @@ class ResponseReader final : public boost::beast::http::basic_parser<false> {
   using error_code = boost::beast::error_code;
   using string_view = boost::beast::string_view;
 
-  void on_request_impl(boost::beast::http::verb, string_view, string_view, int, error_code&) override {}
+  void on_request_impl(boost::beast::http::verb, string_view, string_view, int,
+                       error_code&) override {}
   void on_response_impl(int code, string_view, int, error_code&) override { status = code; }
-  void on_field_impl(boost::beast::http::field name, string_view, string_view value, error_code&) override;
+  void on_field_impl(boost::beast::http::field name, string_view, string_view value,
+                     error_code&) override;
   void on_header_impl(error_code& ec) override;
   void on_body_init_impl(const boost::optional<std::uint64_t>& length, error_code&) override;
   std::size_t on_body_impl(string_view piece, error_code&) override { return append(piece); }
   void on_chunk_header_impl(std::uint64_t, string_view, error_code&) override {}
-  std::size_t on_chunk_body_impl(std::uint64_t, string_view piece, error_code&) override { return append(piece); }
+  std::size_t on_chunk_body_impl(std::uint64_t, string_view piece, error_code&) override {
+    return append(piece);
+  }
   void on_finish_impl(error_code&) override {}
 
   std::size_t append(string_view piece);

@@ -1,9 +1,9 @@
 // Global operator new/delete with per-thread free lists (see rpcroute/alloc.hpp).
 //
 // Layout of a block: [16-byte header: class index | user bytes]. The header is written once when
-// the block comes from malloc; a cached block keeps it, and its first user word links the free list.
-// Blocks above kMaxCached, and every block once the thread's cache has been torn down, carry the
-// class kUncached and go straight back to free().
+// the block comes from malloc; a cached block keeps it, and its first user word links the free
+// list. Blocks above kMaxCached, and every block once the thread's cache has been torn down, carry
+// the class kUncached and go straight back to free().
 
 #include "rpcroute/alloc.hpp"
 
@@ -124,7 +124,7 @@ void release_slow(void* p) noexcept {
   std::free(static_cast<char*>(p) - kHeader);
 }
 
-} // namespace
+}  // namespace
 
 Stats thread_stats() {
   Stats s;
@@ -134,7 +134,7 @@ Stats thread_stats() {
   return s;
 }
 
-} // namespace rpcroute::alloc
+}  // namespace rpcroute::alloc
 
 // The replaceable forms. libstdc++'s array and nothrow forms call these; the aligned forms keep
 // their own aligned_alloc/free pair and never meet these blocks.

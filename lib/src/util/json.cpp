@@ -1,8 +1,8 @@
 #include "rpcroute/json.hpp"
 
-#include <cmath>
-
 #include <fmt/format.h>
+
+#include <cmath>
 
 namespace rpcroute::json {
 
@@ -17,14 +17,29 @@ void append_string(std::string& out, std::string_view s) {
     out.append(s.data() + run, i - run);
     run = i + 1;
     switch (c) {
-      case '"': out.append("\\\"", 2); break;
-      case '\\': out.append("\\\\", 2); break;
-      case '\n': out.append("\\n", 2); break;
-      case '\r': out.append("\\r", 2); break;
-      case '\t': out.append("\\t", 2); break;
-      case '\b': out.append("\\b", 2); break;
-      case '\f': out.append("\\f", 2); break;
-      default: fmt::format_to(std::back_inserter(out), "\\u{:04x}", static_cast<unsigned>(c));
+      case '"':
+        out.append("\\\"", 2);
+        break;
+      case '\\':
+        out.append("\\\\", 2);
+        break;
+      case '\n':
+        out.append("\\n", 2);
+        break;
+      case '\r':
+        out.append("\\r", 2);
+        break;
+      case '\t':
+        out.append("\\t", 2);
+        break;
+      case '\b':
+        out.append("\\b", 2);
+        break;
+      case '\f':
+        out.append("\\f", 2);
+        break;
+      default:
+        fmt::format_to(std::back_inserter(out), "\\u{:04x}", static_cast<unsigned>(c));
     }
   }
   out.append(s.data() + run, s.size() - run);

@@ -14,9 +14,9 @@ enum class BreakerState { closed, open, half_open };
 /// Circuit breaker of DESIGN.md section 6, stored as data so that other processes can continue it.
 struct Breaker {
   BreakerState state = BreakerState::closed;  // as last written; see effective_state()
-  int failures = 0;    // consecutive provider-health failures while closed
-  int successes = 0;   // consecutive successes while half-open
-  int reopens = 0;     // how often it reopened from half-open (doubles the recovery timeout)
+  int failures = 0;                           // consecutive provider-health failures while closed
+  int successes = 0;                          // consecutive successes while half-open
+  int reopens = 0;  // how often it reopened from half-open (doubles the recovery timeout)
   std::int64_t opened_ms = 0;
   std::int64_t recovery_ms = 0;  // with jitter, fixed when it opened
   std::string reason;            // last failure that counted
@@ -32,7 +32,8 @@ void breaker_on_outcome(Breaker& b, OutcomeClass cls, std::int64_t t_ms, std::st
                         const BreakerConfig& cfg, double jitter);
 
 /// Opens the breaker at once (a provider lagging longer than lag_trip_ms); reopens a half-open one.
-void breaker_trip(Breaker& b, std::int64_t t_ms, std::string_view reason, const BreakerConfig& cfg, double jitter);
+void breaker_trip(Breaker& b, std::int64_t t_ms, std::string_view reason, const BreakerConfig& cfg,
+                  double jitter);
 
 /// The outcome of an exchange sent while the breaker was open (the sidecar's recovery probe, or a
 /// request let through because no provider was usable): a success closes the breaker at once; a

@@ -1,4 +1,5 @@
 #pragma once
+#include <boost/container/small_vector.hpp>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -6,14 +7,12 @@
 #include <string_view>
 #include <vector>
 
-#include <boost/container/small_vector.hpp>
-
 #include "rpcroute/asio_compat.hpp"
 #include "rpcroute/clock.hpp"
 #include "rpcroute/config.hpp"
+#include "rpcroute/health/store.hpp"
 #include "rpcroute/jsonrpc.hpp"
 #include "rpcroute/outcome.hpp"
-#include "rpcroute/health/store.hpp"
 #include "rpcroute/transport.hpp"
 
 namespace rpcroute {
@@ -43,8 +42,9 @@ struct Exchange {
   std::optional<jsonrpc::Response> response;
   // Inline room for one call (the usual exchange): no allocation for it.
   boost::container::small_vector<Classification, 1> per_call;
-  boost::container::small_vector<const jsonrpc::Reply*, 1> replies;  // into response; null where the call got no answer
-  Classification overall;                      // what the breaker and rate-limit marks see
+  boost::container::small_vector<const jsonrpc::Reply*, 1>
+      replies;             // into response; null where the call got no answer
+  Classification overall;  // what the breaker and rate-limit marks see
 
   Exchange() = default;
   Exchange(Exchange&&) = default;
@@ -64,7 +64,8 @@ struct Exchange {
 /// buffer: the provider's envelope around `result` (a view into it) is replaced, moving the result
 /// at most once — not at all when the two ids have the same length. A large result is forwarded
 /// without a copy. `ex.response` must not be used after. Copies when the buffer has no room.
-[[nodiscard]] std::string take_as_response(Exchange& ex, std::string_view result, std::string_view id);
+[[nodiscard]] std::string take_as_response(Exchange& ex, std::string_view result,
+                                           std::string_view id);
 
 /// A single call is sent as an object, several as a batch; call i gets the id ids.first + i.
 [[nodiscard]] std::string upstream_body(std::span<const UpstreamCall> calls, UpstreamIds ids);
@@ -75,30 +76,35 @@ struct Exchange {
 /// With the calls, a head answer (eth_blockNumber) that is not a quantity ("0x", "-0x1", a JSON
 /// number) is a provider failure (bad_response), not a result.
 [[nodiscard]] Exchange classify_exchange(HttpResponse http, UpstreamIds ids, std::int64_t now_ms,
-                                         const Profile& profile, std::span<const UpstreamCall> calls = {});
+                                         const Profile& profile,
+                                         std::span<const UpstreamCall> calls = {});
 
 /// Whether an exchange's answer shows its connection out of step (an answer to another request, or
 /// not an answer at all): the connection is then closed rather than reused.
 [[nodiscard]] bool connection_suspect(const Exchange& exchange);
 
 /// The response cap for calls to one provider: the largest of the calls' methods' caps (their
-/// method overrides' max_response_mb, else the provider's limits.max_response_mb, else the default).
-[[nodiscard]] std::uint64_t max_response_bytes(std::span<const UpstreamCall> calls, const Provider& provider,
-                                               const Profile& profile);
+/// method overrides' max_response_mb, else the provider's limits.max_response_mb, else the
+/// default).
+[[nodiscard]] std::uint64_t max_response_bytes(std::span<const UpstreamCall> calls,
+                                               const Provider& provider, const Profile& profile);
 
 /// Sends calls to one provider and classifies the answer.
-[[nodiscard]] asio::awaitable<Exchange> send_exchange(Transport& transport, const Provider& provider,
-                                                      std::span<const UpstreamCall> calls, std::int64_t timeout_ms,
-                                                      const Clock& clock, const Profile& profile);
+[[nodiscard]] asio::awaitable<Exchange> send_exchange(Transport& transport,
+                                                      const Provider& provider,
+                                                      std::span<const UpstreamCall> calls,
+                                                      std::int64_t timeout_ms, const Clock& clock,
+                                                      const Profile& profile);
 
 /// Records an exchange in the state the way live traffic does: one attempt (breaker, rate-limit
 /// mark) and one latency sample per call.
 struct RecordOptions {
-  bool trial = false;          // sent while the breaker was open (recovery probe, trial request)
-  bool timeout_trips = true;   // false when the overall deadline, not the provider's timeout, cut it short
+  bool trial = false;  // sent while the breaker was open (recovery probe, trial request)
+  bool timeout_trips =
+      true;  // false when the overall deadline, not the provider's timeout, cut it short
 };
 void record_exchange(HealthSink& sink, const HealthConfig& health, std::string_view key,
-                     std::span<const UpstreamCall> calls, const Exchange& exchange, std::int64_t now_ms,
-                     double jitter, RecordOptions options = {});
+                     std::span<const UpstreamCall> calls, const Exchange& exchange,
+                     std::int64_t now_ms, double jitter, RecordOptions options = {});
 
 }  // namespace rpcroute

@@ -46,10 +46,10 @@ struct Height {
 
 /// What the last probe found about a provider (DESIGN.md section 8).
 struct ProbeFindings {
-  std::int64_t t_ms = 0;          // 0: never probed
-  std::uint64_t chain_id = 0;     // 0: unknown
-  std::optional<bool> archival;   // state at an early block readable
-  std::optional<bool> batch;      // answers JSON-RPC batches
+  std::int64_t t_ms = 0;         // 0: never probed
+  std::uint64_t chain_id = 0;    // 0: unknown
+  std::optional<bool> archival;  // state at an early block readable
+  std::optional<bool> batch;     // answers JSON-RPC batches
   std::optional<bool> syncing;
   std::string client_version;
 };
@@ -84,7 +84,9 @@ struct ProviderState {
   ArchivalSeen archival_seen;
   std::map<std::string, std::deque<Sample>, std::less<>> methods;  // newest last
 
-  [[nodiscard]] bool rate_limited(std::int64_t now_ms) const { return rate_limited_until_ms > now_ms; }
+  [[nodiscard]] bool rate_limited(std::int64_t now_ms) const {
+    return rate_limited_until_ms > now_ms;
+  }
 };
 
 struct ChainState {
@@ -103,24 +105,28 @@ struct State {
   std::map<std::string, FilterPin, std::less<>> filters;        // filter_key()
 };
 
-[[nodiscard]] std::string provider_key(std::string_view profile, std::string_view chain, const Provider& p);
+[[nodiscard]] std::string provider_key(std::string_view profile, std::string_view chain,
+                                       const Provider& p);
 /// provider_key() written into `out` (replacing its contents): lookups reuse one buffer.
-void provider_key_into(std::string& out, std::string_view profile, std::string_view chain, const Provider& p);
-/// "profile/chain#CHAIN_ID:DIGEST": chain state (high-water mark, cursor) belongs to the chain id and
-/// the set of provider URLs (a digest of their fingerprints), not to a file name; a profile whose
-/// chain id or providers change starts afresh, and its old entry is pruned.
+void provider_key_into(std::string& out, std::string_view profile, std::string_view chain,
+                       const Provider& p);
+/// "profile/chain#CHAIN_ID:DIGEST": chain state (high-water mark, cursor) belongs to the chain id
+/// and the set of provider URLs (a digest of their fingerprints), not to a file name; a profile
+/// whose chain id or providers change starts afresh, and its old entry is pruned.
 [[nodiscard]] std::string chain_key(std::string_view profile, const Chain& chain);
 /// chain_key() + "/" + the filter id in lower case.
-[[nodiscard]] std::string filter_key(std::string_view profile, const Chain& chain, std::string_view filter_id);
+[[nodiscard]] std::string filter_key(std::string_view profile, const Chain& chain,
+                                     std::string_view filter_id);
 
 /// Whether `method` has the shape of a JSON-RPC method name: ASCII "namespace_name" of at most
 /// kMaxMethodNameBytes ("eth_getLogs", "debug_traceCall", "anvil_mine").
 [[nodiscard]] bool known_shaped_method(std::string_view method);
 /// The key under which a sample of `method` is kept among `methods`: the method itself when it is
 /// known-shaped and there is room (kMaxMethodsPerProvider), else kOtherMethod.
-[[nodiscard]] std::string_view method_slot(const std::map<std::string, std::deque<Sample>, std::less<>>& methods,
-                                           std::string_view method);
-/// Whether a filter key may be stored: at most kMaxFilterKeyBytes of valid UTF-8, no control characters.
+[[nodiscard]] std::string_view method_slot(
+    const std::map<std::string, std::deque<Sample>, std::less<>>& methods, std::string_view method);
+/// Whether a filter key may be stored: at most kMaxFilterKeyBytes of valid UTF-8, no control
+/// characters.
 [[nodiscard]] bool storable_filter_key(std::string_view key);
 /// Whether `s` is valid UTF-8 (what simdjson accepts).
 [[nodiscard]] bool is_utf8(std::string_view s);
@@ -140,8 +146,8 @@ struct AttemptEvent {
   std::string reason;
   std::int64_t retry_after_ms = -1;  // for rate limits; -1 means the default
   double jitter = 0;                 // in [0, 1): drawn once so that replay opens the same way
-  bool trip = false;                 // open the breaker now, whatever the count (lag beyond lag_trip_ms)
-  bool trial = false;                // sent while the breaker was open (a recovery probe or trial request)
+  bool trip = false;   // open the breaker now, whatever the count (lag beyond lag_trip_ms)
+  bool trial = false;  // sent while the breaker was open (a recovery probe or trial request)
 };
 struct SampleEvent {
   std::string key;
@@ -186,8 +192,8 @@ struct ArchivalEvent {
   std::string key;
   ArchivalSeen seen;
 };
-using Event = std::variant<AttemptEvent, SampleEvent, HeightEvent, HighWaterEvent, CursorEvent, FilterEvent, ProbeEvent,
-                           QuotaEvent, LagEvent, ArchivalEvent>;
+using Event = std::variant<AttemptEvent, SampleEvent, HeightEvent, HighWaterEvent, CursorEvent,
+                           FilterEvent, ProbeEvent, QuotaEvent, LagEvent, ArchivalEvent>;
 
 /// Applies one event; entries are created from their keys when missing. `health` decides breaker
 /// thresholds.

@@ -32,9 +32,15 @@ class HealthStore : public HealthView, public HealthSink {};
 class StateView final : public HealthView {
  public:
   explicit StateView(const State& state) : state_(state) {}
-  [[nodiscard]] const ProviderState* provider(std::string_view key) const override { return find(state_.providers, key); }
-  [[nodiscard]] const ChainState* chain(std::string_view key) const override { return find(state_.chains, key); }
-  [[nodiscard]] const FilterPin* filter(std::string_view key) const override { return find(state_.filters, key); }
+  [[nodiscard]] const ProviderState* provider(std::string_view key) const override {
+    return find(state_.providers, key);
+  }
+  [[nodiscard]] const ChainState* chain(std::string_view key) const override {
+    return find(state_.chains, key);
+  }
+  [[nodiscard]] const FilterPin* filter(std::string_view key) const override {
+    return find(state_.filters, key);
+  }
 
   template <class Map>
   [[nodiscard]] static const typename Map::mapped_type* find(const Map& map, std::string_view key) {
