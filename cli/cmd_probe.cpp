@@ -60,7 +60,7 @@ std::vector<ProbeReport> probe_all(Setup& setup, const std::vector<const Provide
       asio::co_spawn(loop.io(),
                      probe_provider(loop.engine(), setup.profile, *setup.chain, p, &*setup.store,
                                     setup.clock, setup.rng, timeout.value_or(p.timeout_ms)),
-                     [&reports, i](std::exception_ptr e, ProbeReport r) {
+                     [&reports, i](const std::exception_ptr& e, ProbeReport r) {
                        if (!e) reports[i] = std::move(r);
                      });
     }

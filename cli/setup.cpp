@@ -14,7 +14,7 @@ int usage_error(std::string_view message) {
   return code_of(ExitCode::usage);
 }
 
-int internal_error(std::exception_ptr failure) {
+int internal_error(const std::exception_ptr& failure) {
   try {
     std::rethrow_exception(failure);
   } catch (const std::exception& e) {
@@ -124,7 +124,7 @@ int Setup::finish(int code) {
 EventLoop::Completion<void> EventLoop::run(asio::awaitable<void> work, Until until,
                                            const std::function<void()>& on_done) {
   Completion<void> out;
-  asio::co_spawn(io_, std::move(work), [&](std::exception_ptr e) {
+  asio::co_spawn(io_, std::move(work), [&](const std::exception_ptr& e) {
     if (e) out = tl::unexpected(e);
     if (on_done) on_done();
     if (until == Until::done) io_.stop();

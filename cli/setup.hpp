@@ -26,7 +26,7 @@ namespace rpcroute::cli {
 [[nodiscard]] int usage_error(std::string_view message);
 /// Prints "rpcroute: error: internal error: ..." for an exception that escaped a command's work
 /// and gives the internal exit code (4). An exception that is not a std::exception goes on.
-[[nodiscard]] int internal_error(std::exception_ptr failure);
+[[nodiscard]] int internal_error(const std::exception_ptr& failure);
 
 /// --profile value, else $RPCROUTE_PROFILE, else the embedded default.
 [[nodiscard]] Result<Profile> load_selected_profile(const std::string& flag);
@@ -103,7 +103,7 @@ class EventLoop {
   template <class T>
   [[nodiscard]] Completion<T> run(asio::awaitable<T> work, Until until) {
     Completion<T> out;
-    asio::co_spawn(io_, std::move(work), [&](std::exception_ptr e, T v) {
+    asio::co_spawn(io_, std::move(work), [&](const std::exception_ptr& e, T v) {
       if (e) {
         out = tl::unexpected(e);
       } else {

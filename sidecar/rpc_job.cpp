@@ -84,8 +84,8 @@ void Handlers::next_request_id(RpcJob& job) {
     std::array<char, 512> t{};
     constexpr char hex[] = "0123456789abcdef";
     for (int b = 0; b < 256; ++b) {
-      t[static_cast<std::size_t>(2 * b)] = hex[b >> 4];
-      t[static_cast<std::size_t>(2 * b + 1)] = hex[b & 0xf];
+      t[2 * static_cast<std::size_t>(b)] = hex[b >> 4];
+      t[2 * static_cast<std::size_t>(b) + 1] = hex[b & 0xf];
     }
     return t;
   }();

@@ -24,7 +24,7 @@ enum class StickySource : std::uint8_t {
 /// What rpcroute knows about one JSON-RPC method: one row of the catalogue.
 struct MethodInfo {
   std::string_view name;
-  std::int8_t block_param = -1;  // index in params of the block it reads; -1: none
+  std::int16_t block_param = -1;  // index in params of the block it reads; -1: none
   bool block_optional = false;   // the block may be left out (the node then reads latest)
   bool log_filter = false;       // params[0] is an eth_getLogs filter (fromBlock/toBlock/blockHash)
   bool replay_unsafe = false;    // sending it twice could act twice: one provider only, no retry

@@ -88,7 +88,7 @@ class Runner {
 
   void spawn(asio::awaitable<void> work, WaitGroup& group) {
     group.add();
-    asio::co_spawn(ex_, std::move(work), [this, &group](std::exception_ptr e) {
+    asio::co_spawn(ex_, std::move(work), [this, &group](const std::exception_ptr& e) {
       if (e && !failure_) failure_ = e;
       group.done();
     });
