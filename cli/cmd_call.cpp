@@ -10,6 +10,7 @@
 #include "options.hpp"
 #include "output.hpp"
 #include "rpcroute/json.hpp"
+#include "rpcroute/plan_report.hpp"
 #include "rpcroute/router.hpp"
 #include "setup.hpp"
 
@@ -75,39 +76,11 @@ void write_meta(json::Writer& w, const CallOutcome& o, const Chain& chain) {
   }
   w.key("attempts");
   w.begin_array();
-  for (const auto& a : o.attempts) {
-    w.begin_object();
-    w.key("provider");
-    w.value(a.provider);
-    w.key("outcome");
-    w.value(outcome_name(a.result.outcome));
-    w.key("class");
-    w.value(class_name(a.result.cls));
-    w.key("http_status");
-    w.value(static_cast<std::int64_t>(a.http_status));
-    w.key("latency_ms");
-    w.value(a.latency_ms);
-    w.key("message");
-    w.value(a.result.message);
-    w.end_object();
-  }
+  for (const auto& a : o.attempts) write_attempt_json(w, a);
   w.end_array();
   w.key("excluded");
   w.begin_array();
-  for (const auto& e : o.excluded) {
-    w.begin_object();
-    w.key("provider");
-    w.value(e.provider);
-    w.key("kind");
-    w.value(exclusion_kind_name(e.kind));
-    w.key("reason");
-    w.value(e.reason);
-    if (e.retry_in_ms > 0) {
-      w.key("retry_in_ms");
-      w.value(e.retry_in_ms);
-    }
-    w.end_object();
-  }
+  for (const auto& e : o.excluded) write_exclusion_json(w, e, RetryField::when_known);
   w.end_array();
   if (o.retry_after_ms >= 0) {
     w.key("retry_after_ms");
