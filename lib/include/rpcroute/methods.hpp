@@ -25,9 +25,9 @@ enum class StickySource : std::uint8_t {
 struct MethodInfo {
   std::string_view name;
   std::int16_t block_param = -1;  // index in params of the block it reads; -1: none
-  bool block_optional = false;   // the block may be left out (the node then reads latest)
-  bool log_filter = false;       // params[0] is an eth_getLogs filter (fromBlock/toBlock/blockHash)
-  bool replay_unsafe = false;    // sending it twice could act twice: one provider only, no retry
+  bool block_optional = false;    // the block may be left out (the node then reads latest)
+  bool log_filter = false;     // params[0] is an eth_getLogs filter (fromBlock/toBlock/blockHash)
+  bool replay_unsafe = false;  // sending it twice could act twice: one provider only, no retry
   FilterRole filter = FilterRole::none;
   StickySource sticky = StickySource::none;
   TimeoutClass timeout = TimeoutClass::standard;
