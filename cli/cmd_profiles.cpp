@@ -205,6 +205,7 @@ int run_profiles(const ProfilesOptions& options) {
   if (options.action == "validate") {
     auto p = load_profile_file(options.target);
     if (!p) return usage_error(p.error().message);
+    for (const auto& w : p->warnings()) print_warning(w);
     std::size_t providers = 0;
     for (const auto& c : p->chains) providers += c.providers.size();
     fmt::print("{}: ok ({} chain(s), {} provider(s))\n", options.target, p->chains.size(),

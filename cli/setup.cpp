@@ -82,6 +82,7 @@ std::optional<Profile> load_profile_flag(const std::string& flag) {
     print_error(profile.error().message);
     return std::nullopt;
   }
+  for (const auto& w : profile->warnings()) print_warning(w);
   return std::move(*profile);
 }
 

@@ -53,11 +53,26 @@ struct Header {
   std::string value;
 };
 
+/// A provider's `tls:` (https:// only). Paths are absolute once the profile is loaded (relative
+/// ones are taken from the profile's folder) and were readable then.
+struct TlsOptions {
+  std::string ca_file;    // trust exactly these CAs instead of the system store
+  std::string ca_dir;     // a hashed CA folder (openssl rehash), with or instead of ca_file
+  std::string cert_file;  // client certificate (mTLS); may hold the key too
+  std::string key_file;   // its key, when not in cert_file
+  bool insecure = false;  // no certificate or host name check: warned on every run
+
+  [[nodiscard]] bool empty() const {
+    return ca_file.empty() && ca_dir.empty() && cert_file.empty() && key_file.empty() && !insecure;
+  }
+};
+
 struct Provider {
   std::string id;
   std::string url;  // after ${VAR} substitution: may hold a secret, never print it (redact_url)
   std::string ws_url;
   std::vector<Header> headers;
+  TlsOptions tls;
   int priority = 0;  // defaults to the position in the profile, 1-based
   double weight = 1.0;
   std::optional<bool> archival;  // unset: unknown
@@ -157,6 +172,9 @@ struct Profile {
   [[nodiscard]] MethodPolicy policy_for(std::string_view method) const;
   /// Replaces every secret and URL path in `text` with "***".
   [[nodiscard]] std::string scrub(std::string text) const;
+  /// What every command that loads the profile prints on stderr: settings that give up a
+  /// guarantee (tls.insecure).
+  [[nodiscard]] std::vector<std::string> warnings() const;
 };
 
 /// The per-attempt timeout a method gets when neither its override nor the provider sets one:

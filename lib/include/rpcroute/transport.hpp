@@ -22,7 +22,9 @@ struct HttpRequest {
   std::int64_t timeout_ms = 10'000;
   /// Larger answers are abandoned (TransportError::too_large), whatever their framing.
   std::uint64_t max_response_bytes = kDefaultMaxResponseBytes;
-  Cancellation* cancel = nullptr;  // request() stops the transfer: TransportError::cancelled
+  Cancellation* cancel = nullptr;   // request() stops the transfer: TransportError::cancelled
+  const TlsOptions* tls = nullptr;  // the provider's tls: settings (none: defaults); must outlive
+                                    // perform()
 };
 
 /// Bytes reserved past a body's Content-Length: simdjson's padding (64), so that the answer is

@@ -1,5 +1,7 @@
 // The profile's own queries (chain and provider lookup, method policies and timeouts, glob
 // matching, scrubbing secrets from text). Loading is profile_schema.cpp and profile_files.cpp.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <cctype>
@@ -106,6 +108,20 @@ std::int64_t attempt_timeout_ms(std::string_view method, const Provider& provide
   if (policy.timeout_ms) return *policy.timeout_ms;
   if (provider.timeout_set) return provider.timeout_ms;
   return default_method_timeout_ms(method);
+}
+
+std::vector<std::string> Profile::warnings() const {
+  std::vector<std::string> out;
+  for (const auto& c : chains) {
+    for (const auto& p : c.providers) {
+      if (!p.tls.insecure) continue;
+      out.push_back(
+          fmt::format("provider '{}' has tls.insecure: its certificate is not checked; "
+                      "anyone on the path can read and change its answers",
+                      p.id));
+    }
+  }
+  return out;
 }
 
 std::string Profile::scrub(std::string text) const {

@@ -2,10 +2,12 @@
 // checks that span sections (unique chain ids and provider ids, overrides naming known
 // providers). YAML itself, ${VAR} and the error format are yaml_reader.hpp's.
 #include <fmt/format.h>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <set>
 
 #include "rpcroute/config.hpp"
@@ -199,7 +201,7 @@ class ProfileSchema : public detail::YamlReader {
     require_map(n, "provider");
     check_keys(n,
                {"id", "url", "ws_url", "headers", "api_key", "priority", "weight", "archival",
-                "rate_limit", "methods", "limits", "timeout_ms"},
+                "rate_limit", "methods", "limits", "timeout_ms", "tls"},
                "provider");
     Provider p;
     auto id = opt_string(n, "id");
@@ -212,6 +214,7 @@ class ProfileSchema : public detail::YamlReader {
     p.id = *id;
     read_urls(n, p);
     if (auto h = n["headers"]) read_headers(h, p.headers);
+    if (auto t = n["tls"]) read_tls(t, p);
     p.priority = static_cast<int>(opt_int(n, "priority", 0).value_or(position));
     p.weight = opt_double(n, "weight", 0, 1e9).value_or(1.0);
     if (auto a = n["archival"]) p.archival = boolean(a);
@@ -275,6 +278,51 @@ class ProfileSchema : public detail::YamlReader {
         throw error(it->second, "header value holds a line break");
       out.push_back({name, value});
     }
+  }
+
+  /// tls: only for https://; every file named must be readable now, so that a typo is a profile
+  /// error and not a failure on every request.
+  void read_tls(const YAML::Node& t, Provider& p) const {
+    require_map(t, "tls");
+    check_keys(t, {"ca_file", "ca_dir", "cert_file", "key_file", "insecure"}, "tls");
+    if (!p.url.starts_with("https://") && !p.url.starts_with("HTTPS://")) {
+      throw error(t, fmt::format("provider '{}' has 'tls' but its url is not https://", p.id));
+    }
+    auto& o = p.tls;
+    o.ca_file = tls_path(t, "ca_file", false);
+    o.ca_dir = tls_path(t, "ca_dir", true);
+    o.cert_file = tls_path(t, "cert_file", false);
+    o.key_file = tls_path(t, "key_file", false);
+    if (auto i = t["insecure"]) o.insecure = boolean(i);
+    if (o.insecure && (!o.ca_file.empty() || !o.ca_dir.empty())) {
+      throw error(t["insecure"],
+                  "tls: 'insecure' checks no certificate: drop it, or drop "
+                  "'ca_file' and 'ca_dir'");
+    }
+    if (!o.key_file.empty() && o.cert_file.empty())
+      throw error(t["key_file"], "tls: 'key_file' needs 'cert_file'");
+  }
+
+  /// A path under tls:, absolute, taken from the profile's folder when relative; it must be a
+  /// readable file (or folder).
+  std::string tls_path(const YAML::Node& t, const char* key, bool folder) const {
+    auto v = opt_string(t, key);
+    if (!v) return {};
+    if (v->empty()) throw error(t[key], fmt::format("tls: '{}' is empty", key));
+    namespace fs = std::filesystem;
+    fs::path path(*v);
+    if (path.is_relative() && !source().starts_with("<")) {
+      path = fs::path(source()).parent_path() / path;
+    }
+    std::error_code ec;
+    path = fs::absolute(path, ec).lexically_normal();
+    const auto status = fs::status(path, ec);
+    const bool right_kind = folder ? fs::is_directory(status) : fs::is_regular_file(status);
+    if (ec || !right_kind || ::access(path.c_str(), R_OK) != 0) {
+      throw error(t[key], fmt::format("tls: {} '{}' is not a readable {}", key, path.string(),
+                                      folder ? "folder" : "file"));
+    }
+    return path.string();
   }
 
   Quota read_quota(const YAML::Node& rl) const {

@@ -209,6 +209,7 @@ HttpRequest Executor::start_round(const Run& run, Round& round) {
   HttpRequest request{provider.url, upstream_body(calls, round.ids), &provider.headers,
                       round.attempt_timeout, max_response_bytes(calls, provider, profile_)};
   request.cancel = run.options.cancel;
+  request.tls = &provider.tls;
   return request;
 }
 

@@ -383,6 +383,12 @@ void Engine::Core::check_done() {
     if (code != CURLE_OK) {
       r.error_message =
           t->error_buffer[0] != '\0' ? std::string(t->error_buffer) : curl_easy_strerror(code);
+      long verify = 0;
+      curl_easy_getinfo(msg->easy_handle, CURLINFO_SSL_VERIFYRESULT, &verify);
+      if (auto cause = tls_cause(code, verify, r.error_message)) {
+        r.error = TransportError::tls;
+        r.error_message = fmt::format("TLS: {} ({})", *cause, r.error_message);
+      }
     }
     curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &r.status);
     if (t->abandoned != TransportError::none) {
@@ -531,6 +537,7 @@ asio::awaitable<HttpResponse> Engine::perform_curl(HttpRequest request) {
   curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, core_.get());
   curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
+  if (t->request.tls != nullptr && !t->request.tls->empty()) apply_tls(e, *t->request.tls);
 
   core_->retire_unclean_idle();
   t->started_us = steady_us();

@@ -981,3 +981,85 @@ TEST_CASE("a key pasted into a URL is a secret: scrub() hides it wherever it is 
   CHECK(p->scrub("no route for /rpc/eth on eth") == "no route for *** on eth");
   CHECK(p->scrub("header not found on main") == "header not found on main");
 }
+
+namespace {
+
+std::string tls_profile(std::string_view url, std::string_view tls_block) {
+  return fmt::format(R"(chains:
+  ethereum:
+    chain_id: 1
+    providers:
+      - id: node
+        url: {}
+        tls:
+{}
+)",
+                     url, tls_block);
+}
+
+}  // namespace
+
+TEST_CASE("tls: paths are checked at load, relative ones taken from the profile's folder",
+          "[config][tls]") {
+  TempDir dir;
+  write_file(dir / "certs/ca.pem", "ca");
+  write_file(dir / "certs/client.pem", "cert");
+  write_file(dir / "certs/client.key", "key");
+  std::filesystem::create_directories(dir / "cas");
+  const auto text = tls_profile("https://node.example:8545",
+                                fmt::format("          ca_file: certs/ca.pem\n"
+                                            "          ca_dir: {}\n"
+                                            "          cert_file: certs/client.pem\n"
+                                            "          key_file: ./certs/client.key",
+                                            (dir / "cas").string()));
+  write_file(dir / "p.yaml", text);
+  auto p = load_profile_file(dir / "p.yaml", kNoEnv);
+  REQUIRE(p);
+  const auto& tls = p->chains[0].providers[0].tls;
+  CHECK(tls.ca_file == (dir / "certs/ca.pem").string());
+  CHECK(tls.ca_dir == (dir / "cas").string());
+  CHECK(tls.cert_file == (dir / "certs/client.pem").string());
+  CHECK(tls.key_file == (dir / "certs/client.key").string());
+  CHECK_FALSE(tls.insecure);
+  CHECK_FALSE(tls.empty());
+  CHECK(p->warnings().empty());
+}
+
+TEST_CASE("tls: what cannot work is a profile error naming it", "[config][tls]") {
+  TempDir dir;
+  write_file(dir / "ca.pem", "ca");
+  const auto ca = (dir / "ca.pem").string();
+  auto error_of = [&](std::string_view url, const std::string& block) {
+    auto p = load_profile_text(tls_profile(url, block), "t.yaml", kNoEnv);
+    REQUIRE_FALSE(p);
+    return p.error().message;
+  };
+  CHECK_THAT(error_of("https://n.example", "          ca_file: " + (dir / "nope.pem").string()),
+             Catch::Contains("ca_file") && Catch::Contains("nope.pem") &&
+                 Catch::Contains("not a readable file"));
+  CHECK_THAT(error_of("https://n.example", "          ca_dir: " + ca),
+             Catch::Contains("not a readable folder"));
+  CHECK_THAT(error_of("http://127.0.0.1:8545", "          ca_file: " + ca),
+             Catch::Contains("not https://"));
+  CHECK_THAT(error_of("https://n.example", "          ca_file: " + ca + "\n          insecure: true"),
+             Catch::Contains("insecure"));
+  CHECK_THAT(error_of("https://n.example", "          key_file: " + ca),
+             Catch::Contains("'key_file' needs 'cert_file'"));
+  CHECK_THAT(error_of("https://n.example", "          ca: " + ca), Catch::Contains("ca_file"));
+  CHECK_THAT(error_of("https://n.example", "          ca_file: ''"), Catch::Contains("empty"));
+}
+
+TEST_CASE("tls: insecure is allowed, and warned about", "[config][tls]") {
+  auto p = load_profile_text(tls_profile("https://n.example", "          insecure: true"), "t.yaml",
+                             kNoEnv);
+  REQUIRE(p);
+  CHECK(p->chains[0].providers[0].tls.insecure);
+  REQUIRE(p->warnings().size() == 1);
+  CHECK_THAT(p->warnings()[0],
+             Catch::Contains("'node'") && Catch::Contains("tls.insecure") &&
+                 Catch::Contains("not checked"));
+  auto plain = load_profile_text(kValidProfile, "t.yaml", kNoEnv);
+  REQUIRE(plain);
+  CHECK(plain->warnings().empty());
+  CHECK(plain->chains[0].providers[0].tls.empty());
+}
