@@ -82,10 +82,12 @@ huge_bytes=$((50 * 1024 * 1024))
 # ---- nginx: the fast static upstream and the reference proxy ---------------------------------------
 nginx_bin=${NGINX:-$(command -v nginx || echo /usr/sbin/nginx)}
 
-make_body() { # FILE TOTAL_BYTES: a JSON-RPC result that is one long hex string
-  local prefix='{"jsonrpc":"2.0","id":0,"result":"0x' suffix='"}'
-  local hex=$(($2 - ${#prefix} - ${#suffix}))
-  { printf '%s' "$prefix"; head -c $(((hex + 1) / 2)) /dev/urandom | xxd -p | tr -d '\n' | head -c "$hex"; printf '%s' "$suffix"; } >"$1"
+make_body() { # FILE TOTAL_BYTES: the result of a JSON-RPC answer that is one long hex string, sized
+  # so that the whole answer to a request with id 1 (the envelope written by the upstream) is
+  # TOTAL_BYTES
+  local prefix='{"jsonrpc":"2.0","id":1,"result":"' suffix='"}'
+  local hex=$(($2 - ${#prefix} - ${#suffix} - 2))
+  { printf '0x'; head -c $(((hex + 1) / 2)) /dev/urandom | xxd -p | tr -d '\n' | head -c "$hex"; } >"$1"
 }
 
 nginx_conf() { # NAME PORT SERVER_BLOCK_BODY [HTTP_EXTRA [MAIN_EXTRA]]: a config in its own prefix under $work
@@ -129,8 +131,8 @@ nginx_worker() { pgrep -P "$1" | head -1 || true; }  # MASTER_PID → worker pid
 upstream_port="" upstream_pid=""
 # nginx (1 worker) answering POST / with {"jsonrpc":"2.0","id":ID,"result":"0x1"}, ID the request's
 # (the router sends ids of its own and refuses an answer with another one: echo module, chunked),
-# POST /large with a ~200 KB JSON-RPC result and POST /huge with a 50 MiB one (static files with id
-# 0; the 405 nginx gives a POST on a file is turned into a 200 + the file).
+# POST /large with a ~200 KB JSON-RPC result and POST /huge with a 50 MiB one (the same envelope
+# around a static file's hex string, read by an internal subrequest).
 ensure_upstream() {
   [[ -n $upstream_port ]] && return 0
   mkdir -p "$work/www"
@@ -139,10 +141,13 @@ ensure_upstream() {
   make_body "$work/www/huge" "$huge_bytes"
   chmod 644 "$work/www/large" "$work/www/huge"
   upstream_port=$(free_port)
+  local envelope="echo_read_request_body; echo -n '{\"jsonrpc\":\"2.0\",\"id\":\$rpc_id,\"result\":\"';"
   nginx_conf upstream "$upstream_port" "    root $work/www;
     default_type application/json;
     location = / { echo_read_request_body; echo -n '{\"jsonrpc\":\"2.0\",\"id\":\$rpc_id,\"result\":\"0x1\"}'; }
-    location / { error_page 405 =200 \$uri; }" "map \$request_body \$rpc_id {
+    location = /large { $envelope echo_location /files/large; echo -n '\"}'; }
+    location = /huge { $envelope echo_location /files/huge; echo -n '\"}'; }
+    location /files/ { internal; alias $work/www/; }" "map \$request_body \$rpc_id {
     \"~\\\"id\\\":(?<id>\\\"[^\\\"]*\\\"|[0-9]+)\" \$id;
     default 0;
   }" "load_module /usr/lib/nginx/modules/ngx_http_echo_module.so;"

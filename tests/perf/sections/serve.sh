@@ -4,12 +4,15 @@
 # upstream's fixed 39 B answer) and eth_getLogs answered with the 200 KB body: direct to the
 # upstream, through nginx (1 worker, keep-alive pool), through the sidecar. Requests/s, p50/p99/max
 # and the CPU time per request of the process doing the work; ROUNDS interleaved rounds per cell.
-# PROFILE=1 adds a perf profile of the sidecar. Sourced by tests/perf/run.
+# PROFILE=1 adds a perf profile of the sidecar. BASELINE_BIN (set by `run --baseline REV`) adds a
+# fourth path, the same sidecar built from another commit, interleaved with the others: a
+# before/after in one run. Sourced by tests/perf/run.
 
 section_serve() {
   ensure_upstream
   ensure_proxy
   start_sidecar sidecar
+  [[ -z ${BASELINE_BIN:-} ]] || start_sidecar baseline "$BASELINE_BIN"
   # A wrong answer is reported, not fatal: the tables then show the errors it causes.
   local answer
   answer=$(post_any "http://127.0.0.1:$sidecar_port/rpc/local" "$bn_req")
@@ -28,17 +31,22 @@ section_serve() {
     [direct,large]=http://127.0.0.1:$upstream_port/large
     [nginx,large]=http://127.0.0.1:$proxy_port/large
     [sidecar,large]=http://127.0.0.1:$sidecar_port/rpc/large
+    [baseline,bn]=http://127.0.0.1:${baseline_port:-0}/rpc/local
+    [baseline,large]=http://127.0.0.1:${baseline_port:-0}/rpc/large
   )
   local -A lua=([bn]=$work/bn.lua [large]=$work/logs.lua)
   local -A body_name=([bn]="eth_blockNumber (39 B answer)" [large]="eth_getLogs, $((large_bytes / 1024)) KB answer")
-  local -A target_name=([direct]="direct (upstream)" [nginx]="through nginx" [sidecar]="through rpcroute serve")
+  local -A target_name=([direct]="direct (upstream)" [nginx]="through nginx" [sidecar]="through rpcroute serve"
+    [baseline]="through rpcroute serve, baseline ${BASELINE_NAME:-}")
   local targets=(direct nginx sidecar)
+  [[ -z ${BASELINE_BIN:-} ]] || targets+=(baseline)
   local jsonl=$work/serve.jsonl
   : >"$jsonl"
 
   # The process doing the work: the upstream's worker for direct runs, the proxy's worker through
   # nginx, the sidecar. Its CPU per request is steadier than requests/s on a busy machine.
-  local -A server_pid=([direct]=$(nginx_worker "$upstream_pid") [nginx]=$(nginx_worker "$proxy_pid") [sidecar]=$sidecar_pid)
+  local -A server_pid=([direct]=$(nginx_worker "$upstream_pid") [nginx]=$(nginx_worker "$proxy_pid") [sidecar]=$sidecar_pid
+    [baseline]=${baseline_pid:-0})
 
   # Each cell (body, connections) runs ROUNDS rounds, the three paths interleaved within a round, so
   # that a change in the machine's load hits all three alike.
@@ -84,6 +92,7 @@ section_serve() {
     profile_notes=$(cat "$work/profile.md")
   fi
   stop_pid "$sidecar_pid"
+  [[ -z ${BASELINE_BIN:-} ]] || stop_pid "$baseline_pid"
 
   # ---- figures ----
   get() { # TARGET BODY CONNS FIELD
@@ -106,7 +115,7 @@ section_serve() {
     echo "## Sidecar throughput and latency (wrk)"
     echo
     echo "wrk $(wrk -v 2>&1 | head -1 | cut -d' ' -f2), 1 thread, keep-alive, POST \`$bn_req\` (or eth_getLogs for the 200 KB answer), after a 1 s warm-up per path."
-    echo "Each row: $rounds round(s) of ${duration} s, the three paths interleaved within each round; requests/s over all rounds, p50 and p99 the median round's, max the largest."
+    echo "Each row: $rounds round(s) of ${duration} s, the ${#targets[@]} paths interleaved within each round; requests/s over all rounds, p50 and p99 the median round's, max the largest."
     echo "Upstream: nginx, 1 worker, a fixed body / static files. Reference proxy: nginx, 1 worker, \`keepalive 64\` upstream pool, HTTP/1.1, \`proxy_buffers 16 16k\`."
     echo "Sidecar: \`rpcroute serve --no-probe --no-state\`, one provider per chain. Server CPU per request: user + system time of the process doing the work (upstream worker, proxy worker, sidecar) over the run / requests."
     echo
@@ -180,6 +189,19 @@ section_serve() {
       "nginx $(cpu_per_req nginx bn 64)" ""
     figure_row "proxy CPU per request, 64 connections, 200 KB answers" "$(cpu_per_req sidecar large 64)" \
       "nginx $(cpu_per_req nginx large 64)" ""
+    if [[ -n ${BASELINE_BIN:-} ]]; then
+      local rps_base
+      rps_sc=$(rps sidecar bn 64); rps_base=$(rps baseline bn 64)
+      r=$(ratio "$rps_sc" "$rps_base")
+      target_row "sidecar requests/s within 3 % of the baseline ${BASELINE_NAME:-}, 64 connections, eth_blockNumber" \
+        "$(num "$rps_sc") req/s" "baseline $(num "$rps_base") req/s" "${r}×" \
+        "$(judged "$(met "$r >= 0.97")" sidecar bn 64 baseline bn 64)"
+      figure_row "sidecar CPU per request vs the baseline, 64 connections, eth_blockNumber" \
+        "$(cpu_per_req sidecar bn 64)" "baseline $(cpu_per_req baseline bn 64)" ""
+      rps_sc=$(rps sidecar large 64); rps_base=$(rps baseline large 64)
+      figure_row "sidecar requests/s vs the baseline, 64 connections, 200 KB answers" "$(num "$rps_sc") req/s" \
+        "baseline $(num "$rps_base") req/s" "$(ratio "$rps_sc" "$rps_base")×"
+    fi
   fi
   if ((has1)); then
     # The added p50 from the median rounds; on a busy machine also from each path's best round (the
