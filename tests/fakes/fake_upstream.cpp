@@ -25,6 +25,14 @@
 //   --extra-ms N         extra mode: 0 glues the extra answer to the real one (default), else it
 //                        follows N ms later on the idle connection
 //   --gzip-bytes N       gzip_bomb mode: the decoded size of the answer (default 268435456)
+//   --tls-cert FILE      serve HTTPS (TLS 1.2/1.3, ALPN "http/1.1" only, HTTP/1.1) with this PEM
+//   --tls-key FILE       certificate chain and its key; every mode and /_control, /_stats work the
+//                        same over TLS (a clean close sends close_notify first; reset is an RST)
+//   --tls-client-ca FILE with --tls-cert: require a client certificate signed by a CA of FILE
+//                        (mTLS)
+//   --tls-handshake hang with --tls-cert: never answer the ClientHello; what the client sends
+//                        is read and dropped until it leaves (default: ok)
+// Without a --tls-* flag it speaks plain HTTP exactly as before. Bad TLS files: exit 2, named.
 // On start it prints "listening on HOST:PORT" to stdout. SIGINT and SIGTERM end it with status 0.
 //
 // Modes, applied to each POST to any path other than /_control and /_stats:
@@ -73,7 +81,8 @@
 //                                       behaviour fields not given in the same body to defaults
 //     "height", "chain_id", "mine_per_sec"   change the chain ("height" restarts mining from there)
 //     "block_number": JSON   eth_blockNumber answers this raw result instead of the head (a lying
-//                            or invalid head: "0x", "-0x1", 5, "0x7fffffffffffffff"); null: the head
+//                            or invalid head: "0x", "-0x1", 5, "0x7fffffffffffffff"); null: the
+//                            head
 //     "queue": [{behaviour fields}, …]  append one-shot behaviours, each used by exactly one
 //                                       JSON-RPC HTTP request (fields not given take the defaults
 //                                       above, i.e. mode "ok"), before the default applies again
@@ -91,11 +100,19 @@
 //     paths: those requests by path.
 //     hanging: requests hang mode holds now (their client has not left); 0 once every client
 //     gave up (a router that abandons work it no longer needs brings it back to 0 at once).
+//     With --tls-cert only, a last member "tls":{"connections":N,"handshakes":N,"failures":N,
+//     "hanging":N}: TCP connections accepted, TLS handshakes completed and failed (the client
+//     refused the certificate, gave none under --tls-client-ca, …), connections held now by
+//     --tls-handshake hang. reset_stats zeroes all but "hanging". Connection reuse shows here.
 //
 // Example:
 //   fake_upstream --port-file /tmp/p --mode status --status 429 --retry-after 2
 //   body='{"mode":"ok","queue":[{"mode":"hang"},{"mode":"rpc_error","code":-32005}]}'
 //   curl -s -d "$body" http://127.0.0.1:$(cat /tmp/p)/_control
+//   fake_upstream --port-file /tmp/p --tls-cert server.pem --tls-key server.key
+//   curl -s --cacert ca.pem https://localhost:$(cat /tmp/p)/_stats
+// tests/e2e/tls_helpers.bash makes the test PKI (make_test_pki) and starts a TLS fake
+// (start_tls_fake).
 
 // clang-format off
 #include "rpcroute/asio_compat.hpp"  // before any Asio or Beast header
@@ -103,10 +120,12 @@
 
 #include <fmt/format.h>
 #include <simdjson.h>
+#include <zlib.h>
 
 #include <array>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <charconv>
 #include <chrono>
 #include <csignal>
@@ -119,6 +138,7 @@
 #include <functional>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -129,7 +149,8 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
-#include <zlib.h>
+
+#include "fake_tls.hpp"
 
 namespace {
 
@@ -137,6 +158,7 @@ namespace asio = rpcroute::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 namespace ondemand = simdjson::ondemand;
+namespace ssl = asio::ssl;
 using tcp = asio::ip::tcp;
 
 constexpr std::size_t kMaxBodyBytes = 64 * 1024 * 1024;
@@ -149,6 +171,7 @@ constexpr std::string_view kUsage = R"(usage: fake_upstream [options]
          |extra|endless|endless_length|gzip_bomb
   --delay-ms N  --status N  --retry-after VALUE  --body TEXT
   --code N  --message TEXT  --data JSON  --huge-bytes N  --drip-ms N  --extra-ms N  --gzip-bytes N
+  --tls-cert FILE --tls-key FILE   serve HTTPS   --tls-client-ca FILE   --tls-handshake ok|hang
 The control API and the modes are described at the top of tests/fakes/fake_upstream.cpp.
 )";
 
@@ -702,6 +725,9 @@ struct Stats {
   std::uint64_t calls = 0;
   std::map<std::string, std::uint64_t, std::less<>> methods;
   std::map<std::string, std::uint64_t, std::less<>> paths;
+  std::uint64_t connections = 0;     // TCP connections accepted (shown with TLS only)
+  std::uint64_t tls_handshakes = 0;  // completed
+  std::uint64_t tls_failures = 0;    // failed: the client refused our certificate, or no cert
 
   void record(const RpcRequest& request, std::string_view path) {
     ++requests;
@@ -727,6 +753,8 @@ struct Upstream {
   std::map<std::string, Behaviour, std::less<>> paths;
   Stats stats;
   std::int64_t hanging = 0;  // requests held by hang mode now (not a counter: reset_stats keeps it)
+  bool tls = false;          // serving HTTPS: /_stats shows the "tls" member
+  std::int64_t handshakes_hanging = 0;  // --tls-handshake hang: connections held now
   RequestReader reader;
 
   Behaviour next_behaviour(std::string_view path) {
@@ -760,6 +788,13 @@ struct Upstream {
     fmt::format_to(std::back_inserter(out),
                    R"(}},"mode":"{}","height":{},"chain_id":{},"queued":{},"hanging":{}}})",
                    mode_name(behaviour.mode), chain.height(), chain.chain_id(), queue.size(), hanging);
+    if (tls) {
+      out.pop_back();
+      fmt::format_to(std::back_inserter(out),
+                     R"(,"tls":{{"connections":{},"handshakes":{},"failures":{},"hanging":{}}}}})",
+                     stats.connections, stats.tls_handshakes, stats.tls_failures,
+                     handshakes_hanging);
+    }
     return out;
   }
 };
@@ -983,10 +1018,30 @@ bool is_http_protocol_error(const beast::error_code& error) {
   return error.category() == make_error_code(http::error::end_of_stream).category();
 }
 
+// The HTTP side of a connection, over plain TCP (beast::tcp_stream) or over TLS (TlsStream, once
+// its handshake is done): every mode behaves the same over both.
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+
+template <class Stream>
 class Connection {
  public:
-  Connection(tcp::socket socket, Upstream& upstream)
-      : stream_(std::move(socket)), upstream_(upstream) {}
+  static constexpr bool kTls = std::is_same_v<Stream, TlsStream>;
+
+  template <class... StreamArgs>
+  explicit Connection(Upstream& upstream, StreamArgs&&... stream_args)
+      : stream_(std::forward<StreamArgs>(stream_args)...), upstream_(upstream) {}
+
+  // The server side of the TLS handshake; false when it failed (counted in /_stats).
+  asio::awaitable<bool> handshake() requires kTls {
+    beast::error_code error;
+    co_await stream_.async_handshake(ssl::stream_base::server, on_error(error));
+    if (error) {
+      ++upstream_.stats.tls_failures;
+      co_return false;
+    }
+    ++upstream_.stats.tls_handshakes;
+    co_return true;
+  }
 
   asio::awaitable<void> run() {
     for (;;) {
@@ -1001,7 +1056,7 @@ class Connection {
       if (!error) co_await http::async_read(stream_, buffer_, parser, on_error(error));
 
       if (error == http::error::end_of_stream) {
-        stream_.socket().shutdown(tcp::socket::shutdown_send, error);
+        co_await finish_sending();
         co_return;
       }
       if (error == http::error::body_limit) {
@@ -1098,7 +1153,7 @@ class Connection {
         co_return co_await send_dripped(request, render_answer(rpc, behaviour, upstream_.chain),
                                         behaviour);
       case Mode::close:
-        close();
+        co_await close();
         co_return false;
       case Mode::reset:
         reset();
@@ -1135,7 +1190,7 @@ class Connection {
     co_await http::async_write(stream_, response, on_error(error));
     if (error) co_return false;
     if (!response.keep_alive()) {
-      stream_.socket().shutdown(tcp::socket::shutdown_send, error);
+      co_await finish_sending();
       co_return false;
     }
     co_return true;
@@ -1157,7 +1212,7 @@ class Connection {
     head.append(body, 0, body.size() / 2);
     beast::error_code error;
     co_await asio::async_write(stream_, asio::buffer(head), on_error(error));
-    close();
+    co_await close();
   }
 
   // Claims a body of 2 000 000 000 bytes, sends the real (short) one, then waits for the client.
@@ -1192,7 +1247,7 @@ class Connection {
     }
     if (error) co_return false;
     if (!request.keep_alive()) {
-      close();
+      co_await close();
       co_return false;
     }
     co_return true;
@@ -1251,7 +1306,7 @@ class Connection {
     beast::error_code error;
     co_await asio::async_write(stream_, asio::buffer(head), on_error(error));
     while (!error) co_await asio::async_write(stream_, asio::buffer(filler_chunk), on_error(error));
-    close();
+    co_await close();
   }
 
   // A small gzip body that inflates to gzip_bytes: the ok answer's envelope around "0xaaaa…".
@@ -1295,16 +1350,41 @@ class Connection {
     return out;
   }
 
-  void close() {
-    beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    stream_.socket().close(ignored);
+  tcp::socket& socket() { return beast::get_lowest_layer(stream_).socket(); }
+
+  // Over TLS, a clean end starts with close_notify (else the client reads a truncation attack,
+  // not an end). asio's shutdown then awaits the client's own close_notify or FIN: not for long.
+  asio::awaitable<void> tls_close_notify() {
+    if constexpr (kTls) {
+      beast::tcp_stream& tcp_stream = beast::get_lowest_layer(stream_);
+      tcp_stream.expires_after(std::chrono::seconds(1));
+      beast::error_code ignored;
+      co_await stream_.async_shutdown(on_error(ignored));
+      tcp_stream.expires_never();
+    }
+    co_return;  // a coroutine over plain TCP too, where it does nothing
   }
 
+  // No more from us (FIN); the client may still send.
+  asio::awaitable<void> finish_sending() {
+    co_await tls_close_notify();
+    beast::error_code ignored;
+    socket().shutdown(tcp::socket::shutdown_send, ignored);
+  }
+
+  // A clean close (FIN), without an answer or in the middle of one.
+  asio::awaitable<void> close() {
+    co_await tls_close_notify();
+    beast::error_code ignored;
+    socket().shutdown(tcp::socket::shutdown_both, ignored);
+    socket().close(ignored);
+  }
+
+  // An abortive close (RST), over TLS too: no close_notify.
   void reset() {
     beast::error_code ignored;
-    stream_.socket().set_option(tcp::socket::linger(true, 0), ignored);
-    stream_.socket().close(ignored);
+    socket().set_option(tcp::socket::linger(true, 0), ignored);
+    socket().close(ignored);
   }
 
   asio::awaitable<void> wait_until_client_leaves() {
@@ -1313,17 +1393,42 @@ class Connection {
     while (!error) co_await stream_.async_read_some(asio::buffer(discard), on_error(error));
   }
 
-  beast::tcp_stream stream_;
+  Stream stream_;
   beast::flat_buffer buffer_;
   Upstream& upstream_;
 };
 
 asio::awaitable<void> serve_connection(tcp::socket socket, Upstream& upstream) {
-  Connection connection(std::move(socket), upstream);
+  Connection<beast::tcp_stream> connection(upstream, std::move(socket));
   co_await connection.run();
 }
 
-asio::awaitable<void> accept_connections(tcp::acceptor& acceptor, Upstream& upstream) {
+// Accepts the connection and reads (and drops) what the client sends, the ClientHello first,
+// never answering, until the client leaves: a TLS handshake that never completes.
+asio::awaitable<void> hang_handshake(tcp::socket socket, Upstream& upstream) {
+  ++upstream.handshakes_hanging;
+  std::array<char, 4096> discard{};
+  beast::error_code error;
+  while (!error) {
+    co_await socket.async_read_some(asio::buffer(discard),
+                                    asio::redirect_error(asio::use_awaitable, error));
+  }
+  --upstream.handshakes_hanging;
+}
+
+asio::awaitable<void> serve_tls_connection(tcp::socket socket, Upstream& upstream,
+                                           ssl::context& context, bool hang) {
+  if (hang) {
+    co_await hang_handshake(std::move(socket), upstream);
+    co_return;
+  }
+  Connection<TlsStream> connection(upstream, std::move(socket), context);
+  if (co_await connection.handshake()) co_await connection.run();
+}
+
+// Serves each accepted connection in its own coroutine: plain HTTP, or HTTPS when tls is set.
+asio::awaitable<void> accept_connections(tcp::acceptor& acceptor, Upstream& upstream,
+                                         ssl::context* tls, bool hang_handshakes) {
   for (;;) {
     beast::error_code error;
     tcp::socket socket =
@@ -1334,7 +1439,11 @@ asio::awaitable<void> accept_connections(tcp::acceptor& acceptor, Upstream& upst
       continue;
     }
     socket.set_option(tcp::no_delay(true), error);
-    asio::co_spawn(acceptor.get_executor(), serve_connection(std::move(socket), upstream),
+    ++upstream.stats.connections;
+    asio::co_spawn(acceptor.get_executor(),
+                   tls == nullptr
+                       ? serve_connection(std::move(socket), upstream)
+                       : serve_tls_connection(std::move(socket), upstream, *tls, hang_handshakes),
                    [](const std::exception_ptr& failure) {
                      if (!failure) return;
                      try {
@@ -1357,6 +1466,7 @@ struct Options {
   double mine_per_sec = 0;
   std::string name = "fake";
   BehaviourPatch behaviour;
+  fake::TlsOptions tls;
   bool help = false;
 };
 
@@ -1458,9 +1568,21 @@ Expected<Options> parse_options(int argc, char** argv) {
     } else if (flag == "--data") {
       if (!json_checker.is_json(value)) return bad();
       b.data = value;
+    } else if (flag == "--tls-cert") {
+      options.tls.cert_file = value;
+    } else if (flag == "--tls-key") {
+      options.tls.key_file = value;
+    } else if (flag == "--tls-client-ca") {
+      options.tls.client_ca_file = value;
+    } else if (flag == "--tls-handshake") {
+      if (value != "ok" && value != "hang") return bad();
+      options.tls.hang_handshake = value == "hang";
     } else {
       return Unexpected{fmt::format("unknown option {}", flag)};
     }
+  }
+  if (auto checked = fake::check_tls_options(options.tls); !checked) {
+    return Unexpected{checked.error()};
   }
   return options;
 }
@@ -1489,10 +1611,21 @@ int main(int argc, char** argv) {
     return 0;
   }
 
+  std::unique_ptr<ssl::context> tls;
+  if (options->tls.enabled()) {
+    auto context = fake::make_tls_context(options->tls);
+    if (!context) {
+      fmt::print(stderr, "fake_upstream: {}\n", context.error());
+      return 2;
+    }
+    tls = std::move(*context);
+  }
+
   try {
     Upstream upstream(
         Chain(options->chain_id, options->height, options->mine_per_sec, options->name));
     options->behaviour.apply_to(upstream.behaviour);
+    upstream.tls = tls != nullptr;
 
     asio::io_context io{1};
     tcp::acceptor acceptor(io, options->listen);
@@ -1505,7 +1638,9 @@ int main(int argc, char** argv) {
 
     asio::signal_set signals(io, SIGINT, SIGTERM);
     signals.async_wait([&io](const beast::error_code&, int) { io.stop(); });
-    asio::co_spawn(io, accept_connections(acceptor, upstream), asio::detached);
+    asio::co_spawn(io,
+                   accept_connections(acceptor, upstream, tls.get(), options->tls.hang_handshake),
+                   asio::detached);
     io.run();
   } catch (const std::exception& e) {
     fmt::print(stderr, "fake_upstream: {}\n", e.what());
