@@ -12,6 +12,10 @@
 
 bats_require_minimum_version 1.5.0
 
+# make_test_pki, start_tls_fake, start_h2_front.
+# shellcheck source=tests/e2e/tls_helpers.bash
+source "$(dirname "${BASH_SOURCE[0]}")/tls_helpers.bash"
+
 REPO=$(cd "$BATS_TEST_DIRNAME/../.." && pwd)
 RPCROUTE_BIN=${RPCROUTE_BIN:-$REPO/build/cli/rpcroute}
 FAKE_BIN=${FAKE_BIN:-$REPO/build/tests/fakes/fake_upstream}
@@ -113,7 +117,11 @@ _node_file() { # NAME EXT
 
 node_port() { local f; f=$(_node_file "$1" port) && cat "$f"; }
 node_pid() { local f; f=$(_node_file "$1" pid) && cat "$f"; }
-node_url() { local port; port=$(node_port "$1") && echo "http://127.0.0.1:$port"; }
+node_url() {
+  local port f
+  if f=$(_node_file "$1" url 2>/dev/null); then cat "$f"; return; fi # https: tls_helpers.bash
+  port=$(node_port "$1") && echo "http://127.0.0.1:$port"
+}
 node_log() { local f; f=$(_node_file "$1" log) && cat "$f"; }
 
 # Exit 0 when something on PORT answers eth_blockNumber with a result.
@@ -222,15 +230,17 @@ stop_all() {
 # Fake upstream control
 
 fake_control() { # NAME JSON
-  local url
+  local url tls
   url=$(node_url "$1") || return 1
-  curl -sf --max-time 5 -X POST -H 'content-type: application/json' --data "$2" "$url/_control" >/dev/null
+  mapfile -t tls < <(node_curl_args "$1")
+  curl -sf --max-time 5 "${tls[@]}" -X POST -H 'content-type: application/json' --data "$2" "$url/_control" >/dev/null
 }
 
 fake_stats() { # NAME
-  local url
+  local url tls
   url=$(node_url "$1") || return 1
-  curl -sf --max-time 5 "$url/_stats"
+  mapfile -t tls < <(node_curl_args "$1")
+  curl -sf --max-time 5 "${tls[@]}" "$url/_stats"
 }
 
 # Number of HTTP requests the fake received (control and stats requests not counted by the fake).
