@@ -104,6 +104,9 @@ void run(asio::io_context& io, ScriptedServer& server, std::function<asio::await
       [&]() -> asio::awaitable<void> {
         co_await body();
         server.acceptor.close();
+        // Pooled keep-alive connections (and the server's reads on them) would keep run_for busy
+        // until its bound: 30 s of nothing per run.
+        io.stop();
       },
       asio::detached);
   io.run_for(std::chrono::seconds(30));
