@@ -37,8 +37,7 @@
 #
 # The table (fault rows × strategy columns, pass/FAIL per cell, for call and for serve) is written to
 # the test log (fd 3) by the last test and to $BATS_FILE_TMPDIR/fault_matrix.txt (also copied to
-# $FAULT_MATRIX_OUT when set). A row affected by a known bug (KNOWN_BUG_ROWS) that fails while the
-# bug's reproducer (bug_present) shows it is skipped with the bug's description; its cells show BUG.
+# $FAULT_MATRIX_OUT when set).
 
 # jq programs are single-quoted on purpose; cells run in subshells, so their variables are local.
 # shellcheck disable=SC2016,SC2030,SC2031,SC2153,SC2154
@@ -723,22 +722,6 @@ row_prepare() { # ROW
   fi
 }
 
-# Known bugs. A row listed for a bug whose failed cells come with the bug present (checked live
-# by bug_present, a reproducer) is skipped with the bug's description, its failed cells shown as BUG
-# in the table: the suite stays green until the fix lands, then checks the row in full again.
-KNOWN_BUG_ROWS=" slow_body slow_body_under huge "
-KNOWN_BUG="BUG: the native HTTP client (lib/src/transport/native_http.cpp) fails an answer whose body arrives in more than one piece: read_some's would_block is left in ec and reported as 'Weird server reply: Resource temporarily unavailable' (transport_error, counted by the breaker)"
-
-# Exit 0 when the bug is there: a provider that sends its (small, valid) body a byte every 4 ms,
-# alone, well within its timeout.
-bug_present() {
-  local prof=$BATS_FILE_TMPDIR/bug_probe.yaml port out
-  read -r port <"$BATS_FILE_TMPDIR/procs/fx.port"
-  fm_profile "$prof" priority 2 "http://127.0.0.1:$port/slow_body_under" 5000 D http://127.0.0.1:1 1000
-  out=$(rpcroute call -p "$prof" --no-state --provider F --json eth_getBalance "$DEV_ACCOUNT" latest 2>/dev/null || true)
-  [[ $out == *"Weird server reply: Resource temporarily unavailable"* ]]
-}
-
 # Rows can run ahead of their test: while a test checks its row, the cells of the next
 # FAULT_MATRIX_ROWS_AHEAD rows (default 0: one row at a time) already run. Rows side by side share
 # only H and the sidecars: each has its own profiles, state files and fault fake (fault_fake: a
@@ -820,18 +803,10 @@ row_finish() { # call|serve ROW
       verdict=FAIL
       printf -- '--- %s %s × %s (exit %s):\n%s\n' "$path" "$row" "$col" "$rc" "$(tail -c 4000 "$cell/log")" >&2
     fi
-    cols[i]="$col $verdict"
-  done
-  local known=0
-  if ((failed)) && [[ $KNOWN_BUG_ROWS == *" $row "* ]] && bug_present; then known=1; fi
-  for i in "${!cols[@]}"; do
-    read -r col verdict <<<"${cols[$i]}"
-    ((known == 0)) || [[ $verdict != FAIL ]] || verdict=BUG
     printf '%s\t%s\t%s\t%s\n' "$path" "$row" "$col" "$verdict" >>"$BATS_FILE_TMPDIR/matrix.tsv"
   done
   read -r t0 <"$dir/t0"
   echo "# $path $row: $(($(ms_now) - t0)) ms" >&3
-  ((known == 0)) || skip "$KNOWN_BUG"
   ((failed == 0))
 }
 
@@ -950,9 +925,9 @@ row_test_excluded() { # call|serve ROW
   local tsv=$BATS_FILE_TMPDIR/matrix.tsv out=$BATS_FILE_TMPDIR/fault_matrix.txt path row col v line cell
   declare -A result=()
   while IFS=$'\t' read -r path row col v; do result[$path/$row/$col]=$v; done <"$tsv"
-  local pass=0 fail=0 bug=0 na=0
+  local pass=0 fail=0 na=0
   for v in "${result[@]}"; do
-    case $v in pass) pass=$((pass + 1)) ;; FAIL) fail=$((fail + 1)) ;; BUG) bug=$((bug + 1)) ;; *) na=$((na + 1)) ;; esac
+    case $v in pass) pass=$((pass + 1)) ;; FAIL) fail=$((fail + 1)) ;; *) na=$((na + 1)) ;; esac
   done
   {
     for path in call serve; do
@@ -973,7 +948,7 @@ row_test_excluded() { # call|serve ROW
       done
       echo
     done
-    echo "cells: $pass pass, $fail FAIL, $bug BUG (known bug, row skipped), $na n/a"
+    echo "cells: $pass pass, $fail FAIL, $na n/a"
   } >"$out"
   while IFS= read -r line; do echo "# $line" >&3; done <"$out"
   [[ -z ${FAULT_MATRIX_OUT:-} ]] || cp "$out" "$FAULT_MATRIX_OUT"
