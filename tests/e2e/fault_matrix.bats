@@ -160,12 +160,12 @@ row_spec() { # ROW
   return 0
 }
 
-# How many times F must be tried in a cell of strategy S.
+# NEED: how many times F must be tried in a cell of strategy S.
 need_tries() { # S
   case $KIND in
-    fail) [[ $1 == latency_weighted || $OUTCOME == timeout ]] && echo 1 || echo 2 ;;
-    limit | serve) echo 1 ;;
-    exclude) echo 0 ;;
+    fail) if [[ $1 == latency_weighted || $OUTCOME == timeout ]]; then NEED=1; else NEED=2; fi ;;
+    limit | serve) NEED=1 ;;
+    exclude) NEED=0 ;;
   esac
 }
 
@@ -196,7 +196,8 @@ upstream_url() { # PORT
 fm_curl() { # NAME PATH [CURL ARGS...]
   local name=$1 path=$2 port tls=()
   shift 2
-  port=$(port_of "$name")
+  port_of "$name"
+  port=$PORT
   [[ $TLS != 1 ]] || tls=(--cacert "$(pki_dir)/ca.pem")
   curl -sf --max-time 5 "${tls[@]}" "$@" "$(upstream_url "$port")$path"
 }
@@ -327,7 +328,7 @@ teardown_file() {
   local rc deadline=$((SECONDS + 300))
   for rc in "$BATS_FILE_TMPDIR"/rows/*/*/started; do
     [[ -f $rc ]] || continue
-    while [[ ! -f ${rc%started}rc ]] && ((SECONDS < deadline)); do sleep 0.1; done
+    while [[ ! -f ${rc%started}rc ]] && ((SECONDS < deadline)); do fm_sleep 0.1; done
   done
   stop_all
 }
@@ -342,20 +343,30 @@ teardown() {
 
 # ---------------------------------------------------------------------------------------------------
 # Checks inside a cell (a subshell with set -e: the first failed check ends the cell). Processes are
-# costly on a loaded machine: one jq per answer, builtins for the rest.
+# costly on a loaded machine (a fork alone is about 5 ms of CPU here, an exec of jq or curl 25 ms):
+# one jq per answer, builtins for the rest, and no $(…) around a function.
 
 fail_cell() { # MESSAGE
   echo "FAILED: $1" >&2
   return 1
 }
 
-ms_now() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
+# MS: milliseconds since the epoch.
+ms_now() { local t=${EPOCHREALTIME/./}; MS=$((t / 1000)); }
 
-# Port of node NAME started in setup_file, without forking.
+# PORT: the port of node NAME started in setup_file.
 port_of() { # NAME
-  local port
-  read -r port <"$BATS_FILE_TMPDIR/procs/$1.port"
-  echo "$port"
+  read -r PORT <"$BATS_FILE_TMPDIR/procs/$1.port"
+}
+
+# sleep without a process: a read that times out on a FIFO nobody writes to (the polling loops
+# here would otherwise fork and exec sleep 20 times a second, a fifth of a core).
+fm_sleep() { # SECONDS
+  if [[ -z ${FM_SLEEP_FD:-} ]]; then
+    [[ -p $BATS_FILE_TMPDIR/sleep.fifo ]] || mkfifo "$BATS_FILE_TMPDIR/sleep.fifo" 2>/dev/null || true
+    exec {FM_SLEEP_FD}<>"$BATS_FILE_TMPDIR/sleep.fifo"
+  fi
+  read -r -t "$1" -u "$FM_SLEEP_FD" _ || true
 }
 
 # A jq verdict: prints "ok ..." or "FAIL ..."; fails the cell on FAIL (showing INPUT's start).
@@ -494,14 +505,17 @@ call_cell() { # ROW STRATEGY
   prof=$dir/$s/$ROW.yaml
   [[ $KIND != exclude ]] || prof=$dir/probe/${ROW}_$s.yaml
   st=$CELL/state.json
-  need=$(need_tries "$s")
+  need_tries "$s"
+  need=$NEED
   if [[ $KIND == exclude ]]; then
     rpcroute probe -p "$prof" --state "$st" >"$CELL/probe.out" 2>&1 || fail_cell "rpcroute probe exit $?: $(cat "$CELL/probe.out")"
   fi
   for ((i = 1; i <= MAX_REQUESTS; i++)); do
-    t0=$(ms_now)
+    ms_now
+    t0=$MS
     cli_call_ok "$prof" "$st" "$s" "$i"
-    t1=$(ms_now)
+    ms_now
+    t1=$MS
     if [[ $PROVIDERS == F* ]]; then
       tries=$((tries + 1))
       limit_window "$t0" "$t1"
@@ -633,7 +647,8 @@ end'
 serve_post() { # SC PATH ID WANT
   local sc=$1 path=$2 id=$3 want=$4 who=""
   RESP=$CELL/resp.$id
-  http_once "$(port_of "$sc")" "$path" \
+  port_of "$sc"
+  http_once "$PORT" "$path" \
     "{\"jsonrpc\":\"2.0\",\"id\":\"$id\",\"method\":\"eth_getBalance\",\"params\":[\"$DEV_ACCOUNT\",\"latest\"]}" "$RESP" ||
     fail_cell "$id: no complete answer (HTTP $HTTP_CODE)"
   [[ $HTTP_RESPONSES == 1 && $HTTP_EXTRA == 0 ]] ||
@@ -645,21 +660,13 @@ serve_post() { # SC PATH ID WANT
   verdict "$id: body" "$RESP.body" -rs "${JQ_ARGS[@]}" --arg id "$id" --arg who "$who" "$JQ_SERVE" "$RESP.body"
 }
 
-metric_value() { # SC METRIC LABELS_SUBSTRING...
-  local text
-  text=$(curl -sf --max-time 10 "http://127.0.0.1:$(port_of "$1")/metrics")
-  shift
-  awk -v m="$1" -v a="${2:-}" -v b="${3:-}" -v c="${4:-}" '
-    index($0, m "{") == 1 && index($0, a) && index($0, b) && index($0, c) { v = $NF }
-    END { print (v == "" ? 0 : v) }' <<<"$text"
-}
-
 # Fetches /status of SC and checks F's marks in PROFILE (JQ_MARKS_STATUS); the extra jq args give
 # tries, need, lo, hi, t1.
 status_marks() { # SC PROFILE WHAT JQ ARGS...
   local sc=$1 profile=$2 what=$3 file=$CELL/status.json
   shift 3
-  curl -sf --max-time 10 -o "$file" "http://127.0.0.1:$(port_of "$sc")/status" || fail_cell "$what: /status"
+  port_of "$sc"
+  curl -sf --max-time 10 -o "$file" "http://127.0.0.1:$PORT/status" || fail_cell "$what: /status"
   verdict "$what" "$file" -r "${JQ_ARGS[@]}" --arg profile "$profile" "$@" "$JQ_MARKS_STATUS" "$file"
 }
 
@@ -670,7 +677,7 @@ wait_probed() { # SC PROFILE
     if status_marks "$1" "$2" "probes" --argjson tries 0 --argjson need 0 --argjson lo 0 --argjson hi 0 --argjson t1 0 2>/dev/null; then
       return 0
     fi
-    sleep 0.3
+    fm_sleep 0.3
   done
   status_marks "$1" "$2" "/status: the sidecar's probes excluded F" --argjson tries 0 --argjson need 0 \
     --argjson lo 0 --argjson hi 0 --argjson t1 0
@@ -688,12 +695,15 @@ serve_cell() { # ROW STRATEGY
   sc=sc_$s profile=$ROW
   if [[ $KIND == exclude ]]; then sc=sc_probe profile=${ROW}_$s; fi
   path=/rpc/profile/$profile/local
-  need=$(need_tries "$s")
+  need_tries "$s"
+  need=$NEED
   [[ $KIND != exclude ]] || wait_probed "$sc" "$profile"
   for ((i = 1; i <= MAX_REQUESTS; i++)); do
-    t0=$(ms_now)
+    ms_now
+    t0=$MS
     serve_post "$sc" "$path" "$ROW-$s-$i" 200
-    t1=$(ms_now)
+    ms_now
+    t1=$MS
     [[ $STRATEGY == "$s" ]] || fail_cell "$i: X-Rpcroute-Strategy $STRATEGY"
     case $KIND:$PROVIDER:$ATTEMPTS in
       fail:H:2 | limit:H:2 | serve:F:1) tries=$((tries + 1)) ;;
@@ -716,7 +726,8 @@ serve_cell() { # ROW STRATEGY
     # /metrics: every try of F counted under its outcome, and the breaker or rate-limit gauge.
     local text counted=0 gauge outcome=$OUTCOME
     [[ $KIND != serve ]] || outcome=success
-    text=$(curl -sf --max-time 10 "http://127.0.0.1:$(port_of "$sc")/metrics")
+    port_of "$sc"
+    text=$(curl -sf --max-time 10 "http://127.0.0.1:$PORT/metrics")
     counted=$(awk -v p="profile=\"$profile\"" -v o="^($outcome)\$" '
       index($0, "rpcroute_attempts_total{") == 1 && index($0, p) && index($0, "provider=\"F\"") {
         split($0, a, "outcome=\""); split(a[2], b, "\""); if (b[1] ~ o) n += $NF }
@@ -743,9 +754,11 @@ serve_none_cell() {
   [[ $KIND != exclude ]] || sc=sc_probe
   local path=/rpc/profile/$profile/local
   [[ $KIND != exclude ]] || wait_probed "$sc" "$profile"
-  t0=$(ms_now)
+  ms_now
+  t0=$MS
   serve_post "$sc" "$path" "$ROW-none-1" 503
-  t1=$(ms_now)
+  ms_now
+  t1=$MS
   verdict "503" "$RESP.body" -rs "${JQ_ARGS[@]}" --arg phase first "$JQ_NONE" "$RESP.body"
   if [[ $MESSAGE_ROWS == *" $ROW "* ]]; then
     verdict "F's message in the 503" "$RESP.body" -r "${JQ_ARGS[@]}" "$JQ_MESSAGE" "$RESP.body"
@@ -852,7 +865,8 @@ row_launch() { # call|serve ROW
   # Exclude rows through serve also check that F got none of the cells' requests: the count before
   # they start (row_test_excluded).
   if [[ $KIND == exclude && $path == serve ]]; then fm_balance_requests "f_$row" >"$dir/f_before"; fi
-  ms_now >"$dir/t0"
+  ms_now
+  echo "$MS" >"$dir/t0"
   mkdir -p "$dir/home" "$dir/profiles"
   row_columns "$path" "$row"
   echo "${COLS[*]}" >"$dir/columns"
@@ -890,12 +904,13 @@ row_finish() { # call|serve ROW
   done
   # No `wait`: the cells may be children of an earlier test's process. ctest's limit bounds a hang.
   for col in "${cols[@]}"; do
-    while [[ ! -f $dir/$col/rc ]]; do sleep 0.05; done
+    while [[ ! -f $dir/$col/rc ]]; do fm_sleep 0.05; done
   done
   for i in "${!cols[@]}"; do
     col=${cols[$i]}
     cell=$dir/$col
-    rc=$(cat "$cell/rc" 2>/dev/null || echo "?")
+    rc="?"
+    read -r rc <"$cell/rc" || true
     verdict=pass
     if [[ $rc != 0 ]]; then
       failed=1
@@ -905,7 +920,8 @@ row_finish() { # call|serve ROW
     printf '%s\t%s\t%s\t%s\n' "$path" "$row" "$col" "$verdict" >>"$BATS_FILE_TMPDIR/matrix.tsv"
   done
   read -r t0 <"$dir/t0"
-  echo "# $path $row (${cols[*]}): $(($(ms_now) - t0)) ms" >&3
+  ms_now
+  echo "# $path $row (${cols[*]}): $((MS - t0)) ms" >&3
   ((failed == 0))
 }
 
@@ -1009,12 +1025,13 @@ row_test_excluded() { # call|serve ROW
   # Checked at least once, however late this row runs in the file.
   while :; do
     if ((EPOCHSECONDS >= started + 30)); then
-      text=$(curl -sf --max-time 10 "http://127.0.0.1:$(port_of sc_probe)/metrics") || text=""
+      port_of sc_probe
+      text=$(curl -sf --max-time 10 "http://127.0.0.1:$PORT/metrics") || text=""
       state=$(awk 'index($0, "rpcroute_breaker_state{") == 1 && index($0, "profile=\"lagging_priority\"") && index($0, "provider=\"F\"") { print $NF }' <<<"$text")
       [[ $state == 2 ]] && break
     fi
     ((EPOCHSECONDS < started + 120)) || break
-    sleep 1
+    fm_sleep 1
   done
   assert_equal "$state" 2 "F's breaker state (2: open) after lagging beyond lag_trip_ms"
 }
