@@ -60,8 +60,6 @@
 # shellcheck disable=SC2016,SC2030,SC2031,SC2153,SC2154
 
 load helpers
-# make_test_pki, for the HTTPS pass.
-if [[ ${FAULT_MATRIX_TLS:-0} == 1 ]]; then load tls_helpers; fi
 
 STRATEGIES=(load_balanced round_robin random weighted priority fastest latency_weighted)
 ROWS=(dead_port reset close hang slow_over slow_body slow_under slow_body_under http_503 http_502_html html_200
@@ -180,11 +178,11 @@ profiles_dir() { echo "$BATS_FILE_TMPDIR/profiles"; }
 
 pki_dir() { echo "$BATS_FILE_TMPDIR/pki"; }
 
-# Arguments that make a fake serve TLS (none without FAULT_MATRIX_TLS).
-fake_tls_args() {
-  FAKE_TLS_ARGS=()
-  [[ $TLS == 1 ]] || return 0
-  FAKE_TLS_ARGS=(--tls-cert "$(pki_dir)/server.pem" --tls-key "$(pki_dir)/server.key")
+# Starts fake NAME: plain, or serving TLS with the test PKI's certificate for localhost.
+fm_start_fake() { # NAME [FAKE ARGS...]
+  local name=$1
+  shift
+  if [[ $TLS == 1 ]]; then start_tls_fake "$name" server "$@"; else start_fake "$name" "$@"; fi
 }
 
 # Base URL of a fake (or dead port) on PORT.
@@ -221,7 +219,7 @@ fm_balance_requests() { # NAME
 fm_profile() { # FILE STRATEGY THRESHOLD F_URL F_TIMEOUT ID URL BLOCK_TIME_MS [F_LIMITS]
   local f_limits=() tls=()
   [[ -z ${9:-} ]] || f_limits=("        limits: $9")
-  [[ $TLS != 1 ]] || tls=("        tls: {ca_file: $(pki_dir)/ca.pem}")
+  [[ $TLS != 1 ]] || tls=("        tls: {ca_file: $BATS_FILE_TMPDIR/pki/ca.pem}")
   printf '%s\n' "name: e2e" "chains:" "  local:" "    chain_id: 31337" "    block_time_ms: $8" "    providers:" \
     "      - id: F" "        url: $4" "        priority: 1" "        timeout_ms: $5" "${f_limits[@]}" "${tls[@]}" \
     "      - id: $6" "        url: $7" "        priority: 2" "        timeout_ms: 3000" "${tls[@]}" \
@@ -238,16 +236,15 @@ setup_file() {
   echo $((ROTATE % ${#STRATEGIES[@]})) >"$BATS_FILE_TMPDIR/rotate"
   echo "# FAULT_MATRIX_COLUMNS=$COLUMNS_MODE rotation $(rotation) FAULT_MATRIX_TLS=$TLS RPCROUTE_HTTP_CLIENT=${RPCROUTE_HTTP_CLIENT:-}" >&3
   if [[ $TLS == 1 ]]; then make_test_pki "$(pki_dir)"; fi
-  fake_tls_args
   # H, the shared fault fake fx (one path per row), and a fake of its own for rows that need
   # another chain.
   local pids=() pid paths=""
-  start_fake h --height 100 "${FAKE_TLS_ARGS[@]}" &
+  fm_start_fake h --height 100 &
   pids+=($!)
   local k fakes=(fx)
   for ((k = 1; k <= ROWS_AHEAD; k++)); do fakes+=("fx$k"); done
   for k in "${fakes[@]}"; do
-    start_fake "$k" --height 100 "${FAKE_TLS_ARGS[@]}" &
+    fm_start_fake "$k" --height 100 &
     pids+=($!)
   done
   dead_port d_none
@@ -257,7 +254,7 @@ setup_file() {
       dead) dead_port "f_$row" ;;
       fake\ *)
         # shellcheck disable=SC2086
-        start_fake "f_$row" --height 100 ${HOW#fake } "${FAKE_TLS_ARGS[@]}" &
+        fm_start_fake "f_$row" --height 100 ${HOW#fake } &
         pids+=($!)
         ;;
       *) paths+=${paths:+,}"\"/$row\":$HOW" ;;
