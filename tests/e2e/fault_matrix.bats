@@ -325,7 +325,7 @@ teardown_file() {
   local rc deadline=$((SECONDS + 300))
   for rc in "$BATS_FILE_TMPDIR"/rows/*/*/started; do
     [[ -f $rc ]] || continue
-    while [[ ! -f ${rc%started}rc ]] && ((SECONDS < deadline)); do fm_sleep 0.1; done
+    while [[ ! -f ${rc%started}rc ]] && ((SECONDS < deadline)); do nap 0.1; done
   done
   stop_all
 }
@@ -354,16 +354,6 @@ ms_now() { local t=${EPOCHREALTIME/./}; MS=$((t / 1000)); }
 # PORT: the port of node NAME started in setup_file.
 port_of() { # NAME
   read -r PORT <"$BATS_FILE_TMPDIR/procs/$1.port"
-}
-
-# sleep without a process: a read that times out on a FIFO nobody writes to (the polling loops
-# here would otherwise fork and exec sleep 20 times a second, a fifth of a core).
-fm_sleep() { # SECONDS
-  if [[ -z ${FM_SLEEP_FD:-} ]]; then
-    [[ -p $BATS_FILE_TMPDIR/sleep.fifo ]] || mkfifo "$BATS_FILE_TMPDIR/sleep.fifo" 2>/dev/null || true
-    exec {FM_SLEEP_FD}<>"$BATS_FILE_TMPDIR/sleep.fifo"
-  fi
-  read -r -t "$1" -u "$FM_SLEEP_FD" _ || true
 }
 
 # A jq verdict: prints "ok ..." or "FAIL ..."; fails the cell on FAIL (showing INPUT's start).
@@ -674,7 +664,7 @@ wait_probed() { # SC PROFILE
     if status_marks "$1" "$2" "probes" --argjson tries 0 --argjson need 0 --argjson lo 0 --argjson hi 0 --argjson t1 0 2>/dev/null; then
       return 0
     fi
-    fm_sleep 0.3
+    nap 0.3
   done
   status_marks "$1" "$2" "/status: the sidecar's probes excluded F" --argjson tries 0 --argjson need 0 \
     --argjson lo 0 --argjson hi 0 --argjson t1 0
@@ -901,7 +891,7 @@ row_finish() { # call|serve ROW
   done
   # No `wait`: the cells may be children of an earlier test's process. ctest's limit bounds a hang.
   for col in "${cols[@]}"; do
-    while [[ ! -f $dir/$col/rc ]]; do fm_sleep 0.05; done
+    while [[ ! -f $dir/$col/rc ]]; do nap 0.05; done
   done
   for i in "${!cols[@]}"; do
     col=${cols[$i]}
@@ -1028,7 +1018,7 @@ row_test_excluded() { # call|serve ROW
       [[ $state == 2 ]] && break
     fi
     ((EPOCHSECONDS < started + 120)) || break
-    fm_sleep 1
+    nap 1
   done
   assert_equal "$state" 2 "F's breaker state (2: open) after lagging beyond lag_trip_ms"
 }

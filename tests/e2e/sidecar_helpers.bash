@@ -28,7 +28,7 @@ sidecar_start() { # NAME SERVE_ARGS...
       return 0
     fi
     [[ -e $dir/$name.rc ]] && break
-    sleep 0.02
+    nap 0.02
   done
   echo "sidecar_start $name: no port (exit status: $(cat "$dir/$name.rc" 2>/dev/null || echo none))" >&2
   cat "$dir/$name.log" >&2
@@ -56,7 +56,7 @@ sidecar_wait() { # NAME [LIMIT_S]
   local deadline
   sidecar_load "$1" || return 1
   deadline=$((SECONDS + ${2:-15}))
-  while [[ ! -s $SC_RC_FILE ]] && ((SECONDS < deadline)); do sleep 0.02; done
+  while [[ ! -s $SC_RC_FILE ]] && ((SECONDS < deadline)); do nap 0.02; done
   if [[ ! -s $SC_RC_FILE ]]; then
     echo "sidecar $1 (pid $SC_PID) still running" >&2
     return 1
