@@ -42,9 +42,9 @@
 # Passes (tests/e2e/CMakeLists.txt), chosen by the environment:
 #   e2e.fault_matrix        the whole grid, every provider http://127.0.0.1 (the native HTTP client);
 #   e2e.fault_matrix_curl   RPCROUTE_HTTP_CLIENT=curl, FAULT_MATRIX_COLUMNS=subset;
-#   FAULT_MATRIX_TLS=1      every provider https://localhost:PORT, the fakes serving TLS with a
-#                           test CA made at test time, trusted through each provider's
-#                           tls.ca_file, never the system store (the HTTPS pass, with subset).
+#   e2e.fault_matrix_https  FAULT_MATRIX_TLS=1 (every provider https://localhost:PORT, the fakes
+#                           serving TLS with a test CA made at test time, trusted through each
+#                           provider's tls.ca_file, never the system store), FAULT_MATRIX_COLUMNS=subset.
 # FAULT_MATRIX_COLUMNS=subset runs every fault row, through call and through serve, with the "none"
 # column and FAULT_MATRIX_SUBSET (default 2) of the seven strategy columns: for row i (its index in
 # ROWS) the strategies (2i + r + k) mod 7, k = 0, 1, …, where r is FAULT_MATRIX_ROTATE (default: the
