@@ -14,6 +14,7 @@ setup_file() {
   start_anvil a1
   start_anvil a2
   start_anvil a3
+  make_test_pki "$BATS_FILE_TMPDIR/pki"
 }
 
 teardown_file() {
@@ -674,4 +675,270 @@ fake_error_message_file() { # NAME CODE FILE
     false
   fi
   assert_jq '.meta.attempts[0].message | startswith("-32603: \\x1b[31mred")'
+}
+
+# ---------------------------------------------------------------------------------------------------
+# HTTPS providers (issue 17): the fake upstream over TLS and nginx as an HTTP/2 or HTTP/1.1 front,
+# trusted through tls.ca_file with the test PKI made in setup_file (tls_helpers.bash), never the
+# system CA store.
+
+# Writes $P with the providers given on stdin (YAML list items, 6 spaces in), strategy priority.
+https_profile() {
+  {
+    printf 'name: e2e\nchains:\n  local:\n    chain_id: 31337\n    block_time_ms: 1000\n    providers:\n'
+    cat
+    printf 'routing:\n  default_strategy: priority\n'
+  } >"$P"
+}
+
+@test "https: a fake on https://localhost answers through tls.ca_file (also a relative path); without it, unknown CA" {
+  start_tls_fake t1 --height 100
+  https_profile <<EOF
+      - { id: t1, url: "$(node_url t1)", tls: { ca_file: "$TEST_PKI/ca.pem" } }
+EOF
+  run --separate-stderr rpcroute call --profile "$P" --json eth_blockNumber
+  assert_status 0
+  assert_jq '.result == "0x64" and .meta.provider == "t1"'
+  assert_jq '.meta.attempts | length == 1 and .[0].outcome == "success"'
+  assert_equal "$stderr" "" "stderr"
+  assert_json "$(fake_stats t1)" '.requests == 1 and .tls.handshakes >= 1'
+  # A relative ca_file is the profile folder's, whatever the working directory.
+  mkdir -p "$BATS_TEST_TMPDIR/conf/certs"
+  cp "$TEST_PKI/ca.pem" "$BATS_TEST_TMPDIR/conf/certs/test-ca.pem"
+  P=$BATS_TEST_TMPDIR/conf/profile.yaml https_profile <<EOF
+      - { id: t1, url: "$(node_url t1)", tls: { ca_file: certs/test-ca.pem } }
+EOF
+  cd /
+  run --separate-stderr rpcroute call --profile "$BATS_TEST_TMPDIR/conf/profile.yaml" eth_blockNumber
+  assert_status 0
+  assert_equal "$output" '"0x64"' "result"
+  # Without tls: the system store, which does not know the test CA.
+  https_profile <<EOF
+      - { id: t1, url: "$(node_url t1)" }
+EOF
+  run --separate-stderr rpcroute call --profile "$P" --json eth_blockNumber
+  assert_status 3
+  assert_jq '.meta.attempts[0] | .outcome == "tls_failed" and .class == "provider_failure"'
+  assert_jq '.meta.attempts[0].message | test("TLS: unknown certificate authority")'
+}
+
+# Starts the plain fake "up" and an nginx front of KIND (h2, h1) before it; calls through the front
+# with --json. Leaves the front's access log in $FRONT_LOG.
+call_through_front() { # KIND
+  start_fake up --height 100
+  start_h2_front "$BATS_TEST_TMPDIR/front.port" "$(node_port up)" "$1"
+  FRONT_LOG=$(front_log "$BATS_TEST_TMPDIR/front.port")
+  https_profile <<EOF
+      - { id: front, url: "https://localhost:$(cat "$BATS_TEST_TMPDIR/front.port")/", tls: { ca_file: "$TEST_PKI/ca.pem" } }
+EOF
+  run --separate-stderr rpcroute call --profile "$P" --json eth_getBalance "$DEV_ACCOUNT" latest
+  assert_status 0
+  assert_jq '.result == "0xde0b6b3a7640000" and .meta.provider == "front"'
+  assert_jq '.meta.attempts | length == 1 and .[0].outcome == "success"'
+  assert_json "$(fake_stats up)" '.methods.eth_getBalance == 1'
+}
+
+@test "https: through an nginx HTTP/2 front the call answers, and nginx served it as HTTP/2.0" {
+  call_through_front h2
+  grep -Eq '^HTTP/2\.0 200 [0-9]+ [0-9]+ POST /$' "$FRONT_LOG" || { cat "$FRONT_LOG" >&2; false; }
+  ! grep -E ' POST ' "$FRONT_LOG" | grep -v '^HTTP/2\.0 ' || { cat "$FRONT_LOG" >&2; false; }
+}
+
+@test "https: through an nginx HTTP/1.1-only front the call answers over HTTP/1.1" {
+  call_through_front h1
+  grep -Eq '^HTTP/1\.1 200 [0-9]+ [0-9]+ POST /$' "$FRONT_LOG" || { cat "$FRONT_LOG" >&2; false; }
+  ! grep -E ' POST ' "$FRONT_LOG" | grep -v '^HTTP/1\.1 ' || { cat "$FRONT_LOG" >&2; false; }
+}
+
+@test "https: expired, not yet valid, unknown-CA and wrong-host certificates: tls_failed naming the cause, the next provider answers, no secret shown" {
+  RPCROUTE_E2E_SECRET="sk_$(openssl rand -hex 12)"
+  export RPCROUTE_E2E_SECRET
+  declare -A causes=(
+    [expired]='certificate expired'
+    [not_yet_valid]='certificate not yet valid'
+    [unknown_ca]='unknown certificate authority'
+    [wrong_host]='host name mismatch'
+  )
+  start_fake good --height 100
+  local cert port bad
+  for cert in expired not_yet_valid unknown_ca wrong_host; do
+    start_tls_fake "bad_$cert" "$cert" --height 100
+    port=$(node_port "bad_$cert")
+    # The secret in the URL's path (${VAR}) and as the api_key of {api_key}.
+    bad="      - id: keyed
+        url: https://localhost:$port/v3/\${RPCROUTE_E2E_SECRET}
+        tls: { ca_file: \"$TEST_PKI/ca.pem\" }
+      - id: apikeyed
+        url: https://localhost:$port/v2/{api_key}
+        api_key: \${RPCROUTE_E2E_SECRET}
+        tls: { ca_file: \"$TEST_PKI/ca.pem\" }"
+    https_profile <<EOF
+$bad
+      - { id: good, url: "$(node_url good)" }
+EOF
+    rm -f "$RPCROUTE_STATE"
+    run --separate-stderr rpcroute call --profile "$P" --json eth_blockNumber
+    assert_status 0
+    assert_jq '.result == "0x64" and .meta.provider == "good"'
+    assert_jq '[.meta.attempts[] | .provider + ":" + .outcome] == ["keyed:tls_failed", "apikeyed:tls_failed", "good:success"]'
+    assert_jq '[.meta.attempts[0,1].class] == ["provider_failure", "provider_failure"]'
+    assert_jq '[.meta.attempts[0,1].message | contains($cause)] | all' --arg cause "TLS: ${causes[$cert]}"
+    refute_output_contains "$RPCROUTE_E2E_SECRET"
+    # Nothing answers: the stderr report names the cause for each provider, without the secret.
+    https_profile <<<"$bad"
+    run --separate-stderr rpcroute call --profile "$P" -v eth_blockNumber
+    assert_status 3
+    assert_stderr_matches "^ +keyed: tls_failed .*TLS: ${causes[$cert]}"
+    assert_stderr_matches "^ +apikeyed: tls_failed .*TLS: ${causes[$cert]}"
+    refute_output_contains "$RPCROUTE_E2E_SECRET"
+    run --separate-stderr rpcroute state show --json
+    refute_output_contains "$RPCROUTE_E2E_SECRET"
+    ! grep -qF "$RPCROUTE_E2E_SECRET" "$RPCROUTE_STATE"* || { echo "secret in the state file" >&2; false; }
+    # The failed handshakes reached the fake, which served none of them.
+    assert_json "$(fake_stats "bad_$cert")" '.requests == 0 and .tls.failures >= 4'
+  done
+}
+
+@test "https: tls.insecure answers from unknown-CA, wrong-host and expired providers, with the warning on every run" {
+  local warning="rpcroute: warning: provider 'dev' has tls.insecure: its certificate is not checked; anyone on the path can read and change its answers"
+  local cert
+  for cert in unknown_ca wrong_host expired; do
+    start_tls_fake "t_$cert" "$cert" --height 100
+    https_profile <<EOF
+      - { id: dev, url: "$(node_url "t_$cert")", tls: { insecure: true } }
+EOF
+    run --separate-stderr rpcroute call --profile "$P" eth_blockNumber
+    assert_status 0
+    assert_equal "$output" '"0x64"' "result ($cert)"
+    assert_equal "$stderr" "$warning" "stderr ($cert)"
+  done
+  # Every command that loads the profile warns, not only call.
+  run --separate-stderr rpcroute probe --profile "$P"
+  [[ $stderr == *"$warning"* ]] || { _dump_run; false; }
+}
+
+@test "https: mTLS: without a client certificate tls_failed; with cert_file and key_file (or one file) it answers" {
+  start_tls_fake m1 --height 100 --tls-client-ca "$TEST_PKI/client_ca.pem"
+  local ca="ca_file: \"$TEST_PKI/ca.pem\""
+  https_profile <<EOF
+      - { id: m1, url: "$(node_url m1)", tls: { $ca } }
+EOF
+  run --separate-stderr rpcroute call --profile "$P" --json eth_blockNumber
+  assert_status 3
+  assert_jq '.meta.attempts[0] | .outcome == "tls_failed" and (.message | startswith("TLS: "))'
+  # A certificate from a CA the fake does not accept.
+  https_profile <<EOF
+      - { id: m1, url: "$(node_url m1)", tls: { $ca, cert_file: "$TEST_PKI/client_unknown.pem", key_file: "$TEST_PKI/client.key" } }
+EOF
+  run --separate-stderr rpcroute call --profile "$P" --json eth_blockNumber
+  assert_status 3
+  assert_jq '.meta.attempts[0].outcome == "tls_failed"'
+  assert_json "$(fake_stats m1)" '.requests == 0'
+  https_profile <<EOF
+      - { id: m1, url: "$(node_url m1)", tls: { $ca, cert_file: "$TEST_PKI/client.pem", key_file: "$TEST_PKI/client.key" } }
+EOF
+  run --separate-stderr rpcroute call --profile "$P" --json eth_blockNumber
+  assert_status 0
+  assert_jq '.result == "0x64" and .meta.attempts[0].outcome == "success"'
+  # cert_file may hold the key too.
+  cat "$TEST_PKI/client.pem" "$TEST_PKI/client.key" >"$BATS_TEST_TMPDIR/client-both.pem"
+  https_profile <<EOF
+      - { id: m1, url: "$(node_url m1)", tls: { $ca, cert_file: "$BATS_TEST_TMPDIR/client-both.pem" } }
+EOF
+  run --separate-stderr rpcroute call --profile "$P" eth_blockNumber
+  assert_status 0
+  assert_equal "$output" '"0x64"' "result"
+  assert_json "$(fake_stats m1)" '.requests == 2'
+}
+
+@test "https: a TLS handshake that never completes times out within timeout_ms and the next provider answers" {
+  start_tls_fake hs --tls-handshake hang
+  start_tls_fake t2 --height 100
+  https_profile <<EOF
+      - { id: hs, url: "$(node_url hs)", timeout_ms: 800, tls: { ca_file: "$TEST_PKI/ca.pem" } }
+      - { id: t2, url: "$(node_url t2)", tls: { ca_file: "$TEST_PKI/ca.pem" } }
+EOF
+  local t0 elapsed
+  t0=$(now_ms)
+  run --separate-stderr rpcroute call --profile "$P" --json eth_blockNumber
+  elapsed=$(($(now_ms) - t0))
+  assert_status 0
+  assert_jq '.result == "0x64" and .meta.provider == "t2"'
+  assert_jq '.meta.attempts[0] | .provider == "hs" and .outcome == "timeout" and .class == "provider_failure"'
+  assert_jq '.meta.attempts[0].latency_ms >= 700 and .meta.attempts[0].latency_ms < 2500'
+  ((elapsed < 5000)) || { echo "call took ${elapsed} ms" >&2; false; }
+}
+
+@test "https: a missing ca_file, cert_file or key_file, tls on an http:// URL, insecure with ca_file: profile errors (exit 2)" {
+  local file
+  for file in ca_file cert_file key_file; do
+    https_profile <<EOF
+      - { id: t1, url: "https://localhost:1/", tls: { $file: "$BATS_TEST_TMPDIR/no-such-$file.pem" } }
+EOF
+    run --separate-stderr rpcroute call --profile "$P" eth_blockNumber
+    assert_status 2
+    assert_stderr_matches "no-such-$file\\.pem"
+    assert_equal "$output" "" "stdout ($file)"
+  done
+  https_profile <<EOF
+      - { id: t1, url: "http://127.0.0.1:1/", tls: { ca_file: "$TEST_PKI/ca.pem" } }
+EOF
+  run --separate-stderr rpcroute call --profile "$P" eth_blockNumber
+  assert_status 2
+  assert_stderr_matches 'tls'
+  https_profile <<EOF
+      - { id: t1, url: "https://localhost:1/", tls: { insecure: true, ca_file: "$TEST_PKI/ca.pem" } }
+EOF
+  run --separate-stderr rpcroute call --profile "$P" eth_blockNumber
+  assert_status 2
+  assert_stderr_matches 'insecure'
+}
+
+@test "https: every fault mode of the fake is classified over TLS as over plain http (curl both ways)" {
+  # MODE=behaviour; timeouts of 600 ms cut the slow ones, a 1 MiB cap the endless ones.
+  declare -A rows=(
+    [status]='{"mode":"status","status":503}'
+    [rpc_error]='{"mode":"rpc_error","code":-32603}'
+    [malformed]='{"mode":"malformed"}'
+    [truncated]='{"mode":"truncated"}'
+    [html]='{"mode":"html"}'
+    [wrong_id]='{"mode":"wrong_id"}'
+    [close]='{"mode":"close"}'
+    [reset]='{"mode":"reset"}'
+    [hang]='{"mode":"hang"}'
+    [drip]='{"mode":"drip","drip_ms":200}'
+    [overclaim]='{"mode":"overclaim"}'
+    [endless]='{"mode":"endless"}'
+    [endless_length]='{"mode":"endless_length"}'
+    [gzip_bomb]='{"mode":"gzip_bomb","gzip_bytes":1048576}'
+    [huge]='{"mode":"huge","huge_bytes":300000}'
+    [extra]='{"mode":"extra","extra_ms":0}'
+    [ok]='{"mode":"ok"}'
+  )
+  start_fake plain --height 100
+  start_tls_fake tls --height 100
+  local mode paths="" sep="" plain_outcome tls_outcome
+  for mode in "${!rows[@]}"; do
+    paths+="$sep\"/$mode\":${rows[$mode]}"
+    sep=,
+  done
+  fake_control plain "{\"paths\":{$paths}}"
+  fake_control tls "{\"paths\":{$paths}}"
+  for mode in "${!rows[@]}"; do
+    https_profile <<EOF
+      - { id: p, url: "$(node_url plain)/$mode", timeout_ms: 600, limits: { max_response_mb: 1 } }
+      - { id: t, url: "$(node_url tls)/$mode", timeout_ms: 600, limits: { max_response_mb: 1 }, tls: { ca_file: "$TEST_PKI/ca.pem" } }
+EOF
+    RPCROUTE_HTTP_CLIENT=curl run --separate-stderr rpcroute call --profile "$P" --provider p --json eth_getBalance "$DEV_ACCOUNT" latest
+    plain_outcome=$(jq -r '.meta.attempts[0].outcome' <<<"$output")
+    run --separate-stderr rpcroute call --profile "$P" --provider t --json eth_getBalance "$DEV_ACCOUNT" latest
+    tls_outcome=$(jq -r '.meta.attempts[0].outcome' <<<"$output")
+    assert_equal "$tls_outcome" "$plain_outcome" "outcome of mode $mode over TLS (over plain http: $plain_outcome)" ||
+      { _dump_run; false; }
+    if [[ $mode == ok || $mode == huge || $mode == extra ]]; then
+      assert_equal "$tls_outcome" success "mode $mode"
+    fi
+  done
+  # Every mode reached the TLS fake as a request (none failed in the handshake).
+  assert_json "$(fake_stats tls)" '.requests == $n and .tls.failures == 0' --argjson n "${#rows[@]}"
 }
