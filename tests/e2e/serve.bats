@@ -19,6 +19,7 @@ setup_file() {
   start_anvil a1
   start_anvil a2
   start_anvil a3
+  make_test_pki "$BATS_FILE_TMPDIR/pki"
 }
 
 teardown_file() {
@@ -1416,4 +1417,138 @@ fence_answers() {
     diff <(echo "$on") <(echo "$plain_off") >&2 || true
     return 1
   fi
+}
+
+# ---------------------------------------------------------------------------------------------------
+# 12. HTTPS providers (issue 17): the fake upstream over TLS (HTTP/1.1) and nginx as an HTTP/2 front,
+# trusted through tls.ca_file with the test PKI made in setup_file (tls_helpers.bash).
+
+# Writes $P with the providers given on stdin (YAML list items, 6 spaces in), strategy priority.
+https_profile() {
+  {
+    printf 'name: e2e\nchains:\n  local:\n    chain_id: 31337\n    block_time_ms: 1000\n    providers:\n'
+    cat
+    printf 'routing:\n  default_strategy: priority\n'
+  } >"$P"
+}
+
+# N client processes at once, each sending 5 requests over one keep-alive connection to PATH; every
+# answer must be HTTP 200 with the result. Prints nothing; fails with the bad answers.
+concurrent_ok() { # N PATH
+  local n=$1 path=$2 i urls=() pids=() out=$BATS_TEST_TMPDIR/concurrent
+  rm -f "$out".*
+  for i in 1 2 3 4 5; do urls+=("$SC_URL$path"); done
+  for i in $(seq "$n"); do
+    curl -s --max-time 60 -X POST -H 'content-type: application/json' --data-binary "$BN" \
+      -w '\n@@ %{http_code}\n' "${urls[@]}" >"$out.$i" &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
+  local good
+  good=$(cat "$out".* | grep -c '^{"jsonrpc":"2.0","id":1,"result":"0x64"}$' || true)
+  assert_equal "$good" $((n * 5)) "answers with the result" || { cat "$out".* | grep -v '"result":"0x64"' >&2; return 1; }
+  assert_equal "$(cat "$out".* | grep -c '^@@ 200$')" $((n * 5)) "HTTP 200 answers"
+}
+
+@test "https: the sidecar over an HTTPS fake: sequential requests share one TLS connection, concurrent ones are all answered" {
+  start_tls_fake t1 --height 100
+  https_profile <<EOF
+      - { id: t1, url: "$(node_url t1)", tls: { ca_file: "$TEST_PKI/ca.pem" } }
+EOF
+  start_sidecar -p "$P" --no-probe
+  fake_control t1 '{"reset_stats":true}'
+  twenty_ok t1
+  # The fake counts the connection of fake_stats itself too.
+  local stats
+  stats=$(fake_stats t1)
+  assert_json "$stats" '.requests == 20 and .tls.connections == 2 and .tls.handshakes == 2 and .tls.failures == 0'
+  concurrent_ok 8 /rpc/local
+  stats=$(fake_stats t1)
+  assert_json "$stats" '.requests == 60 and .tls.failures == 0 and .tls.connections <= 11'
+  sc_post /rpc/local "$BN"
+  assert_code 200
+  assert_rpc_headers
+  assert_hdr X-Rpcroute-Provider '^t1$'
+  assert_hdr X-Rpcroute-Attempts '^1$'
+}
+
+@test "https: the sidecar through an nginx HTTP/2 front: HTTP/2.0 on one connection, concurrent requests answered" {
+  start_fake up --height 100
+  local pf=$BATS_TEST_TMPDIR/front.port log
+  start_h2_front "$pf" "$(node_port up)" h2
+  log=$(front_log "$pf")
+  https_profile <<EOF
+      - { id: front, url: "https://localhost:$(cat "$pf")/", tls: { ca_file: "$TEST_PKI/ca.pem" } }
+EOF
+  start_sidecar -p "$P" --no-probe
+  twenty_ok front
+  # Every POST over HTTP/2, all 20 on one connection (nginx's connection serial number).
+  assert_equal "$(grep -c ' POST /$' "$log")" 20 "POSTs in the access log" || { cat "$log" >&2; false; }
+  ! grep ' POST ' "$log" | grep -v '^HTTP/2\.0 200 ' || { cat "$log" >&2; false; }
+  assert_equal "$(grep ' POST ' "$log" | cut -d' ' -f3 | sort -u | wc -l)" 1 "connections for 20 sequential requests" ||
+    { cat "$log" >&2; false; }
+  concurrent_ok 8 /rpc/local
+  assert_equal "$(grep -c ' POST /$' "$log")" 60 "POSTs in the access log"
+  ! grep ' POST ' "$log" | grep -v '^HTTP/2\.0 200 ' || { cat "$log" >&2; false; }
+  assert_json "$(fake_stats up)" '.requests == 60'
+}
+
+@test "https: a wrong-certificate provider fails over to a good one and shows as tls_failed" {
+  start_tls_fake bad wrong_host --height 100
+  start_tls_fake good --height 100
+  https_profile <<EOF
+      - { id: bad, url: "$(node_url bad)", tls: { ca_file: "$TEST_PKI/ca.pem" } }
+      - { id: good, url: "$(node_url good)", tls: { ca_file: "$TEST_PKI/ca.pem" } }
+EOF
+  start_sidecar -p "$P" --no-probe --strategy priority
+  sc_post /rpc/priority/local "$BN"
+  assert_code 200
+  assert_body_jq '.result == "0x64" and .id == 1'
+  assert_hdr X-Rpcroute-Provider '^good$'
+  assert_hdr X-Rpcroute-Attempts '^2$'
+  # The provider alone: a 503 whose attempt names the failure and its cause.
+  sc_post /rpc/provider/bad/local "$BN"
+  assert_code 503
+  assert_hdr X-Rpcroute-Attempts '^1$'
+  assert_body_jq '.error.code == -32050 and .error.data.attempts[0].provider == "bad"'
+  assert_body_jq '.error.data.attempts[0].outcome == "tls_failed"'
+  assert_body_jq '.error.data.attempts[0].message | contains("TLS: host name mismatch")'
+  (($(metric_of rpcroute_attempts_total bad 'outcome="tls_failed"') >= 2)) || { metrics_text >&2; false; }
+  (($(metric_of rpcroute_attempts_total good 'outcome="success"') >= 1)) || { metrics_text >&2; false; }
+  sc_req GET /status
+  assert_code 200
+  assert_body_jq '.profiles[0].candidates | map(.provider) | index("good") != null'
+  assert_json "$(fake_stats bad)" '.requests == 0 and .tls.failures >= 2'
+}
+
+@test "https: a provider whose TLS handshake hangs does not hold up answers from the other" {
+  start_tls_fake hs --tls-handshake hang
+  start_tls_fake good --height 100
+  https_profile <<EOF
+      - { id: hs, url: "$(node_url hs)", timeout_ms: 3000, tls: { ca_file: "$TEST_PKI/ca.pem" } }
+      - { id: good, url: "$(node_url good)", tls: { ca_file: "$TEST_PKI/ca.pem" } }
+EOF
+  start_sidecar -p "$P" --no-probe
+  local i t0 elapsed out=$BATS_TEST_TMPDIR/hs pids=()
+  t0=$(now_ms)
+  # Four requests held by the hanging handshake...
+  for i in 1 2 3 4; do
+    curl -s --max-time 30 -o "$out.$i" -w '%{http_code}' -X POST -H 'content-type: application/json' \
+      --data-binary "$BN" "$SC_URL/rpc/provider/hs/local" >"$out.$i.code" &
+    pids+=($!)
+  done
+  sleep 0.3
+  # ...while the other provider answers 20 requests, well before hs's timeout.
+  SC_URL=$SC_URL/rpc/provider/good
+  concurrent_ok 4 /local
+  elapsed=$(($(now_ms) - t0))
+  ((elapsed < 2500)) || { echo "good's answers took ${elapsed} ms next to the hanging handshakes" >&2; false; }
+  wait "${pids[@]}"  # not the fakes and the sidecar, children of this shell too
+  for i in 1 2 3 4; do
+    assert_equal "$(cat "$out.$i.code")" 503 "HTTP status of the request to hs"
+    jq -e '.error.data.attempts[0] | .provider == "hs" and .outcome == "timeout"' "$out.$i" >/dev/null ||
+      { cat "$out.$i" >&2; false; }
+  done
+  elapsed=$(($(now_ms) - t0))
+  ((elapsed < 8000)) || { echo "the hanging requests took ${elapsed} ms (timeout_ms 3000)" >&2; false; }
 }
