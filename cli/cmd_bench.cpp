@@ -248,7 +248,7 @@ int run_bench(const BenchOptions& options) {
                                ? render_bench_json(*plan, *results, setup.store.has_value()) + "\n"
                                : render_bench_text(*plan, *results);
   warn_other_chains(*plan, *results);
-  if (setup.store) setup.save_state();
+  if (setup.store) setup.save_state(Setup::StateWrite::rewrite);
   write_stdout(text);
   if (!results->any_answer()) {
     print_error(fmt::format("no provider answered on chain {}", plan->chain->name));

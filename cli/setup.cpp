@@ -111,8 +111,8 @@ bool Setup::open_state(std::optional<std::filesystem::path> path) {
   return true;
 }
 
-void Setup::save_state() {
-  if (auto saved = store->save(); !saved)
+void Setup::save_state(StateWrite how) {
+  if (auto saved = how == StateWrite::append ? store->append() : store->save(); !saved)
     print_warning(fmt::format("state not saved: {}", saved.error().message));
 }
 

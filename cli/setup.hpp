@@ -64,8 +64,12 @@ class Setup {
   StateStore& new_store(std::optional<std::filesystem::path> path);
   /// new_store() and load it. False: the file was refused, the error is printed (exit 2).
   [[nodiscard]] bool open_state(std::optional<std::filesystem::path> path);
+  /// How a one-shot command writes what it learned: one record appended to the state journal (the
+  /// default: microseconds), or a full rewrite of the snapshot (bench: many samples, and a run
+  /// that lasts far longer than a rewrite).
+  enum class StateWrite { append, rewrite };
   /// Saves the state; a failure is a warning, not an error (what was answered stays answered).
-  void save_state();
+  void save_state(StateWrite how = StateWrite::append);
   /// The command's exit code once its answer is out: stdout is finished and let go first, so a slow
   /// or stuck state lock never holds up the answer, then the state is saved. Lost output turns a
   /// success into exit 4.

@@ -1,22 +1,22 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <pwd.h>
-#include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <csignal>
-#include <cstring>
-#include <fstream>
-#include <sstream>
-#include <thread>
+#include <cstdlib>
 
+#include "files.hpp"
+#include "journal.hpp"
 #include "rpcroute/state.hpp"
 
 namespace rpcroute {
+
+namespace sf = state_files;
 
 std::filesystem::path default_state_path(const EnvLookup& env) {
   if (auto p = env("RPCROUTE_STATE"); p && !p->empty()) return *p;
@@ -39,238 +39,82 @@ std::filesystem::path default_state_path(const EnvLookup& env) {
 
 namespace {
 
-/// An owned file descriptor.
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  Fd& operator=(Fd&& o) noexcept {
-    if (this != &o) {
-      if (fd_ >= 0) ::close(fd_);
-      fd_ = std::exchange(o.fd_, -1);
+std::filesystem::path journal_path(const std::filesystem::path& path) {
+  return sf::beside(path, sf::kJournalSuffix);
+}
+
+/// A new journal generation: random, so that no journal of an earlier snapshot (one whose removal
+/// a crash prevented, or from before a file was moved aside) can ever match it; never 0 (a snapshot
+/// that names no journal) nor `old`.
+std::uint64_t fresh_generation(std::uint64_t old) {
+  for (std::uint64_t salt = 0;; ++salt) {
+    std::uint64_t g = 0;
+    if (::getrandom(&g, sizeof g, 0) != static_cast<ssize_t>(sizeof g)) {
+      const auto t = std::chrono::system_clock::now().time_since_epoch().count();
+      g = (static_cast<std::uint64_t>(t) * 0x9E3779B97F4A7C15ULL) ^
+          (static_cast<std::uint64_t>(::getpid()) << 40) ^ salt;
     }
-    return *this;
+    if (g != 0 && g != old && g != ~std::uint64_t{0}) return g;
   }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  [[nodiscard]] int get() const { return fd_; }
-  [[nodiscard]] bool valid() const { return fd_ >= 0; }
-
- private:
-  int fd_;
-};
-
-std::string errno_text() { return std::strerror(errno); }
-
-std::filesystem::path folder_of(const std::filesystem::path& path) {
-  return path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
 }
 
-/// Identity of the state file as it is now: another writer's rename changes it.
-struct FileMark {
-  ino_t ino = 0;
-  std::int64_t mtime_ns = 0;
-  bool operator==(const FileMark&) const = default;
-};
-FileMark file_mark(const std::filesystem::path& path) {
-  struct stat st {};
-  if (::lstat(path.c_str(), &st) != 0) return {};
-  return {st.st_ino,
-          static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
+/// Test hook for the e2e crash tests: RPCROUTE_TEST_STATE_CRASH=POINT kills this process with
+/// SIGKILL at that point of a state write — `append` (half a record written), `compact-tmp` (the
+/// new snapshot written, not yet renamed), `compact-renamed` (renamed, the old journal not yet
+/// removed) — so that what a kill -9 at a random instant may leave is certain to be tested.
+bool crash_point(std::string_view point) {
+  static const std::string at = [] {
+    const char* v = std::getenv("RPCROUTE_TEST_STATE_CRASH");
+    return std::string(v != nullptr ? v : "");
+  }();
+  return !at.empty() && at == point;
+}
+void crash_at(std::string_view point) {
+  if (crash_point(point)) ::raise(SIGKILL);
 }
 
-/// Exclusive lock on a sibling lock file, held for the object's lifetime; nullopt when another
-/// process still holds it after the wait. Never a blocking flock: waiting writers poll, and give
-/// up after kLockStallMs during which no writer finished (the state file did not change) — a
-/// stopped or hung holder — or kLockGiveUpMs in all. `wait` false: one attempt.
-Result<std::optional<Fd>> lock_exclusive(const std::filesystem::path& path, bool wait) {
-  auto lock_path = path;
-  lock_path += ".lock";
-  // O_NOFOLLOW: a link planted there must not make us create or open its target.
-  Fd fd(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600));
-  if (!fd.valid()) {
-    const auto why = errno == ELOOP ? std::string("it is a symbolic link") : errno_text();
-    return fail(fmt::format("cannot open {}: {}", lock_path.string(), why), ExitCode::internal);
-  }
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
-    return fail(fmt::format("cannot lock {}: not a regular file", lock_path.string()),
+/// Writes `text` to a temporary file beside `path`, fsyncs it, renames it over `path` and fsyncs
+/// the folder. Returns the new snapshot, still open.
+Result<sf::Opened> replace_snapshot(const std::filesystem::path& path, std::string_view text) {
+  const auto tmp = sf::beside(path, fmt::format(".tmp.{}", ::getpid()));
+  // O_EXCL | O_NOFOLLOW: never through a link planted at the name, never into an existing file.
+  // One left over (by a dead process that had our pid, or planted) is removed, not followed:
+  // unlink removes a link itself. We hold the lock and the folder is ours.
+  constexpr int kFlags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+  sf::Fd fd(::open(tmp.c_str(), kFlags, 0600));
+  if (!fd.valid() && errno == EEXIST && ::unlink(tmp.c_str()) == 0)
+    fd = sf::Fd(::open(tmp.c_str(), kFlags, 0600));
+  if (!fd.valid())
+    return fail(fmt::format("cannot write {}: {}", tmp.string(), sf::errno_text()),
                 ExitCode::internal);
-  }
-  using steady = std::chrono::steady_clock;
-  const auto start = steady::now();
-  auto progress = start;
-  auto mark = file_mark(path);
-  auto nap = std::chrono::milliseconds(1);
-  for (;;) {
-    if (::flock(fd.get(), LOCK_EX | LOCK_NB) == 0) return std::optional<Fd>(std::move(fd));
-    if (errno == EINTR) continue;
-    if (errno != EWOULDBLOCK) {
-      return fail(fmt::format("cannot lock {}: {}", lock_path.string(), errno_text()),
-                  ExitCode::internal);
-    }
-    if (!wait) return std::optional<Fd>();
-    const auto now = steady::now();
-    if (auto m = file_mark(path); !(m == mark)) {
-      mark = m;
-      progress = now;
-    }
-    if (now - progress >= std::chrono::milliseconds(kLockStallMs) ||
-        now - start >= std::chrono::milliseconds(kLockGiveUpMs)) {
-      return std::optional<Fd>();
-    }
-    std::this_thread::sleep_for(nap);
-    nap = std::min(nap * 2, std::chrono::milliseconds(25));
-  }
-}
-
-std::string still_locked(const std::filesystem::path& path) {
-  return fmt::format(
-      "{}.lock is held by another process (a stopped or hung rpcroute?); gave up waiting for it",
-      path.string());
-}
-
-/// lock_exclusive() that waits, with "still locked" as an error.
-Result<Fd> lock_or_fail(const std::filesystem::path& path) {
-  auto lock = lock_exclusive(path, true);
-  if (!lock) return tl::unexpected(lock.error());
-  if (!*lock) return fail(still_locked(path), ExitCode::internal);
-  return std::move(**lock);
-}
-
-/// Why the state path must not be used at all, or empty. Only regular files are ever read, moved
-/// aside or replaced, and nothing in the state folder is followed through a symbolic link; the
-/// folder must be the user's own and closed to others, since whoever can write into it can plant
-/// links and files that we would read or write.
-std::string refusal(const std::filesystem::path& path) {
-  struct stat st {};
-  if (::lstat(path.c_str(), &st) == 0) {
-    if (S_ISDIR(st.st_mode))
-      return fmt::format("state path {} is a directory, not a state file", path.string());
-    if (S_ISLNK(st.st_mode)) {
-      return fmt::format(
-          "state path {} is a symbolic link; rpcroute does not follow links in its state folder",
-          path.string());
-    }
-  }
-  const auto dir = folder_of(path);
-  if (::stat(dir.c_str(), &st) != 0) return {};  // not there yet: made private at the first save
-  if (!S_ISDIR(st.st_mode)) return fmt::format("state folder {} is not a directory", dir.string());
-  if (st.st_uid != ::geteuid()) {
-    return fmt::format("state folder {} belongs to uid {}, not to you (uid {})", dir.string(),
-                       st.st_uid, ::geteuid());
-  }
-  if ((st.st_mode & 022) != 0) {
-    return fmt::format(
-        "state folder {} is writable by {} (mode {:o}); make it private (chmod go-w) or choose "
-        "another "
-        "--state",
-        dir.string(), (st.st_mode & 002) != 0 ? "others" : "its group", st.st_mode & 07777);
-  }
-  return {};
-}
-
-enum class ReadStatus { ok, missing, unreadable, not_regular };
-
-/// What is at the state path when it is a special file ("a FIFO", "a device"), else empty. Such a
-/// file is not ours to move or replace (`--state /dev/null`): the command runs without state.
-std::string odd_file_type(const std::filesystem::path& path) {
-  struct stat st {};
-  if (::lstat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode) || S_ISDIR(st.st_mode) ||
-      S_ISLNK(st.st_mode))
-    return {};
-  if (S_ISFIFO(st.st_mode)) return "a FIFO";
-  if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) return "a device";
-  if (S_ISSOCK(st.st_mode)) return "a socket";
-  return "not a regular file";
-}
-
-ReadStatus read_file(const std::filesystem::path& path, std::string& out, std::string& why) {
-  // Non-blocking, then checked: a FIFO at the path must not hang us, and nothing but a regular
-  // file is read (or later moved aside, or replaced).
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW));
-  if (!fd.valid()) {
-    if (errno == ENOENT) return ReadStatus::missing;
-    why = errno_text();
-    // Unreadable, yet moved aside only when it is a regular file (a link is never followed).
-    struct stat st {};
-    return ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) ? ReadStatus::unreadable
-                                                                  : ReadStatus::not_regular;
+  ::fchmod(fd.get(), 0600);
+  if (auto r = sf::write_all(fd.get(), text); !r) {
+    ::unlink(tmp.c_str());
+    return tl::unexpected(r.error());
   }
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) {
-    why = errno_text();
-    return ReadStatus::not_regular;
+  if (::fsync(fd.get()) != 0 || ::fstat(fd.get(), &st) != 0) {
+    const auto why = sf::errno_text();
+    ::unlink(tmp.c_str());
+    return fail(fmt::format("fsync {}: {}", tmp.string(), why), ExitCode::internal);
   }
-  if (!S_ISREG(st.st_mode)) {
-    why = "not a regular file";
-    return ReadStatus::not_regular;
+  crash_at("compact-tmp");
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    auto why = sf::errno_text();
+    ::unlink(tmp.c_str());
+    return fail(fmt::format("cannot replace {}: {}", path.string(), why), ExitCode::internal);
   }
-  out.clear();
-  char buf[65536];
-  for (;;) {
-    auto n = ::read(fd.get(), buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      why = errno_text();
-      return ReadStatus::unreadable;
-    }
-    if (n == 0) break;
-    out.append(buf, static_cast<std::size_t>(n));
-  }
-  return ReadStatus::ok;
-}
-
-/// Removes temporary files left by writers killed mid-write (`state.json.tmp.PID` whose process is
-/// gone). Called under the lock, so no live writer's file is touched.
-void remove_orphan_temporaries(const std::filesystem::path& path) {
-  const auto dir = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
-  const auto prefix = path.filename().string() + ".tmp.";
-  std::error_code ec;
-  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const auto name = it->path().filename().string();
-    if (!name.starts_with(prefix)) continue;
-    int pid = 0;
-    const auto digits = std::string_view(name).substr(prefix.size());
-    auto [ptr, err] = std::from_chars(digits.data(), digits.data() + digits.size(), pid);
-    if (err != std::errc() || ptr != digits.data() + digits.size() || pid <= 0) continue;
-    if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
-    std::error_code rm;
-    std::filesystem::remove(it->path(), rm);
-  }
-}
-
-Result<void> write_all(int fd, std::string_view data) {
-  while (!data.empty()) {
-    auto n = ::write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return fail(fmt::format("write failed: {}", errno_text()), ExitCode::internal);
-    }
-    data.remove_prefix(static_cast<std::size_t>(n));
-  }
-  return {};
-}
-
-Result<void> ensure_dir(const std::filesystem::path& dir) {
-  std::error_code ec;
-  if (dir.empty() || std::filesystem::is_directory(dir, ec)) return {};
-  if (dir.has_parent_path()) std::filesystem::create_directories(dir.parent_path(), ec);
-  // The state folder itself is made private from the start (no window with the umask's mode).
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    return fail(fmt::format("cannot create {}: {}", dir.string(), errno_text()),
-                ExitCode::internal);
-  }
-  return {};
+  sf::Fd dfd(::open(sf::folder_of(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dfd.valid()) ::fsync(dfd.get());
+  return sf::Opened{std::move(fd), sf::id_of(st)};
 }
 
 }  // namespace
 
 StateStore::StateStore(std::optional<std::filesystem::path> path, const Clock& clock, Warn warn)
     : path_(std::move(path)), clock_(clock), warn_(std::move(warn)) {}
+
+StateStore::~StateStore() { hold_snapshot(-1, 0, 0, 0); }
 
 void StateStore::warn_dropped(std::size_t dropped) {
   if (dropped == 0 || warned_dropped_) return;
@@ -279,24 +123,59 @@ void StateStore::warn_dropped(std::size_t dropped) {
                     path_->string(), dropped, dropped == 1 ? "y" : "ies"));
 }
 
-State StateStore::read_or_move_aside() {
+void StateStore::hold_snapshot(int fd, std::uint64_t dev, std::uint64_t ino,
+                               std::uint64_t generation) {
+  if (seen_.snapshot_fd >= 0) ::close(seen_.snapshot_fd);
+  // What was known of the journal belonged to the snapshot before.
+  seen_ = Seen{};
+  seen_.snapshot_fd = fd;
+  seen_.snapshot_dev = dev;
+  seen_.snapshot_ino = ino;
+  seen_.generation = generation;
+}
+
+void StateStore::take_journal(std::string_view bytes, std::uint64_t dev, std::uint64_t ino,
+                              std::uint64_t generation, State& onto) {
+  auto scan = journal::scan(bytes, true);
+  // A journal of another generation is stale: the snapshot already holds its records (a crash
+  // came between a compaction's rename and the journal's removal), or they belong to a snapshot
+  // that is gone. Either way none of them is applied.
+  const bool ours = scan.header_ok && scan.generation == generation;
+  seen_.journal_dev = dev;
+  seen_.journal_ino = ino;
+  seen_.journal_end = scan.valid_end;
+  seen_.journal_ours = ours && !scan.torn;
+  if (!ours) return;
+  for (const auto& r : scan.records) r.replay(onto);
+  warn_dropped(scan.undecodable);
+}
+
+State StateStore::read_or_move_aside(std::uint64_t& generation) {
+  generation = 0;
   std::string text;
   std::string why;
-  auto status = read_file(*path_, text, why);
-  if (status == ReadStatus::missing || status == ReadStatus::not_regular) return {};
-  if (status == ReadStatus::ok) {
+  sf::Opened opened;
+  auto status = sf::read_file(*path_, text, why, &opened);
+  if (status == sf::ReadStatus::missing || status == sf::ReadStatus::not_regular) {
+    hold_snapshot(-1, 0, 0, 0);
+    return {};
+  }
+  if (status == sf::ReadStatus::ok) {
     if (text.empty()) {
       why = "empty file";
     } else {
       std::size_t dropped = 0;
-      auto parsed = parse_state(text, &dropped);
+      auto parsed = parse_state(text, &dropped, &generation);
       if (parsed) {
         warn_dropped(dropped);
+        hold_snapshot(opened.fd.release(), opened.id.dev, opened.id.ino, generation);
         return std::move(*parsed);
       }
       why = parsed.error().message;
     }
   }
+  generation = 0;
+  hold_snapshot(-1, 0, 0, 0);
   // Only a regular file is moved aside (read_file said so; rename never follows a link).
   auto aside = *path_;
   aside += fmt::format(".corrupt-{}", clock_.now_ms());
@@ -315,149 +194,63 @@ State StateStore::read_or_move_aside() {
 
 Result<void> StateStore::load() {
   if (!path_) return {};
-  if (auto odd = odd_file_type(*path_); !odd.empty()) {
+  if (auto odd = sf::odd_file_type(*path_); !odd.empty()) {
     // Never read, move or replace it: `--state /dev/null` must not rename /dev/null.
     warn_(fmt::format("state path {} is {}, not a state file; running without saved state",
                       path_->string(), odd));
     path_.reset();
     return {};
   }
-  if (auto why = refusal(*path_); !why.empty()) {
+  if (auto why = sf::refusal(*path_); !why.empty()) {
     path_.reset();
     return fail(why, ExitCode::usage);
   }
-  std::string text;
+  // The journal before the snapshot: a compaction between the two reads then shows as a
+  // generation mismatch (the new snapshot holds what the journal had), never as records lost.
+  std::string journal_bytes;
   std::string why;
-  auto status = read_file(*path_, text, why);
-  if (status == ReadStatus::missing || status == ReadStatus::not_regular) return {};
-  if (status == ReadStatus::ok && !text.empty()) {
+  sf::Opened journal;
+  sf::read_file(journal_path(*path_), journal_bytes, why, &journal);
+  std::string text;
+  sf::Opened snapshot;
+  auto status = sf::read_file(*path_, text, why, &snapshot);
+  std::uint64_t generation = 0;
+  bool usable = status == sf::ReadStatus::missing || status == sf::ReadStatus::not_regular;
+  if (status == sf::ReadStatus::ok && !text.empty()) {
     std::size_t dropped = 0;
-    if (auto parsed = parse_state(text, &dropped)) {
+    if (auto parsed = parse_state(text, &dropped, &generation)) {
       state_ = std::move(*parsed);
       warn_dropped(dropped);
-      return {};
+      hold_snapshot(snapshot.fd.release(), snapshot.id.dev, snapshot.id.ino, generation);
+      usable = true;
     }
   }
-  // Unusable: look again under the lock (a writer may have been mid-rename), then move it aside.
-  auto lock = lock_or_fail(*path_);
-  if (!lock) {
-    warn_(fmt::format("state file {}: {}; running without saved state", path_->string(),
-                      lock.error().message));
-    return {};
+  if (!usable) {
+    // Unusable: look again under the lock (a writer may have been mid-rename), then move it aside.
+    auto lock = sf::lock_or_fail(*path_);
+    if (!lock) {
+      warn_(fmt::format("state file {}: {}; running without saved state", path_->string(),
+                        lock.error().message));
+      return {};
+    }
+    state_ = read_or_move_aside(generation);
+    journal = sf::Opened{};
+    journal_bytes.clear();
+    sf::read_file(journal_path(*path_), journal_bytes, why, &journal);
   }
-  state_ = read_or_move_aside();
+  take_journal(journal_bytes, journal.id.dev, journal.id.ino, generation, state_);
   return {};
 }
 
 void StateStore::record(Event event, const HealthConfig& health) {
   apply_event(state_, event, health);
-  if (path_) add_pending(std::move(event), health);
-}
-
-namespace {
-
-/// Attempts kept per provider between saves: more than any breaker needs to replay its
-/// transitions (thresholds are small), far fewer than a busy sidecar makes in a few seconds.
-constexpr std::size_t kPendingAttempts = 64;
-
-}  // namespace
-
-void StateStore::add_pending(Event event, const HealthConfig& health) {
-  ++pending_.count;
-  std::visit(
-      [&](auto&& e) {
-        using T = std::decay_t<decltype(e)>;
-        if constexpr (std::is_same_v<T, AttemptEvent>) {
-          auto& pp = pending_.providers[e.key];
-          pp.health = health;
-          pp.attempts.push_back(std::forward<decltype(e)>(e));
-          if (pp.attempts.size() > kPendingAttempts) pp.attempts.pop_front();
-        } else if constexpr (std::is_same_v<T, SampleEvent>) {
-          auto& pp = pending_.providers[e.key];
-          pp.health = health;
-          const auto slot = method_slot(pp.samples, e.method);
-          auto m = pp.samples.find(slot);
-          if (m == pp.samples.end())
-            m = pp.samples.emplace(std::string(slot), std::deque<Sample>{}).first;
-          auto& samples = m->second;
-          samples.push_back(e.sample);
-          if (samples.size() > kMaxSamplesPerMethod) samples.pop_front();
-        } else if constexpr (std::is_same_v<T, HeightEvent>) {
-          auto& pp = pending_.providers[e.key];
-          pp.health = health;
-          if (!pp.height || e.height.t_ms >= pp.height->t_ms) pp.height = e.height;
-        } else if constexpr (std::is_same_v<T, ProbeEvent>) {
-          auto& pp = pending_.providers[e.key];
-          pp.health = health;
-          pp.probe = e.findings;
-        } else if constexpr (std::is_same_v<T, QuotaEvent>) {
-          auto& pp = pending_.providers[e.key];
-          pp.health = health;
-          if (pp.quota) {
-            pp.quota->taken += e.taken;
-            pp.quota->t_ms = std::max(pp.quota->t_ms, e.t_ms);
-            pp.quota->quota = e.quota;
-          } else {
-            pp.quota = e;
-          }
-        } else if constexpr (std::is_same_v<T, LagEvent>) {
-          auto& pp = pending_.providers[e.key];
-          pp.health = health;
-          if (!pp.lag || e.mark.t_ms >= pp.lag->t_ms) pp.lag = e.mark;
-        } else if constexpr (std::is_same_v<T, ArchivalEvent>) {
-          auto& pp = pending_.providers[e.key];
-          pp.health = health;
-          if (!pp.archival || e.seen.t_ms >= pp.archival->t_ms) pp.archival = e.seen;
-        } else if constexpr (std::is_same_v<T, HighWaterEvent>) {
-          auto [it, fresh] = pending_.high_water.try_emplace(e.chain_key, e);
-          auto& hw = it->second;
-          if (!fresh) {
-            if (e.reset) {
-              hw = e;
-            } else if (e.height.block > hw.height.block ||
-                       (e.height.block == hw.height.block && e.height.t_ms > hw.height.t_ms)) {
-              hw.height = e.height;
-            }
-          }
-        } else if constexpr (std::is_same_v<T, CursorEvent>) {
-          pending_.cursors[e.chain_key] += e.advance;
-        } else if constexpr (std::is_same_v<T, FilterEvent>) {
-          if (!storable_filter_key(e.key)) return;
-          auto& filters = pending_.filters;
-          if (filters.size() >= kMaxFilters && filters.find(e.key) == filters.end()) {
-            filters.erase(std::min_element(
-                filters.begin(), filters.end(),
-                [](const auto& a, const auto& b) { return a.second.t_ms < b.second.t_ms; }));
-          }
-          filters[e.key] = e.pin;
-        }
-      },
-      std::move(event));
-}
-
-void StateStore::replay_pending(State& onto) const {
-  for (const auto& [key, pp] : pending_.providers) {
-    for (const auto& a : pp.attempts) apply_event(onto, a, pp.health);
-    for (const auto& [method, samples] : pp.samples) {
-      for (const auto& sample : samples)
-        apply_event(onto, SampleEvent{key, method, sample}, pp.health);
-    }
-    if (pp.height) apply_event(onto, HeightEvent{key, *pp.height}, pp.health);
-    if (pp.probe) apply_event(onto, ProbeEvent{key, *pp.probe}, pp.health);
-    if (pp.quota) apply_event(onto, *pp.quota, pp.health);
-    if (pp.lag) apply_event(onto, LagEvent{key, *pp.lag}, pp.health);
-    if (pp.archival) apply_event(onto, ArchivalEvent{key, *pp.archival}, pp.health);
-  }
-  const HealthConfig none;
-  for (const auto& [key, hw] : pending_.high_water) apply_event(onto, hw, none);
-  for (const auto& [key, n] : pending_.cursors) apply_event(onto, CursorEvent{key, n}, none);
-  for (const auto& [key, pin] : pending_.filters) apply_event(onto, FilterEvent{key, pin}, none);
+  if (path_) pending_.add(std::move(event), health);
 }
 
 Result<void> StateStore::save() {
   auto saved = save_waiting(true);
   if (!saved) return tl::unexpected(saved.error());
-  if (!*saved) return fail(still_locked(*path_), ExitCode::internal);
+  if (!*saved) return fail(sf::still_locked(*path_), ExitCode::internal);
   return {};
 }
 
@@ -465,73 +258,167 @@ Result<bool> StateStore::try_save() { return save_waiting(false); }
 
 Result<bool> StateStore::save_waiting(bool wait) {
   if (!path_ || pending_.count == 0) return true;
-  if (auto r = ensure_dir(path_->parent_path()); !r) return tl::unexpected(r.error());
-  if (auto why = refusal(*path_); !why.empty()) return fail(why, ExitCode::usage);
-  auto lock = lock_exclusive(*path_, wait);
+  if (auto r = sf::ensure_dir(path_->parent_path()); !r) return tl::unexpected(r.error());
+  if (auto why = sf::refusal(*path_); !why.empty()) return fail(why, ExitCode::usage);
+  auto lock = sf::lock_exclusive(*path_, wait);
   if (!lock) return tl::unexpected(lock.error());
   if (!*lock) return false;
-  if (auto odd = odd_file_type(*path_); !odd.empty()) {
+  if (auto odd = sf::odd_file_type(*path_); !odd.empty()) {
     return fail(fmt::format("state path {} is {}; not replaced", path_->string(), odd),
                 ExitCode::internal);
   }
+  if (auto r = save_locked(); !r) return tl::unexpected(r.error());
+  return true;
+}
 
-  remove_orphan_temporaries(*path_);
-  State merged = read_or_move_aside();
-  replay_pending(merged);
+Result<void> StateStore::save_locked() {
+  sf::remove_orphan_temporaries(*path_);
+  std::uint64_t generation = 0;
+  State merged = read_or_move_aside(generation);
+  const auto jpath = journal_path(*path_);
+  std::string journal_bytes;
+  std::string why;
+  if (sf::read_file(jpath, journal_bytes, why) == sf::ReadStatus::ok)
+    take_journal(journal_bytes, 0, 0, generation, merged);
+  pending_.replay(merged);
   auto now = clock_.now_ms();
   prune(merged, now);
-  auto text = serialize_state(merged, now);
-
-  auto tmp = *path_;
-  tmp += fmt::format(".tmp.{}", ::getpid());
-  {
-    // O_EXCL | O_NOFOLLOW: never through a link planted at the name, never into an existing file.
-    // One left over (by a dead process that had our pid, or planted) is removed, not followed:
-    // unlink removes a link itself. We hold the lock and the folder is ours.
-    constexpr int kFlags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
-    Fd fd(::open(tmp.c_str(), kFlags, 0600));
-    if (!fd.valid() && errno == EEXIST && ::unlink(tmp.c_str()) == 0)
-      fd = Fd(::open(tmp.c_str(), kFlags, 0600));
-    if (!fd.valid())
-      return fail(fmt::format("cannot write {}: {}", tmp.string(), errno_text()),
-                  ExitCode::internal);
-    ::fchmod(fd.get(), 0600);
-    if (auto r = write_all(fd.get(), text); !r) {
-      ::unlink(tmp.c_str());
-      return tl::unexpected(r.error());
-    }
-    if (::fsync(fd.get()) != 0) {
-      ::unlink(tmp.c_str());
-      return fail(fmt::format("fsync {}: {}", tmp.string(), errno_text()), ExitCode::internal);
-    }
-  }
-  if (::rename(tmp.c_str(), path_->c_str()) != 0) {
-    auto why = errno_text();
-    ::unlink(tmp.c_str());
-    return fail(fmt::format("cannot replace {}: {}", path_->string(), why), ExitCode::internal);
-  }
-  Fd dfd(::open(folder_of(*path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dfd.valid()) ::fsync(dfd.get());
-
+  const auto next = fresh_generation(generation);
+  auto written = replace_snapshot(*path_, serialize_state(merged, now, next));
+  if (!written) return tl::unexpected(written.error());
+  // The snapshot that holds the journal's records is durable and names a new generation: the old
+  // journal is stale from its rename on, and removed now (a crash before this leaves it to be
+  // ignored by readers and restarted by the next appender).
+  crash_at("compact-renamed");
+  struct stat st {};
+  if (::lstat(jpath.c_str(), &st) == 0 && S_ISREG(st.st_mode)) ::unlink(jpath.c_str());
+  hold_snapshot(written->fd.release(), written->id.dev, written->id.ino, next);
   state_ = std::move(merged);
-  pending_ = Pending{};
-  return true;
+  pending_ = PendingEvents{};
+  return {};
+}
+
+Result<void> StateStore::append() {
+  if (!path_ || pending_.count == 0) return {};
+  if (auto r = sf::ensure_dir(path_->parent_path()); !r) return tl::unexpected(r.error());
+  if (auto why = sf::refusal(*path_); !why.empty()) return fail(why, ExitCode::usage);
+  auto lock = sf::lock_or_fail(*path_);
+  if (!lock) return tl::unexpected(lock.error());
+  if (auto odd = sf::odd_file_type(*path_); !odd.empty()) {
+    return fail(fmt::format("state path {} is {}; not written", path_->string(), odd),
+                ExitCode::internal);
+  }
+  return append_locked();
+}
+
+/// The generation of the snapshot now at the path (0: there is none). Read only when another
+/// writer replaced the snapshot since this process last looked: the one it read is held open, so
+/// the same file id means the same file.
+Result<std::uint64_t> StateStore::current_generation() {
+  struct stat st {};
+  if (::lstat(path_->c_str(), &st) != 0) {
+    if (errno != ENOENT)
+      return fail(fmt::format("cannot stat {}: {}", path_->string(), sf::errno_text()),
+                  ExitCode::internal);
+    if (seen_.snapshot_ino != 0) hold_snapshot(-1, 0, 0, 0);
+    return 0;
+  }
+  if (seen_.snapshot_ino != 0 &&
+      sf::id_of(st) == sf::FileId{seen_.snapshot_dev, seen_.snapshot_ino})
+    return seen_.generation;
+  std::uint64_t generation = 0;
+  (void)read_or_move_aside(generation);
+  return generation;
+}
+
+Result<void> StateStore::append_locked() {
+  auto generation = current_generation();
+  if (!generation) return tl::unexpected(generation.error());
+  // No snapshot yet (a first run, or one moved aside as unusable): this save writes it, so that
+  // the state file exists, fresh and valid, after any command that learned something.
+  if (seen_.snapshot_ino == 0) return save_locked();
+  const auto jpath = journal_path(*path_);
+  constexpr int kFlags = O_RDWR | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
+  sf::Fd fd(::open(jpath.c_str(), kFlags, 0600));
+  if (!fd.valid()) {
+    const auto why = errno == ELOOP ? std::string("it is a symbolic link") : sf::errno_text();
+    return fail(fmt::format("cannot open {}: {}", jpath.string(), why), ExitCode::internal);
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return fail(fmt::format("state journal {} is not a regular file; not written", jpath.string()),
+                ExitCode::internal);
+  }
+  if ((st.st_mode & 07777) != 0600) ::fchmod(fd.get(), 0600);
+  const auto size = static_cast<std::size_t>(st.st_size);
+  const auto id = sf::id_of(st);
+  // Where the good records of this snapshot's journal end; 0: start it afresh. Known without a
+  // read when nothing changed since load() (the common case: no other writer in between).
+  std::size_t end = 0;
+  if (seen_.journal_ours && *generation == seen_.generation && size == seen_.journal_end &&
+      id == sf::FileId{seen_.journal_dev, seen_.journal_ino}) {
+    end = size;
+  } else if (size > 0) {
+    auto bytes = sf::read_fd(fd.get(), size);
+    if (!bytes)
+      return fail(fmt::format("cannot read {}: {}", jpath.string(), bytes.error().message),
+                  ExitCode::internal);
+    auto scan = journal::scan(*bytes, false);
+    if (scan.header_ok && scan.generation == *generation) end = scan.valid_end;
+  }
+  std::string out = end == 0 ? journal::header(*generation) : std::string();
+  out += journal::record(*generation, pending_);
+  if (end + out.size() > kJournalCompactBytes) return save_locked();
+  // What no reader would take — a stale journal, a torn tail — is cut: a record must follow good
+  // ones. We hold the lock, so no writer is mid-append.
+  if (end < size && ::ftruncate(fd.get(), static_cast<off_t>(end)) != 0) {
+    return fail(fmt::format("cannot truncate {}: {}", jpath.string(), sf::errno_text()),
+                ExitCode::internal);
+  }
+  // One write, no fsync (docs/DECISIONS.md: a power loss may lose the last calls' learning, never
+  // tear what is there). A short write (a full disk) leaves a torn tail: ignored, then cut.
+  if (crash_point("append")) {
+    (void)sf::write_all(fd.get(), std::string_view(out).substr(0, out.size() / 2));
+    ::raise(SIGKILL);
+  }
+  if (auto r = sf::write_all(fd.get(), out); !r) {
+    return fail(fmt::format("cannot append to {}: {}", jpath.string(), r.error().message),
+                ExitCode::internal);
+  }
+  seen_.journal_dev = id.dev;
+  seen_.journal_ino = id.ino;
+  seen_.journal_end = end + out.size();
+  seen_.journal_ours = true;
+  pending_ = PendingEvents{};
+  return {};
 }
 
 Result<void> StateStore::reset() {
   state_ = State{};
-  pending_ = Pending{};
+  pending_ = PendingEvents{};
+  hold_snapshot(-1, 0, 0, 0);
   if (!path_) return {};
-  if (auto why = refusal(*path_); !why.empty()) return fail(why, ExitCode::usage);
-  struct stat st {};
-  if (::lstat(path_->c_str(), &st) != 0) return {};
-  if (!S_ISREG(st.st_mode))
-    return fail(fmt::format("state path {} is not a regular file; not removed", path_->string()));
-  auto lock = lock_or_fail(*path_);
+  if (auto why = sf::refusal(*path_); !why.empty()) return fail(why, ExitCode::usage);
+  const auto jpath = journal_path(*path_);
+  const std::filesystem::path* const files[] = {&jpath, &*path_};
+  bool any = false;
+  for (const auto* p : files) {
+    struct stat st {};
+    if (::lstat(p->c_str(), &st) != 0) continue;
+    if (!S_ISREG(st.st_mode))
+      return fail(fmt::format("state path {} is not a regular file; not removed", p->string()));
+    any = true;
+  }
+  if (!any) return {};
+  auto lock = sf::lock_or_fail(*path_);
   if (!lock) return tl::unexpected(lock.error());
-  if (::unlink(path_->c_str()) != 0 && errno != ENOENT) {
-    return fail(fmt::format("cannot remove {}: {}", path_->string(), errno_text()),
-                ExitCode::internal);
+  // The journal first: a crash between the two leaves a snapshot without it (reset again), never a
+  // journal that would apply to no snapshot.
+  for (const auto* p : files) {
+    if (::unlink(p->c_str()) != 0 && errno != ENOENT) {
+      return fail(fmt::format("cannot remove {}: {}", p->string(), sf::errno_text()),
+                  ExitCode::internal);
+    }
   }
   return {};
 }

@@ -2,6 +2,7 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <charconv>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -34,13 +35,17 @@ void put_text(json::Writer& w, std::string_view s) {
 
 }  // namespace
 
-std::string serialize_state(const State& state, std::int64_t now_ms) {
+std::string serialize_state(const State& state, std::int64_t now_ms, std::uint64_t journal) {
   json::Writer w;
   w.begin_object();
   w.key("version");
   w.value(kStateVersion);
   w.key("updated_ms");
   w.value(now_ms);
+  if (journal != 0) {
+    w.key("journal");
+    w.value(fmt::format("{:016x}", journal));
+  }
   w.key("providers");
   w.begin_object();
   for (const auto& [key, ps] : state.providers) {
@@ -351,7 +356,24 @@ ProviderState parse_provider(dom::object po, std::size_t& dropped) {
 
 }  // namespace
 
-Result<State> parse_state(std::string_view text, std::size_t* dropped_out) {
+namespace {
+
+/// The snapshot's journal generation: 0 when it names none (a file from before the journal, or
+/// written by `state show --json`); a value that does not read names no journal there can be.
+std::uint64_t journal_generation(dom::object top) {
+  dom::element e;
+  if (top.at_key("journal").get(e)) return 0;
+  std::string_view hex;
+  std::uint64_t gen = 0;
+  if (e.get_string().get(hex) || hex.size() != 16 ||
+      std::from_chars(hex.data(), hex.data() + hex.size(), gen, 16).ptr != hex.data() + hex.size())
+    return ~std::uint64_t{0};
+  return gen;
+}
+
+}  // namespace
+
+Result<State> parse_state(std::string_view text, std::size_t* dropped_out, std::uint64_t* journal) {
   // Bytes that are not UTF-8 make simdjson reject the whole document: repaired first (inside
   // strings they become U+FFFD; anywhere else the text was not JSON anyway), so that only the
   // entries holding them are lost.
@@ -420,6 +442,7 @@ Result<State> parse_state(std::string_view text, std::size_t* dropped_out) {
       }
     }
     if (dropped_out != nullptr) *dropped_out = dropped;
+    if (journal != nullptr) *journal = journal_generation(top);
     return state;
   } catch (const Bad& b) {
     return fail(b.why);
