@@ -335,8 +335,10 @@ Result<void> StateStore::append_locked() {
   auto generation = current_generation();
   if (!generation) return tl::unexpected(generation.error());
   // No snapshot yet (a first run, or one moved aside as unusable): this save writes it, so that
-  // the state file exists, fresh and valid, after any command that learned something.
-  if (seen_.snapshot_ino == 0) return save_locked();
+  // the state file exists, fresh and valid, after any command that learned something. Entries
+  // were dropped as unreadable: a rewrite heals the file, so the warning is not repeated by every
+  // reader until the next compaction.
+  if (seen_.snapshot_ino == 0 || warned_dropped_) return save_locked();
   const auto jpath = journal_path(*path_);
   constexpr int kFlags = O_RDWR | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
   sf::Fd fd(::open(jpath.c_str(), kFlags, 0600));

@@ -443,7 +443,13 @@ TEST_CASE("StateStore: another writer's compaction between load and append is no
   TempDir dir;
   const auto path = dir / "state.json";
   FakeClock clock(kNow);
-  StateStore a(path, clock, quiet());
+  {
+    StateStore seed(path, clock, quiet());
+    seed.load();
+    seed.record(CursorEvent{kChain, 1}, {});
+    REQUIRE(seed.save());
+  }
+  StateStore a(path, clock, quiet());  // holds the snapshot it read
   a.load();
   {
     StateStore b(path, clock, quiet());
@@ -457,7 +463,7 @@ TEST_CASE("StateStore: another writer's compaction between load and append is no
   REQUIRE(a.append());
   StateStore r(path, clock, quiet());
   r.load();
-  CHECK(r.state().chains.at(kChain).rr_cursor == 7);
+  CHECK(r.state().chains.at(kChain).rr_cursor == 8);
 }
 
 TEST_CASE("StateStore: the journal is compacted once an append would pass the bound",
