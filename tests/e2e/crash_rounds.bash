@@ -10,16 +10,23 @@
 #
 # Each round starts K `rpcroute call --provider cJ` at once; each is SIGKILLed with probability 1/2
 # at a random moment within the time a round's calls take (a moving average), so some kills land
-# in the middle of the final state write. Then:
-#   - the state file is valid JSON with "version": 1;
+# in the middle of the final state write (a journal append, or a compaction when the journal is
+# full). Every fifth round, c1's call is killed mid-append for certain (RPCROUTE_TEST_STATE_CRASH:
+# half a record written, then SIGKILL). Then, read as every reader reads it (`state show`:
+# snapshot + journal):
+#   - the snapshot is valid JSON with "version": 1;
 #   - every call that exited 0 has its sample: one on cJ timestamped between its start and its exit;
-#   - cJ holds no more samples than calls made on it, and no fewer than calls that finished;
+#   - cJ holds no more samples than calls made on it (nothing applied twice), and no fewer than
+#     calls that finished;
 #   - nothing was ever moved aside as unusable (no torn file was seen by a reader).
-# Meanwhile a sidecar serves traffic (about 7 requests a second, each adding a sample on s1) and
-# is ended, a few seconds into its life, one of three ways, then replaced:
+# Meanwhile a sidecar serves traffic (about 7 requests a second, each adding a sample on s1); its
+# flushes compact snapshot + journal. It is ended, a few seconds into its life, one of four ways,
+# then replaced:
 #   0: SIGKILL around its first periodic flush (5 s after start);
 #   1: SIGTERM, then SIGKILL 0-40 ms later (during its shutdown flush, or just after its exit);
-#   2: SIGTERM alone.
+#   2: SIGTERM alone;
+#   3: SIGKILL by RPCROUTE_TEST_STATE_CRASH at its first flush, between the new snapshot's rename
+#      and the old journal's removal (the journal left behind must never be applied again).
 # A sidecar that exited 0 must have flushed one s1 sample per request it answered.
 
 set -uo pipefail
@@ -65,7 +72,10 @@ trap 'exit 1' INT TERM # (timeout sends TERM): still stop the background loops a
 # The sidecar's lives
 
 gen=0 gen_start=0 t_begin=0 t_end=0 gen_ok="" gen_stop="" gen_rc="" gen_mode=0 sc_name="" traffic_pid=""
-sc_killed=0 sc_clean=0 sc_term_then_kill_exit0=0 sc_samples_checked=0
+sc_killed=0 sc_clean=0 sc_term_then_kill_exit0=0 sc_samples_checked=0 sc_hooked=0
+
+# The state as every reader sees it: snapshot + journal.
+merged_state() { "$RPCROUTE_BIN" state show --json --state "$S"; }
 
 # POST eth_blockNumber to provider s1 through the sidecar at URL about every 0.1 s; one "ok" line in
 # OK_FILE per answer with a result; until STOP_FILE exists.
@@ -91,24 +101,28 @@ start_traffic() { # URL OK_FILE STOP_FILE
 new_generation() {
   gen=$((gen + 1))
   sc_name=sc$gen
-  gen_mode=$((gen % 3))
+  gen_mode=$((gen % 4))
   gen_ok=$WORK/gen$gen.ok
   gen_stop=$WORK/gen$gen.stop
   : >"$gen_ok"
   now gen_start
-  sidecar_start "$sc_name" -p "$P" --state "$S" --no-probe || fail "sidecar $gen did not start"
+  local crash=""
+  ((gen_mode != 3)) || crash=compact-renamed
+  RPCROUTE_TEST_STATE_CRASH=$crash sidecar_start "$sc_name" -p "$P" --state "$S" --no-probe ||
+    fail "sidecar $gen did not start"
   gen_rc=$SC_RC_FILE
   start_traffic "$SC_URL" "$gen_ok" "$gen_stop"
   local delay after pid=$SC_PID
   case $gen_mode in
     0) rand_between delay 4850 5200 ;;
+    3) delay=30000 ;; # it kills itself at its first flush
     *) rand_between delay 800 6000 ;;
   esac
   rand_between after 0 40
   case $gen_mode in
     0) (nap_ms "$delay"; kill -9 "$pid" 2>/dev/null) & ;;
     1) (nap_ms "$delay"; kill -TERM "$pid" 2>/dev/null; nap_ms "$after"; kill -9 "$pid" 2>/dev/null) & ;;
-    2) (nap_ms "$delay"; kill -TERM "$pid" 2>/dev/null) & ;;
+    *) (nap_ms "$delay"; kill -TERM "$pid" 2>/dev/null) & ;;
   esac
   BG_PIDS+=("$!")
 }
@@ -124,14 +138,17 @@ end_generation_if_over() { # [stop]
   touch "$gen_stop"
   wait "$traffic_pid" 2>/dev/null || true
   case $SC_EXIT in
-    137) sc_killed=$((sc_killed + 1)) ;;
+    137)
+      sc_killed=$((sc_killed + 1))
+      ((gen_mode != 3)) || sc_hooked=$((sc_hooked + 1))
+      ;;
     0)
       sc_clean=$((sc_clean + 1))
       ((gen_mode != 1)) || sc_term_then_kill_exit0=$((sc_term_then_kill_exit0 + 1))
       local answered have
       answered=$(wc -l <"$gen_ok")
-      have=$(jq --argjson t "$gen_start" \
-        '[.providers[] | select(.provider == "s1") | .methods.eth_blockNumber.samples[]? | select(.[0] >= $t)] | length' "$S")
+      have=$(merged_state | jq --argjson t "$gen_start" \
+        '[.providers[] | select(.provider == "s1") | .methods.eth_blockNumber.samples[]? | select(.[0] >= $t)] | length')
       if ((have != answered)); then
         cat "$SC_LOG" >&2
         fail "sidecar $gen (mode $gen_mode) exited 0 after answering $answered requests; the state file has $have of its samples"
@@ -143,6 +160,7 @@ end_generation_if_over() { # [stop]
       fail "sidecar $gen (mode $gen_mode) exited $SC_EXIT"
       ;;
   esac
+  ((gen_mode != 3 || SC_EXIT == 137)) || fail "sidecar $gen (mode 3) was not killed at its flush (exit $SC_EXIT)"
   if grep -qi 'warning' "$SC_LOG"; then
     cat "$SC_LOG" >&2
     fail "sidecar $gen warned"
@@ -154,7 +172,7 @@ end_generation_if_over() { # [stop]
 # The rounds
 
 window=300 # ms; a moving average of how long a round's calls take
-started=0 finished=0 killed=0
+started=0 finished=0 killed=0 torn_appends=0
 started_of=() finished_of=() # per provider cJ, by J
 for ((j = 1; j <= K; j++)); do started_of[j]=0 finished_of[j]=0; done
 started_of[1]=1 finished_of[1]=1 # the sample S starts with
@@ -166,9 +184,13 @@ for r in $(seq "$ROUNDS"); do
   pids=() starts=() killers=() windows=""
   for ((j = 1; j <= K; j++)); do
     now "starts[j]"
-    "$RPCROUTE_BIN" call -p "$P" --state "$S" --provider "c$j" eth_blockNumber >"$WORK/out.$j" 2>"$WORK/err.$j" &
+    crash=""
+    ((j != 1 || r % 5 != 0)) || crash=append
+    RPCROUTE_TEST_STATE_CRASH=$crash "$RPCROUTE_BIN" call -p "$P" --state "$S" --provider "c$j" eth_blockNumber >"$WORK/out.$j" 2>"$WORK/err.$j" &
     pids[j]=$!
-    if ((RANDOM % 2)); then
+    if [[ -n $crash ]]; then
+      torn_appends=$((torn_appends + 1))
+    elif ((RANDOM % 2)); then
       rand_between delay 0 "$window"
       (nap_ms "$delay"; kill -9 "${pids[j]}" 2>/dev/null) &
       killers+=("$!")
@@ -205,13 +227,16 @@ for r in $(seq "$ROUNDS"); do
 
   counts=""
   for ((j = 1; j <= K; j++)); do counts+="${counts:+,}{\"p\":\"c$j\",\"lo\":${finished_of[j]},\"hi\":${started_of[j]}}"; done
-  if ! jq -e --argjson w "[$windows]" --argjson n "[$counts]" '
+  jq -e '.version == 1' "$S" >/dev/null 2>&1 || { head -c 4000 "$S" >&2; fail "round $r: the snapshot is not a version-1 state"; }
+  if ! merged_state >"$WORK/state.json" 2>"$WORK/state.err" || [[ -s $WORK/state.err ]] ||
+    ! jq -e --argjson w "[$windows]" --argjson n "[$counts]" '
       def samples($p): [.providers[] | select(.provider == $p) | .methods.eth_blockNumber.samples[]?];
       .version == 1
       and ([$w[] as $x | samples($x.p) | any(.[0] >= $x.a and .[0] <= $x.b)] | all)
-      and ([$n[] as $x | samples($x.p) | length | . >= $x.lo and . <= $x.hi] | all)' "$S" >/dev/null 2>&1; then
-    head -c 4000 "$S" >&2
-    fail "round $r: the state file fails the check (finished calls [$windows], sample bounds [$counts])"
+      and ([$n[] as $x | samples($x.p) | length | . >= $x.lo and . <= $x.hi] | all)' "$WORK/state.json" >/dev/null 2>&1; then
+    cat "$WORK/state.err" >&2
+    head -c 4000 "$WORK/state.json" >&2
+    fail "round $r: the state fails the check (finished calls [$windows], sample bounds [$counts])"
   fi
   corrupt=("$S".corrupt-*)
   if [[ -e ${corrupt[0]} ]]; then
@@ -227,8 +252,9 @@ now t_end
 torn_tmp=$(compgen -G "$S.tmp.*" | wc -l)
 echo "rounds: $ROUNDS in $(((t_end - t_begin) / 1000)) s, $K concurrent calls each, kills spread over the ~${window} ms a round's calls take"
 echo "calls: $started started, $finished exited 0 (each one's sample found), $killed killed by SIGKILL"
-echo "kills inside a state write (temporary file left behind): $torn_tmp"
-echo "sidecars: $gen lives under traffic; $sc_killed ended by SIGKILL, $sc_clean exited 0 ($sc_term_then_kill_exit0 of them before a SIGKILL sent 0-40 ms after SIGTERM); $sc_samples_checked samples of theirs checked"
-((killed >= ROUNDS / 2)) || fail "only $killed calls were killed: the kills came too late"
+echo "kills inside a state write (temporary file left behind): $torn_tmp; calls killed mid-append for certain: $torn_appends"
+echo "sidecars: $gen lives under traffic; $sc_killed ended by SIGKILL ($sc_hooked between a compaction's rename and the journal's removal), $sc_clean exited 0 ($sc_term_then_kill_exit0 of them before a SIGKILL sent 0-40 ms after SIGTERM); $sc_samples_checked samples of theirs checked"
+((killed - torn_appends >= ROUNDS / 2)) || fail "only $((killed - torn_appends)) calls were killed at random: the kills came too late"
 ((sc_killed >= 1 && sc_clean >= 1)) || fail "sidecar outcomes: $sc_killed killed, $sc_clean exited 0; want both"
+((gen < 4 || sc_hooked >= 1)) || fail "no sidecar was killed between a compaction's rename and the journal's removal"
 exit 0

@@ -1,11 +1,14 @@
 #!/usr/bin/env bats
-# Crash-safe state (issue 6, DESIGN.md section 9): `rpcroute call` processes and the sidecar are
-# killed with SIGKILL at random moments while they write the state file; after every round the file
-# is valid JSON of the current version and holds every sample of every process that exited
-# normally. 64 concurrent writers lose nothing. Damaged state files (corrupt, truncated, empty,
-# wrong version, unreadable) are moved aside with a warning naming where they went, the command
-# still succeeds, and a fresh valid file is written; a bad entry in a valid file is dropped, not the
-# file; a folder at the state path is refused, never moved.
+# Crash-safe state (issue 6, DESIGN.md section 9; the journal of issue 17): `rpcroute call`
+# processes and the sidecar are killed with SIGKILL at random moments while they write the state
+# file or append to its journal; after every round the snapshot is valid JSON of the current
+# version, and snapshot + journal (as `state show` reads them) hold every sample of every process
+# that exited normally, once. Kills at each point of a write (mid-append, before and after a
+# compaction's rename) are made certain with RPCROUTE_TEST_STATE_CRASH. 64 concurrent appenders and
+# a compacting sidecar lose nothing and apply nothing twice. Damaged state files (corrupt,
+# truncated, empty, wrong version, unreadable) are moved aside with a warning naming where they
+# went, the command still succeeds, and a fresh valid file is written; a bad entry in a valid file
+# is dropped, not the file; a folder at the state path is refused, never moved.
 #
 # Samples are counted per process: each concurrent caller of a round uses its own provider (--provider
 # cJ, all pointing at the same fake upstream) and adds one eth_blockNumber sample whose timestamp
@@ -72,14 +75,36 @@ slot_profile() { # FILE ID...
 # ---------------------------------------------------------------------------------------------------
 # Many writers
 
-@test "64 concurrent writers lose nothing: each one's sample is there, and 64 round-robin advances" {
+# Samples of provider ID's eth_blockNumber in the state (snapshot + journal) at or after T (ms).
+samples_since() { # ID T
+  rpcroute state show --json --state "$S" |
+    jq --arg p "$1" --argjson t "$2" '[.providers[] | select(.provider == $p) | .methods.eth_blockNumber.samples[]? | select(.[0] >= $t)] | length'
+}
+
+@test "64 concurrent appenders and a compacting sidecar lose nothing and apply nothing twice; 64 round-robin advances" {
   local N=64 i ids=()
   for i in $(seq -w 1 "$N"); do ids+=("w$i"); done
-  slot_profile "$P" "${ids[@]}"
+  slot_profile "$P" "${ids[@]}" s1
   # Some history first on a few of them, so writers merge with existing content.
   for i in 01 02 03; do rpcroute call -p "$P" --provider "w$i" eth_blockNumber >/dev/null; done
-  local cursor_before
-  cursor_before=$(jq '[.chains | to_entries[] | select(.key | startswith("profile/local#")) | .value.rr_cursor][0] // 0' "$S")
+
+  # A sidecar under traffic (each answer a sample on s1), told to flush (a full compaction of
+  # snapshot + journal) every 50 ms while the writers append.
+  sidecar_start sc -p "$P" --state "$S" --no-probe
+  local stop=$BATS_TEST_TMPDIR/stop ok=$BATS_TEST_TMPDIR/sidecar.ok sc_t0 loops=() inode
+  inode=$(stat -c %i "$S")
+  sc_t0=$(now_ms)
+  : >"$ok"
+  (
+    while [[ ! -e $stop ]]; do
+      curl -s --max-time 10 -X POST -H 'content-type: application/json' \
+        --data '{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}' \
+        "$SC_URL/rpc/provider/s1/local" | grep -q '"result"' && echo ok >>"$ok"
+    done
+  ) &
+  loops+=("$!")
+  (while [[ ! -e $stop ]]; do kill -USR1 "$SC_PID" 2>/dev/null; sleep 0.05; done) &
+  loops+=("$!")
 
   # 64 writers, each on its own provider.
   local pids=() starts=() failed=0
@@ -93,20 +118,34 @@ slot_profile() { # FILE ID...
   done
   local end
   end=$(now_ms)
+  # The sidecar replaced the snapshot (a compaction) while the writers appended.
+  [[ $(stat -c %i "$S") != "$inode" ]] || { echo "no compaction while the writers ran" >&2; false; }
+  touch "$stop"
+  wait "${loops[@]}" 2>/dev/null || true
+  sidecar_stop sc
+  assert_equal "$SC_EXIT" 0 "sidecar exit"
   assert_equal "$failed" 0 "failed writers"
+  cat "$BATS_TEST_TMPDIR"/err.* >&2
+  [[ -z $(cat "$BATS_TEST_TMPDIR"/err.*) ]] || { echo "writers warned" >&2; false; }
+  echo "# sidecar: $(wc -l <"$ok") answers, $(grep -c 'state saved' "$SC_LOG") flushes on SIGUSR1 while the writers ran" >&3
+  # The sidecar's samples: exactly one per answer.
+  assert_equal "$(samples_since s1 "$sc_t0")" "$(wc -l <"$ok")" "sidecar samples vs answers"
   # Per writer: exactly one new sample on its provider, inside its run (two for the three with history).
   local report
-  report=$(jq -c --argjson t0 "${starts[0]}" --argjson t1 "$end" '
+  report=$(rpcroute state show --json --state "$S" | jq -c --argjson t0 "${starts[0]}" --argjson t1 "$end" '
     [.providers[] | select(.provider | startswith("w")) | {p: .provider,
       n: (.methods.eth_blockNumber.samples | length),
       new: ([.methods.eth_blockNumber.samples[] | select(.[0] >= $t0 and .[0] <= $t1)] | length)}]
-    | sort_by(.p)' "$S")
+    | sort_by(.p)')
   assert_json "$report" "length == $N"
   assert_json "$report" 'all(.new == 1)'
   assert_json "$report" 'all(if .p | IN("w01", "w02", "w03") then .n == 2 else .n == 1 end)'
 
   # 64 round-robin writers: the cursor advances by 64, and each provider has as many new samples as
   # writers that say (--json) they used it.
+  local cursor_before
+  cursor_before=$(rpcroute state show --json --state "$S" |
+    jq '[.chains | to_entries[] | select(.key | startswith("profile/local#")) | .value.rr_cursor][0] // 0')
   pids=()
   local t_rr
   t_rr=$(now_ms)
@@ -117,16 +156,88 @@ slot_profile() { # FILE ID...
   failed=0
   for i in "${!pids[@]}"; do wait "${pids[$i]}" || failed=$((failed + 1)); done
   assert_equal "$failed" 0 "failed round-robin writers"
-  local used have
+  local used have state
+  state=$(rpcroute state show --json --state "$S")
   used=$(cat "$BATS_TEST_TMPDIR"/rr.* | jq -s -c 'map(.meta.provider) | group_by(.) | map({key: .[0], value: length}) | from_entries')
   have=$(jq -c --argjson t "$t_rr" '[.providers[] | {key: .provider, value: ([.methods.eth_blockNumber.samples[]? | select(.[0] >= $t)] | length)}
-    | select(.value > 0)] | from_entries' "$S")
+    | select(.value > 0)] | from_entries' <<<"$state")
   assert_equal "$have" "$used" "new samples per provider vs providers the writers used"
-  assert_equal "$(jq '[.chains | to_entries[] | select(.key | startswith("profile/local#")) | .value.rr_cursor][0]' "$S")" $((cursor_before + N)) "round-robin cursor"
+  assert_equal "$(jq '[.chains | to_entries[] | select(.key | startswith("profile/local#")) | .value.rr_cursor][0]' <<<"$state")" $((cursor_before + N)) "round-robin cursor"
   jq -e '.version == 1' "$S" >/dev/null
+  assert_equal "$(stat -c %a "$S.journal")" 600 "mode of the journal"
   local leftovers
-  leftovers=$(find "$(dirname "$S")" -maxdepth 1 -name 'state.json?*' ! -name '*.lock' | wc -l)
+  leftovers=$(find "$(dirname "$S")" -maxdepth 1 -name 'state.json?*' ! -name '*.lock' ! -name '*.journal' | wc -l)
   assert_equal "$leftovers" 0 "files left next to the state file"
+}
+
+# ---------------------------------------------------------------------------------------------------
+# Kills at each point of a state write
+
+# Total samples in the state (snapshot + journal), as every reader sees it.
+total_samples() {
+  rpcroute state show --json --state "$S" | jq '[.providers[]?.methods[]?.samples | length] | add // 0'
+}
+
+@test "kill -9 mid-append and on both sides of a compaction's rename: nothing torn, nothing applied twice" {
+  slot_profile "$P" c1
+  local i n
+  for i in 1 2 3; do rpcroute call -p "$P" --provider c1 eth_blockNumber >/dev/null; done
+  n=$(total_samples)
+  assert_equal "$n" 3 "samples of three calls"
+
+  # Mid-append: half a record written, then SIGKILL. The answer was out; the journal's tail is
+  # torn. Readers ignore it, quietly; the next call cuts it and appends after the good records.
+  local point
+  for i in 1 2; do
+    run --separate-stderr env RPCROUTE_TEST_STATE_CRASH=append "$RPCROUTE_BIN" call -p "$P" --provider c1 eth_blockNumber
+    assert_status 137
+    assert_equal "$output" '"0x64"' "answer of the call killed mid-append"
+  done
+  run --separate-stderr rpcroute state show --json --state "$S"
+  assert_status 0
+  assert_stderr_lines 0
+  assert_equal "$(total_samples)" "$n" "samples after two kills mid-append"
+  rpcroute call -p "$P" --provider c1 eth_blockNumber >/dev/null
+  n=$((n + 1))
+  assert_equal "$(total_samples)" "$n" "samples after the next call"
+
+  # A compaction (bench rewrites the snapshot) killed before its rename: nothing of it counts, a
+  # temporary file stays until the next compaction. Killed after the rename: all of it counts,
+  # once, though the old journal was not removed.
+  run --separate-stderr rpcroute bench -p "$P" --state "$S" --requests 2 --methods eth_blockNumber
+  assert_status 0
+  local per_bench=$(($(total_samples) - n))
+  ((per_bench > 0)) || { echo "bench added no samples" >&2; false; }
+  n=$((n + per_bench))
+  rpcroute call -p "$P" --provider c1 eth_blockNumber >/dev/null
+  n=$((n + 1))
+  for point in compact-tmp compact-renamed; do
+    run --separate-stderr env RPCROUTE_TEST_STATE_CRASH=$point "$RPCROUTE_BIN" bench -p "$P" --state "$S" --requests 2 --methods eth_blockNumber
+    assert_status 137
+    [[ $point == compact-tmp ]] || n=$((n + per_bench))
+    run --separate-stderr rpcroute state show --json --state "$S"
+    assert_status 0
+    assert_stderr_lines 0
+    assert_equal "$(total_samples)" "$n" "samples after a kill at $point"
+    jq -e '.version == 1' "$S" >/dev/null
+    # Calls after it append (restarting a stale journal) and count once each.
+    for i in 1 2; do rpcroute call -p "$P" --provider c1 eth_blockNumber >/dev/null; done
+    n=$((n + 2))
+    assert_equal "$(total_samples)" "$n" "samples after two calls following the kill at $point"
+  done
+  [[ -e $S.journal ]] || { echo "no journal after the calls" >&2; false; }
+  # A clean compaction takes it all, once, and removes the temporary file the kill left.
+  run --separate-stderr rpcroute bench -p "$P" --state "$S" --requests 2 --methods eth_blockNumber
+  assert_status 0
+  n=$((n + per_bench))
+  assert_equal "$(total_samples)" "$n" "samples after a clean compaction"
+  assert_equal "$(jq '[.providers[]?.methods[]?.samples | length] | add' "$S")" "$n" "samples in the snapshot itself"
+  [[ ! -e $S.journal ]] || { echo "the journal was not removed by the compaction" >&2; false; }
+  if compgen -G "$S.tmp.*" >/dev/null || compgen -G "$S.corrupt-*" >/dev/null; then
+    ls -la "$(dirname "$S")" >&2
+    false
+  fi
+  assert_equal "$(stat -c %a "$S")" 600 "mode of the snapshot"
 }
 
 # ---------------------------------------------------------------------------------------------------
@@ -165,7 +276,11 @@ assert_moved_aside() { # WHAT ORIGINAL
 assert_fresh_state() { # WHAT N
   jq -e '.version == 1' "$S" >/dev/null 2>&1 || { echo "($1) no valid state file after the run" >&2; ls -la "$(dirname "$S")" >&2; return 1; }
   assert_equal "$(stat -c %a "$S")" 600 "($1) mode of the fresh state file"
-  assert_equal "$(jq '[.providers[]?.methods[]?.samples | length] | add // 0' "$S")" "$2" "($1) samples in the fresh state file"
+  # The first call after the move writes a whole snapshot; later ones append to its journal (read
+  # through `state show`, which runs as this user: the mode-000 case's folder is nobody's).
+  local n
+  if [[ -e $S.journal ]]; then n=$(total_samples); else n=$(jq '[.providers[]?.methods[]?.samples | length] | add // 0' "$S"); fi
+  assert_equal "$n" "$2" "($1) samples in the fresh state"
 }
 
 @test "corrupt, truncated, empty, binary and wrong-version state files: moved aside with a warning naming where, call succeeds, fresh file" {
@@ -229,6 +344,7 @@ assert_fresh_state() { # WHAT N
   for f in "$cases"/*; do
     name=${f##*/}
     cp "$f" "$S"
+    rm -f "$S.journal" # the case stands for the whole state (its journal is the previous case's)
     run --separate-stderr rpcroute call -p "$P" --provider c1 eth_blockNumber
     assert_status 0
     assert_equal "$output" '"0x64"' "($name) result"
@@ -238,7 +354,7 @@ assert_fresh_state() { # WHAT N
     jq -e '.version == 1' "$S" >/dev/null
     run --separate-stderr rpcroute call -p "$P" --provider c1 eth_blockNumber
     assert_stderr_lines 0
-    assert_equal "$(jq '[.providers[] | select(.provider == "c1") | .methods.eth_blockNumber.samples | length] | add' "$S")" 3 \
+    assert_equal "$(rpcroute state show --json --state "$S" | jq '[.providers[] | select(.provider == "c1") | .methods.eth_blockNumber.samples | length] | add')" 3 \
       "($name) samples of c1"
   done
 }

@@ -1,5 +1,6 @@
 #!/usr/bin/env bats
-# The state file: where it lives, its mode and shape, concurrent writers, corruption, reset.
+# The state file: where it lives, its mode and shape, its journal (one-shot commands append, the
+# sidecar's flush compacts), concurrent writers, corruption, reset.
 
 # jq programs are single-quoted on purpose; $stderr and $stderr_lines come from bats; each test
 # runs in its own subshell, so exports there are meant to be local.
@@ -89,10 +90,14 @@ teardown() {
   # "<profile>/<chain>/<provider>#<fingerprint>"; a profile given by path is named after its file.
   assert_json "$json" '[.providers | to_entries[] | .key == "\(.value.profile)/local/\(.value.provider)#\(.value.fingerprint)"] | all'
   assert_json "$json" '[.providers[] | .chain == "local" and (.provider | IN("f1", "f2", "f3")) and (.fingerprint | length > 0)] | all'
+  # A second call appends to the journal beside it: mode 0600 too, and no URL in either.
+  run --separate-stderr rpcroute call --profile "$P" eth_blockNumber
+  assert_status 0
+  assert_equal "$(stat -c %a "$RPCROUTE_STATE.journal")" 600 "mode of the journal"
   local port
   for port in $(node_port f1) $(node_port f2) $(node_port f3); do
-    if grep -q "127.0.0.1:$port" "$RPCROUTE_STATE"; then
-      echo "state file contains a provider URL (port $port)" >&2
+    if grep -aq "127.0.0.1:$port" "$RPCROUTE_STATE" "$RPCROUTE_STATE.journal"; then
+      echo "state file or journal contains a provider URL (port $port)" >&2
       cat "$RPCROUTE_STATE" >&2
       false
     fi
@@ -157,8 +162,84 @@ teardown() {
   assert_equal "$(cat "$BATS_TEST_TMPDIR"/out.* | sort -u)" '"0x64"' "outputs"
   # Nothing was left behind: no temporary files next to the state file.
   local leftovers
-  leftovers=$(find "$(dirname "$RPCROUTE_STATE")" -maxdepth 1 -name 'state.json?*' ! -name '*.lock' | wc -l)
+  leftovers=$(find "$(dirname "$RPCROUTE_STATE")" -maxdepth 1 -name 'state.json?*' ! -name '*.lock' ! -name '*.journal' | wc -l)
   assert_equal "$leftovers" 0 "temporary files left next to the state file"
+}
+
+# ---------------------------------------------------------------------------------------------------
+# The journal (issue 17)
+
+@test "call appends to the journal: the snapshot is not rewritten, and every reader sees both" {
+  rpcroute call --profile "$P" --strategy round_robin eth_blockNumber >/dev/null
+  # The first call wrote the snapshot (there was none); the next ones append.
+  [[ -f $RPCROUTE_STATE && ! -e $RPCROUTE_STATE.journal ]] || { ls -la "$(dirname "$RPCROUTE_STATE")" >&2; false; }
+  cp "$RPCROUTE_STATE" "$BATS_TEST_TMPDIR/snapshot"
+  local inode i
+  inode=$(stat -c %i "$RPCROUTE_STATE")
+  for i in 1 2 3 4 5; do rpcroute call --profile "$P" --strategy round_robin eth_blockNumber >/dev/null; done
+  assert_equal "$(stat -c %i "$RPCROUTE_STATE")" "$inode" "inode of the snapshot"
+  cmp -s "$RPCROUTE_STATE" "$BATS_TEST_TMPDIR/snapshot" || { echo "the snapshot was rewritten" >&2; false; }
+  [[ -s $RPCROUTE_STATE.journal ]]
+  assert_equal "$(sample_count)" 6 "samples seen by state show"
+  assert_equal "$(state_json | jq '[.chains[].rr_cursor] | add')" 6 "round-robin cursor"
+  # rank reads the same: every provider has its samples.
+  run --separate-stderr rpcroute rank --profile "$P" --json
+  assert_status 0
+  # The journal's records are not JSON, yet nothing in them is a URL or a secret.
+  if grep -aq "127.0.0.1" "$RPCROUTE_STATE.journal"; then echo "a URL in the journal" >&2; false; fi
+}
+
+@test "the sidecar's flush compacts the journal into the snapshot, once" {
+  local i
+  for i in 1 2 3 4; do rpcroute call --profile "$P" eth_blockNumber >/dev/null; done
+  [[ -s $RPCROUTE_STATE.journal ]]
+  sidecar_start sc -p "$P" --no-probe
+  sidecar_post /rpc/local '{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}'
+  assert_equal "$code" 200 "sidecar answer"
+  sidecar_stop sc
+  assert_equal "$SC_EXIT" 0 "sidecar exit"
+  # Its shutdown flush: snapshot = what it had + the journal + its own sample; the journal is gone.
+  [[ ! -e $RPCROUTE_STATE.journal ]] || { echo "the journal is still there" >&2; false; }
+  assert_equal "$(jq '[.providers[].methods[].samples | length] | add' "$RPCROUTE_STATE")" 5 "samples in the snapshot"
+  assert_equal "$(sample_count)" 5 "samples seen by state show"
+  # A call after it appends again, to a journal of the new snapshot.
+  rpcroute call --profile "$P" eth_blockNumber >/dev/null
+  assert_equal "$(sample_count)" 6 "samples after one more call"
+}
+
+@test "a journal torn anywhere in its last record: ignored quietly, never moved aside, cut by the next append" {
+  local i
+  for i in 1 2 3; do rpcroute call --profile "$P" eth_blockNumber >/dev/null; done
+  # The snapshot holds call 1; the journal a 20-byte header and the records of calls 2 and 3, each
+  # a 4-byte little-endian length, a 4-byte checksum and the payload.
+  local whole=$BATS_TEST_TMPDIR/journal.whole
+  cp "$RPCROUTE_STATE.journal" "$whole"
+  cp "$RPCROUTE_STATE" "$BATS_TEST_TMPDIR/snapshot"
+  local size first_end last cut want
+  size=$(stat -c %s "$whole")
+  first_end=$((20 + 8 + $(od -An -tu4 -j20 -N4 "$whole" | tr -d ' ')))
+  last=$((size - first_end))
+  ((last > 8)) || { echo "journal of $size bytes, first record ends at $first_end" >&2; false; }
+  for cut in 1 4 7 8 9 $((last / 2)) $((last - 1)) garbage; do
+    cp "$BATS_TEST_TMPDIR/snapshot" "$RPCROUTE_STATE"
+    if [[ $cut == garbage ]]; then
+      # Both records whole, then bytes that are no record.
+      { cat "$whole"; head -c 37 /dev/urandom; } >"$RPCROUTE_STATE.journal"
+      want=3
+    else
+      head -c $((first_end + cut)) "$whole" >"$RPCROUTE_STATE.journal"
+      want=2
+    fi
+    run --separate-stderr rpcroute state show --json
+    assert_status 0
+    assert_stderr_lines 0
+    assert_equal "$(sample_count)" "$want" "samples with the last record cut to $cut of $last bytes"
+    run --separate-stderr rpcroute call --profile "$P" eth_blockNumber
+    assert_status 0
+    assert_stderr_lines 0
+    assert_equal "$(sample_count)" $((want + 1)) "samples after the next call (cut to $cut)"
+    if compgen -G "$RPCROUTE_STATE.corrupt-*" >/dev/null; then echo "moved aside" >&2; false; fi
+  done
 }
 
 # ---------------------------------------------------------------------------------------------------
@@ -202,6 +283,8 @@ teardown() {
   assert_status 0
   assert_jq '(.providers // {}) == {} and ((.chains // {}) == {}) and ((.filters // {}) == {})'
   assert_equal "$(sample_count)" 0 "samples after reset"
+  # Both files are gone: the snapshot and its journal.
+  [[ ! -e $RPCROUTE_STATE && ! -e $RPCROUTE_STATE.journal ]] || { ls -la "$(dirname "$RPCROUTE_STATE")" >&2; false; }
 }
 
 @test "the breaker state survives between processes through the state file" {
@@ -389,7 +472,7 @@ release_state_lock() {
     false
   fi
   python3 -c 'import sys; open(sys.argv[1], "rb").read().decode("utf-8")' "$RPCROUTE_STATE"
-  (($(jq '[.providers[].methods.eth_blockNumber.samples // [] | length] | add' "$RPCROUTE_STATE") == 2))
+  (($(state_json | jq '[.providers[].methods.eth_blockNumber.samples // [] | length] | add') == 2))
 }
 
 @test "a state file with a bad entry loses that entry, not the file" {
@@ -408,6 +491,8 @@ release_state_lock() {
     false
   fi
   assert_equal "$(sample_count)" 3 "samples kept"
+  # The warning's writer rewrote the file without the bad entries: the next reader is quiet.
+  assert_json "$(cat "$RPCROUTE_STATE")" '.providers | has("e2e/local/yy#1") | not'
   run --separate-stderr rpcroute call --profile "$P" eth_blockNumber
   assert_stderr_lines 0
 }
@@ -448,6 +533,19 @@ release_state_lock() {
   assert_stderr_matches 'symbolic link'
   assert_equal "$(cat "$BATS_TEST_TMPDIR/victim")" precious "the link's target"
   rm "$RPCROUTE_STATE"
+  # A link at the journal: refused too, for every command that reads the state.
+  ln -s "$BATS_TEST_TMPDIR/victim" "$RPCROUTE_STATE.journal"
+  local cmd
+  for cmd in call "state show" "state reset"; do
+    local args=()
+    read -r -a args <<<"$cmd"
+    [[ $cmd != call ]] || args+=(--profile "$P" eth_blockNumber)
+    run --separate-stderr rpcroute "${args[@]}"
+    assert_status 2
+    assert_stderr_matches 'journal .* is a symbolic link'
+  done
+  assert_equal "$(cat "$BATS_TEST_TMPDIR/victim")" precious "the link's target"
+  rm "$RPCROUTE_STATE.journal"
   # A folder its group or anyone may write to.
   local mode
   for mode in 777 775 1777; do
