@@ -191,7 +191,7 @@ sanity_check_grep() {
   done
   # Four requests, one per provider.
   assert_equal "$(fake_requests f1)" 4 "requests the fake received"
-  assert_no_secret "$ALL" "$RPCROUTE_STATE"
+  assert_no_secret "$ALL" "$RPCROUTE_STATE" "$RPCROUTE_STATE.journal"
 }
 
 @test "call: success, failures, -v, --json and --raw never show the key" {
@@ -227,7 +227,7 @@ sanity_check_grep() {
   drive 2 rr call -p "$P" -v --provider nobody eth_blockNumber
   drive 2 rr call -p "$P" -v --chain nochain eth_blockNumber
   (($(fake_requests f1) >= 10))
-  assert_no_secret "$ALL" "$RPCROUTE_STATE"
+  assert_no_secret "$ALL" "$RPCROUTE_STATE" "$RPCROUTE_STATE.journal"
 }
 
 @test "bench, probe and rank (text, --json, --explain) never show the key, also for failing providers" {
@@ -248,7 +248,7 @@ sanity_check_grep() {
   drive 3 rr probe -p "$P" --json
   drive 0 rr rank -p "$P" --explain
   drive 0 rr rank -p "$P" --json
-  assert_no_secret "$ALL" "$RPCROUTE_STATE"
+  assert_no_secret "$ALL" "$RPCROUTE_STATE" "$RPCROUTE_STATE.journal"
 }
 
 @test "profiles show, validate and list never show the key; nor do errors in a profile next to the key" {
@@ -289,7 +289,7 @@ sanity_check_grep() {
     drive 2 rr rank -p "$f" --json
   done
   drive 0,2 rr profiles list
-  assert_no_secret "$ALL" "$RPCROUTE_STATE"
+  assert_no_secret "$ALL" "$RPCROUTE_STATE" "$RPCROUTE_STATE.journal"
 }
 
 @test "state show (text and --json) and the state file never hold the key, after successes and failures" {
@@ -375,7 +375,7 @@ sanity_check_grep() {
   assert_equal "$code" 503 "sidecar status"
   { printf '=== sidecar 503\n'; cat "$SC_HDRS"; printf '%s\n' "$body"; } >>"$ALL"
   sidecar_stop sc
-  assert_no_secret "$ALL" "$SC_LOG" "$RPCROUTE_STATE"
+  assert_no_secret "$ALL" "$SC_LOG" "$RPCROUTE_STATE" "$RPCROUTE_STATE.journal"
 }
 
 @test "a key in the host name (as in https://KEY.eth.rpc.example/) appears in no output either" {
@@ -401,7 +401,7 @@ EOF
   drive 0 rr profiles show "$P"
   drive 0 rr profiles show "$P" --json
   drive 0 rr state show --json
-  assert_no_secret "$ALL" "$RPCROUTE_STATE"
+  assert_no_secret "$ALL" "$RPCROUTE_STATE" "$RPCROUTE_STATE.journal"
 }
 
 @test "a key pasted literally into a URL (path, ?apikey=), echoed by the upstream, appears in no output" {
@@ -443,7 +443,7 @@ EOF2
   { printf '=== sidecar 503\n'; cat "$SC_HDRS"; printf '%s\n' "$body"; } >>"$ALL"
   [[ $body == *'no such project at /v2/***'* ]] || { echo "the 503 lost the report: $body" >&2; false; }
   sidecar_stop sc
-  assert_no_secret "$ALL" "$SC_LOG" "$RPCROUTE_STATE"
+  assert_no_secret "$ALL" "$SC_LOG" "$RPCROUTE_STATE" "$RPCROUTE_STATE.journal"
   if grep -aFn "$qkey" "$ALL" "$SC_LOG" "$RPCROUTE_STATE" >&2; then
     echo "the query key $qkey appears above" >&2
     false
