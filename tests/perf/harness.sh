@@ -90,7 +90,7 @@ make_body() { # FILE TOTAL_BYTES: the result of a JSON-RPC answer that is one lo
   { printf '0x'; head -c $(((hex + 1) / 2)) /dev/urandom | xxd -p | tr -d '\n' | head -c "$hex"; } >"$1"
 }
 
-nginx_conf() { # NAME PORT SERVER_BLOCK_BODY [HTTP_EXTRA [MAIN_EXTRA]]: a config in its own prefix under $work
+nginx_conf() { # NAME PORT SERVER_BLOCK_BODY [HTTP_EXTRA [MAIN_EXTRA [LISTEN_FLAGS]]]: a config in its own prefix under $work
   local dir=$work/$1
   mkdir -p "$dir/logs" "$dir/temp"
   cat >"$dir/nginx.conf" <<EOF
@@ -111,7 +111,7 @@ http {
   keepalive_timeout 300s;
   ${4:-}
   server {
-    listen 127.0.0.1:$2 backlog=4096;
+    listen 127.0.0.1:$2 backlog=4096${6:+ $6};
 $3
   }
 }
@@ -129,6 +129,20 @@ start_nginx() { # NAME → NAME_pid (the master; its one worker is its child)
 nginx_worker() { pgrep -P "$1" | head -1 || true; }  # MASTER_PID → worker pid
 
 upstream_port="" upstream_pid=""
+echo_module="load_module /usr/lib/nginx/modules/ngx_http_echo_module.so;"
+upstream_map="map \$request_body \$rpc_id {
+    \"~\\\"id\\\":(?<id>\\\"[^\\\"]*\\\"|[0-9]+)\" \$id;
+    default 0;
+  }"
+upstream_locations() { # the static upstream's server block (the plain one and the HTTPS ones alike)
+  local envelope="echo_read_request_body; echo -n '{\"jsonrpc\":\"2.0\",\"id\":\$rpc_id,\"result\":\"';"
+  echo "    root $work/www;
+    default_type application/json;
+    location = / { echo_read_request_body; echo -n '{\"jsonrpc\":\"2.0\",\"id\":\$rpc_id,\"result\":\"0x1\"}'; }
+    location = /large { $envelope echo_location /files/large; echo -n '\"}'; }
+    location = /huge { $envelope echo_location /files/huge; echo -n '\"}'; }
+    location /files/ { internal; alias $work/www/; }"
+}
 # nginx (1 worker) answering POST / with {"jsonrpc":"2.0","id":ID,"result":"0x1"}, ID the request's
 # (the router sends ids of its own and refuses an answer with another one: echo module, chunked),
 # POST /large with a ~200 KB JSON-RPC result and POST /huge with a 50 MiB one (the same envelope
@@ -141,16 +155,7 @@ ensure_upstream() {
   make_body "$work/www/huge" "$huge_bytes"
   chmod 644 "$work/www/large" "$work/www/huge"
   upstream_port=$(free_port)
-  local envelope="echo_read_request_body; echo -n '{\"jsonrpc\":\"2.0\",\"id\":\$rpc_id,\"result\":\"';"
-  nginx_conf upstream "$upstream_port" "    root $work/www;
-    default_type application/json;
-    location = / { echo_read_request_body; echo -n '{\"jsonrpc\":\"2.0\",\"id\":\$rpc_id,\"result\":\"0x1\"}'; }
-    location = /large { $envelope echo_location /files/large; echo -n '\"}'; }
-    location = /huge { $envelope echo_location /files/huge; echo -n '\"}'; }
-    location /files/ { internal; alias $work/www/; }" "map \$request_body \$rpc_id {
-    \"~\\\"id\\\":(?<id>\\\"[^\\\"]*\\\"|[0-9]+)\" \$id;
-    default 0;
-  }" "load_module /usr/lib/nginx/modules/ngx_http_echo_module.so;"
+  nginx_conf upstream "$upstream_port" "$(upstream_locations)" "$upstream_map" "$echo_module"
   start_nginx upstream
   wait_for "http://127.0.0.1:$upstream_port/" "$bn_req" "upstream nginx"
   [[ $(post "http://127.0.0.1:$upstream_port/large" "$logs_req" | wc -c) == "$large_bytes" ]] ||
@@ -173,6 +178,105 @@ ensure_proxy() {
     }" "upstream u { server 127.0.0.1:$upstream_port; keepalive 64; }"
   start_nginx proxy
   wait_for "http://127.0.0.1:$proxy_port/" "$bn_req" "proxy nginx"
+}
+
+# ---- HTTPS: a test CA, the static upstream over TLS, nginx proxying to it ----------------------------
+# A throw-away CA and a server certificate for localhost / 127.0.0.1 (EC P-256), made with openssl in
+# the run's temporary directory: the sidecar trusts it through its profile's tls.ca_file, nginx
+# through proxy_ssl_trusted_certificate; nothing reads the system store.
+pki=""
+ensure_pki() {
+  [[ -n $pki ]] && return 0
+  pki=$work/pki
+  mkdir -p "$pki"
+  {
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+      -subj /CN=rpcroute-perf-ca -keyout "$pki/ca.key" -out "$pki/ca.pem" &&
+      openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=localhost \
+        -keyout "$pki/server.key" -out "$pki/server.csr" &&
+      printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' \
+        >"$pki/server.ext" &&
+      openssl x509 -req -in "$pki/server.csr" -CA "$pki/ca.pem" -CAkey "$pki/ca.key" -CAcreateserial \
+        -days 2 -extfile "$pki/server.ext" -out "$pki/server.pem"
+  } >"$pki/openssl.log" 2>&1 || { cat "$pki/openssl.log" >&2; die "openssl could not make the test CA"; }
+  chmod 755 "$pki"
+  chmod 644 "$pki"/*.pem "$pki"/*.key
+}
+
+# The static upstream's answers over TLS, one nginx (1 worker) per protocol: tls_h2 offers HTTP/2
+# by ALPN (`listen … ssl http2`; HTTP/1.1 to a client that asks for it, as nginx does), tls_h1 only
+# HTTP/1.1. Same locations as the plain upstream (no further hop behind them: a third process on the
+# servers' core would blur the comparison).
+declare -A tls_port=() tls_proxy_port=()
+ensure_tls_upstream() { # h2|h1 → tls_port[h2|h1]
+  [[ -n ${tls_port[$1]:-} ]] && return 0
+  ensure_upstream
+  ensure_pki
+  local port flags=ssl
+  [[ $1 == h2 ]] && flags="ssl http2"
+  port=$(free_port)
+  nginx_conf "tls_$1" "$port" "$(upstream_locations)
+    ssl_certificate $pki/server.pem;
+    ssl_certificate_key $pki/server.key;
+    ssl_session_cache shared:perf_$1:1m;" "$upstream_map" "$echo_module" "$flags"
+  start_nginx "tls_$1"
+  tls_port[$1]=$port
+  local proto
+  for _ in $(seq 200); do
+    proto=$(curl -s --max-time 5 --cacert "$pki/ca.pem" -o /dev/null -w '%{http_version}' -X POST \
+      -H 'content-type: application/json' --data "$bn_req" "https://localhost:$port/" 2>/dev/null) && break
+    sleep 0.05
+  done
+  local want=1.1
+  [[ $1 == h2 ]] && want=2
+  [[ $proto == "$want" ]] || die "the HTTPS upstream ($1) did not answer over HTTP/$want on port $port (got '$proto')"
+  [[ $(curl -s --max-time 30 --cacert "$pki/ca.pem" -X POST -H 'content-type: application/json' --data "$logs_req" \
+    "https://localhost:$port/large" | wc -c) == "$large_bytes" ]] || die "the HTTPS upstream ($1) does not serve /large"
+}
+
+# The reference over TLS: nginx (1 worker) proxying to tls_h2 or tls_h1 through a keep-alive pool of
+# TLS connections (HTTP/1.1: nginx has no HTTP/2 to upstreams), verifying the certificate against the
+# test CA, sessions reused.
+ensure_tls_proxy() { # h2|h1 → tls_proxy_port[h2|h1]
+  [[ -n ${tls_proxy_port[$1]:-} ]] && return 0
+  ensure_tls_upstream "$1"
+  local port
+  port=$(free_port)
+  nginx_conf "tls_proxy_$1" "$port" "    location / {
+      proxy_pass https://tu;
+      proxy_http_version 1.1;
+      proxy_set_header Connection \"\";
+      proxy_ssl_trusted_certificate $pki/ca.pem;
+      proxy_ssl_verify on;
+      proxy_ssl_name localhost;
+      proxy_ssl_server_name on;
+      proxy_ssl_session_reuse on;
+      proxy_buffers 16 16k;
+      proxy_max_temp_file_size 0;
+    }" "upstream tu { server 127.0.0.1:${tls_port[$1]}; keepalive 64; }"
+  start_nginx "tls_proxy_$1"
+  tls_proxy_port[$1]=$port
+  wait_for "http://127.0.0.1:$port/" "$bn_req" "the nginx proxy to the HTTPS upstream ($1)"
+}
+
+# The sidecar's profile for HTTPS: chains tls_h2 / tls_h2_large (the HTTP/2 upstream, its fixed body
+# and /large) and tls_h1 / tls_h1_large, every provider https://localhost (curl) trusting the test CA.
+write_https_profile() { # → $work/https.yaml
+  ensure_tls_upstream h2
+  ensure_tls_upstream h1
+  local v id=31400
+  {
+    echo "name: perf-https"
+    echo "chains:"
+    for v in h2 h1; do
+      printf '  tls_%s:\n    chain_id: %d\n    block_time_ms: 1000\n    providers:\n' "$v" $((id++))
+      printf '      - { id: %s, url: "https://localhost:%s/", tls: { ca_file: "%s" } }\n' "$v" "${tls_port[$v]}" "$pki/ca.pem"
+      printf '  tls_%s_large:\n    chain_id: %d\n    block_time_ms: 1000\n    providers:\n' "$v" $((id++))
+      printf '      - { id: %s_large, url: "https://localhost:%s/large", tls: { ca_file: "%s" } }\n' "$v" "${tls_port[$v]}" "$pki/ca.pem"
+    done
+    echo "routing:"
+    echo "  timeout_ms: 120000"
+  } >"$work/https.yaml"
 }
 
 # ---- anvil --------------------------------------------------------------------------------------------
@@ -217,11 +321,13 @@ EOF
 }
 
 # BIN (default rpcroute_bin) runs with the VAR=VALUE settings added to its environment.
+# The profile is $work/serve.yaml, or the one in sidecar_profile when it is set.
 start_sidecar() { # NAME [BIN [VAR=VALUE…]] → NAME_pid, NAME_port: rpcroute serve --no-probe --no-state on a free port
-  [[ -f $work/serve.yaml ]] || write_serve_profile
+  local profile=${sidecar_profile:-$work/serve.yaml}
+  [[ -f $profile ]] || write_serve_profile
   rm -f "$work/$1.port"
   local bin=${2:-$rpcroute_bin}
-  env "${@:3}" "${server_cpu[@]}" "$bin" serve --listen 127.0.0.1:0 --port-file "$work/$1.port" --profile "$work/serve.yaml" \
+  env "${@:3}" "${server_cpu[@]}" "$bin" serve --listen 127.0.0.1:0 --port-file "$work/$1.port" --profile "$profile" \
     --no-probe --no-state --grace 2s </dev/null >"$work/$1.log" 2>&1 &
   local pid=$!
   pids+=("$pid")

@@ -2,7 +2,8 @@
 # Section `memory`: the sidecar's resident memory (/proc/PID/status VmRSS, and VmHWM, the peak):
 # idle right after start and after its first requests; during MEMORY_SECONDS of wrk at 256
 # connections (eth_blockNumber, then the 200 KB answers), sampled every 50 ms, with the nginx proxy
-# worker under the same load as the reference; and while one 50 MiB response (an nginx static file)
+# worker under the same load as the reference; the same for eth_blockNumber to the HTTPS upstreams
+# of the https section (a second sidecar, curl; HTTP/2 and HTTP/1.1); and while one 50 MiB response (an nginx static file)
 # passes through a fresh sidecar, peak against the size, and whether the result arrives byte for
 # byte (the sidecar forwards provider bytes, it does not rebuild JSON). Sourced by tests/perf/run.
 
@@ -44,6 +45,38 @@ section_memory() {
   after_load_rss=$(kib "$memsc_pid" VmRSS)
   stop_pid "$memsc_pid"
 
+  # HTTPS: a fresh sidecar on the https section's profile (curl to https://localhost).
+  ensure_tls_proxy h2
+  ensure_tls_proxy h1
+  write_https_profile
+  sidecar_profile=$work/https.yaml start_sidecar memtls
+  local v tls_idle pid_var
+  local -A tls_rss tls_hwm tls_reqs tls_nginx_rss
+  for v in h2 h1; do
+    post "http://127.0.0.1:$memtls_port/rpc/tls_$v" "$bn_req" >/dev/null || warn "memory: the HTTPS sidecar did not answer eth_blockNumber ($v)"
+  done
+  tls_idle=$(kib "$memtls_pid" VmRSS)
+  for v in h2 h1; do
+    say "memory: sidecar, 256 connections, HTTPS $v, ${memory_seconds}s"
+    reset_hwm "$memtls_pid" || true
+    start_sampler "$memtls_pid" "$work/rss.max"
+    line=$(run_wrk "http://127.0.0.1:$memtls_port/rpc/tls_$v" "$work/bn.lua" 256 "$memory_seconds" "$work/wrk.memtls.$v.txt")
+    stop_sampler
+    tls_rss[$v]=$(cat "$work/rss.max" 2>/dev/null || echo n/a)
+    tls_hwm[$v]=$(kib "$memtls_pid" VmHWM)
+    tls_reqs[$v]=$(jq -r '.requests // "n/a"' <<<"$line")
+    pid_var=tls_proxy_${v}_pid
+    worker=$(nginx_worker "${!pid_var}")
+    if [[ -n $worker ]]; then
+      say "memory: nginx proxy, 256 connections, HTTPS $v, ${memory_seconds}s"
+      start_sampler "$worker" "$work/rss.max"
+      run_wrk "http://127.0.0.1:${tls_proxy_port[$v]}/" "$work/bn.lua" 256 "$memory_seconds" "$work/wrk.memtlsng.$v.txt" >/dev/null
+      stop_sampler
+      tls_nginx_rss[$v]=$(cat "$work/rss.max" 2>/dev/null || echo n/a)
+    fi
+  done
+  stop_pid "$memtls_pid"
+
   say "memory: one $((huge_bytes / 1024 / 1024)) MiB response through a fresh sidecar"
   local direct_huge sidecar_huge huge_before huge_hwm_before huge_sampled huge_hwm huge_after hwm_reset=yes same=no
   direct_huge=$("${client_cpu[@]}" curl -s -o "$work/huge.direct" -w '%{http_code} %{size_download} %{time_total}' -X POST \
@@ -81,6 +114,10 @@ section_memory() {
     echo "| 256 connections, eth_blockNumber ($(num "${reqs[bn]}") requests) | $(mib "${rss[bn]}") MiB | $(mib "${hwm[bn]}") MiB | nginx proxy worker $(mib "${nginx_rss[bn]:-n/a}") MiB |"
     echo "| 256 connections, 200 KB answers ($(num "${reqs[large]}") requests) | $(mib "${rss[large]}") MiB | $(mib "${hwm[large]}") MiB | nginx proxy worker $(mib "${nginx_rss[large]:-n/a}") MiB |"
     echo "| idle after that load | $(mib "$after_load_rss") MiB | | |"
+    echo "| HTTPS sidecar (curl), after one request per upstream | $(mib "$tls_idle") MiB | | |"
+    for v in h2 h1; do
+      echo "| HTTPS $v upstream, 256 connections, eth_blockNumber ($(num "${tls_reqs[$v]}") requests) | $(mib "${tls_rss[$v]}") MiB | $(mib "${tls_hwm[$v]}") MiB | nginx proxy worker $(mib "${tls_nginx_rss[$v]:-n/a}") MiB |"
+    done
     echo "| fresh sidecar, before one $((huge_bytes / 1024 / 1024)) MiB answer | $(mib "$huge_before") MiB | $(mib "$huge_hwm_before") MiB | |"
     echo "| while it passes (largest sample / peak) | $(mib "$huge_sampled") MiB | $(mib "$huge_hwm") MiB | limit $(mib "$limit_kib") MiB (2.5 × size) |"
     echo "| after it | $(mib "$huge_after") MiB | | |"
@@ -93,6 +130,11 @@ section_memory() {
     "$(met "$idle_rss <= 16 * 1024")"
   target_row "sidecar RSS at 256 connections ≤ 32 MB (MiB), eth_blockNumber" "$(mib "${rss[bn]}") MiB (peak $(mib "${hwm[bn]}") MiB)" \
     "32 MiB; nginx worker $(mib "${nginx_rss[bn]:-n/a}") MiB" "$(ratio "${rss[bn]}" $((32 * 1024)))×" "$(met "${rss[bn]} <= 32 * 1024")"
+  for v in h2 h1; do
+    target_row "sidecar RSS at 256 connections ≤ 32 MB (MiB), HTTPS $v upstream, eth_blockNumber" \
+      "$(mib "${tls_rss[$v]}") MiB (peak $(mib "${tls_hwm[$v]}") MiB)" "32 MiB; nginx worker $(mib "${tls_nginx_rss[$v]:-n/a}") MiB" \
+      "$(ratio "${tls_rss[$v]}" $((32 * 1024)))×" "$(met "${tls_rss[$v]} <= 32 * 1024")"
+  done
   local verdict_peak verdict_bytes
   verdict_peak=$(met "$huge_hwm <= $limit_kib")
   verdict_bytes=$([[ $same == yes ]] && echo "bytes kept (no direct measure of re-serialising)" || echo "**not met**")
