@@ -321,7 +321,8 @@ EOF
 }
 
 # BIN (default rpcroute_bin) runs with the VAR=VALUE settings added to its environment.
-# The profile is $work/serve.yaml, or the one in sidecar_profile when it is set.
+# The profile is $work/serve.yaml, or the one in sidecar_profile when it is set; it must write its
+# port within sidecar_start_s seconds (10).
 start_sidecar() { # NAME [BIN [VAR=VALUE…]] → NAME_pid, NAME_port: rpcroute serve --no-probe --no-state on a free port
   local profile=${sidecar_profile:-$work/serve.yaml}
   [[ -f $profile ]] || write_serve_profile
@@ -331,7 +332,7 @@ start_sidecar() { # NAME [BIN [VAR=VALUE…]] → NAME_pid, NAME_port: rpcroute 
     --no-probe --no-state --grace 2s </dev/null >"$work/$1.log" 2>&1 &
   local pid=$!
   pids+=("$pid")
-  for _ in $(seq 200); do
+  for _ in $(seq $((${sidecar_start_s:-10} * 20))); do
     [[ -s $work/$1.port ]] && break
     kill -0 "$pid" 2>/dev/null || { cat "$work/$1.log" >&2; die "rpcroute serve exited"; }
     sleep 0.05

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Instructions per request of `rpcroute serve`, counted by callgrind: a figure that does not depend
+# on what else runs on the machine (wrk's requests/s do), for before/after comparisons of the
+# sidecar's hot path while others share the cores (issue 17). Not part of tests/perf/run.
+#
+#   - starts the HTTPS upstreams of tests/perf/run's https section (nginx over TLS with a test CA
+#     made by openssl: HTTP/2 offered, HTTP/1.1 only) and the plain nginx upstream;
+#   - per variant, starts the sidecar under `valgrind --tool=callgrind --instr-atstart=no`, warms it
+#     up (1 s of wrk, not counted), then counts while wrk runs DURATION seconds at each of
+#     CONNECTIONS, and divides the instructions (Ir) by the requests wrk completed;
+#   - prints a Markdown table; KEEP_WORK=1 keeps the callgrind files (callgrind_annotate them).
+#
+# Usage: tests/perf/instructions.sh [VARIANT…]   (default: h2 h1 curl native)
+#   h2      https://localhost, the upstream offering HTTP/2 (curl)
+#   h1      https://localhost, the upstream offering HTTP/1.1 only (curl)
+#   curl    http://127.0.0.1 with RPCROUTE_HTTP_CLIENT=curl
+#   native  http://127.0.0.1, the native client (the reference)
+# Environment: RPCROUTE_BIN (default build-perf/cli/rpcroute, not rebuilt), DURATION=5,
+#   CONNECTIONS="1 64", SIDECAR_ENV="VAR=VALUE …" (added to every variant), KEEP_WORK=1.
+set -euo pipefail
+
+self=$(realpath "${BASH_SOURCE[0]}")
+cd "$(dirname "$self")/../.."
+repo=$(pwd)
+# shellcheck source=tests/perf/harness.sh
+source "$repo/tests/perf/harness.sh"
+
+variants=("$@")
+((${#variants[@]})) || variants=(h2 h1 curl native)
+rpcroute_bin=${RPCROUTE_BIN:-$repo/build-perf/cli/rpcroute}
+duration=${DURATION:-5}
+read -ra connections <<<"${CONNECTIONS:-1 64}"
+read -ra extra_env <<<"${SIDECAR_ENV:-}"
+[[ -x $rpcroute_bin ]] || die "$rpcroute_bin not found (cmake --preset perf && cmake --build --preset perf --target rpcroute)"
+for cmd in valgrind callgrind_control wrk openssl xxd jq curl; do
+  command -v "$cmd" >/dev/null || die "$cmd not found"
+done
+
+work=$(mktemp -d /tmp/rpcroute-instr.XXXXXX)
+out=$work/out
+mkdir -p "$out"
+trap cleanup EXIT
+trap 'say "interrupted"; exit 130' INT TERM
+ulimit -n 20000 2>/dev/null || true
+setup_pinning
+sidecar_start_s=60  # valgrind starts slowly
+
+ensure_upstream
+write_serve_profile
+write_https_profile
+wrk_script "$work/bn.lua" "$bn_req"
+# The sidecar as the program callgrind runs: start_sidecar's BIN.
+cat >"$work/callgrind-rpcroute" <<EOF
+#!/bin/sh
+exec valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=$work/callgrind.%p.out "$rpcroute_bin" "\$@"
+EOF
+chmod +x "$work/callgrind-rpcroute"
+
+declare -A path=([h2]=/rpc/tls_h2 [h1]=/rpc/tls_h1 [curl]=/rpc/local [native]=/rpc/local)
+declare -A profile=([h2]=$work/https.yaml [h1]=$work/https.yaml [curl]=$work/serve.yaml [native]=$work/serve.yaml)
+declare -A variant_env=([h2]="" [h1]="" [curl]="RPCROUTE_HTTP_CLIENT=curl" [native]="")
+
+rows=()
+for v in "${variants[@]}"; do
+  [[ -n ${path[$v]:-} ]] || die "unknown variant '$v' (h2 h1 curl native)"
+  # shellcheck disable=SC2086 # one VAR=VALUE word, or none
+  sidecar_profile=${profile[$v]} start_sidecar "cg_$v" "$work/callgrind-rpcroute" ${variant_env[$v]} "${extra_env[@]}"
+  pid_var=cg_${v}_pid port_var=cg_${v}_port
+  pid=${!pid_var} url="http://127.0.0.1:${!port_var}${path[$v]}"
+  answer=$(post_any "$url" "$bn_req")
+  [[ $(jq -r .result <<<"$answer" 2>/dev/null) == 0x1 ]] || die "$v: unexpected answer: ${answer:0:300}"
+  run_wrk "$url" "$work/bn.lua" 64 1 "$work/wrk.warm.$v.txt" >/dev/null
+  for c in "${connections[@]}"; do
+    say "$v: counting, $c connection(s), ${duration}s"
+    callgrind_control -i on "$pid" >/dev/null
+    line=$(run_wrk "$url" "$work/bn.lua" "$c" "$duration" "$work/wrk.$v.$c.txt")
+    callgrind_control -i off "$pid" >/dev/null
+    rm -f "$work"/callgrind.*.out.*
+    callgrind_control --dump="$v-$c" "$pid" >/dev/null
+    dump=""
+    for _ in $(seq 100); do
+      dump=$(ls "$work"/callgrind."$pid".out.* 2>/dev/null | head -1 || true)
+      [[ -n $dump ]] && grep -q '^totals:' "$dump" && break
+      sleep 0.1
+    done
+    [[ -n $dump ]] || die "$v: callgrind wrote no dump"
+    ir=$(awk '/^totals:/ { print $2 }' "$dump")
+    mv "$dump" "$work/callgrind.$v.$c.out"
+    requests=$(jq -r '.requests // 0' <<<"$line")
+    errors=$(jq -r '(.status // 0) + (.connect // 0) + (.read // 0) + (.write // 0) + (.timeout // 0)' <<<"$line")
+    rows+=("| $v | $c | $requests | $ir | $(awk -v i="$ir" -v r="$requests" 'BEGIN { if (r > 0) printf "%.0f", i / r; else print "n/a" }') | $errors |")
+  done
+  stop_pid "$pid"
+done
+
+echo "Instructions per request of rpcroute serve (callgrind, Ir), eth_blockNumber; $rpcroute_bin; ${duration} s of wrk per row${SIDECAR_ENV:+; $SIDECAR_ENV}"
+echo
+echo "| variant | conns | requests | instructions | per request | wrk errors |"
+echo "|:---|---:|---:|---:|---:|---:|"
+printf '%s\n' "${rows[@]}"
+if [[ ${KEEP_WORK:-0} == 1 ]]; then echo; echo "callgrind files: $work/callgrind.VARIANT.CONNS.out"; fi
