@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "curl_support.hpp"
+
 namespace rpcroute::detail {
 
 namespace {
@@ -12,6 +14,13 @@ bool same_headers(std::span<const Header> a, const std::vector<Header>& b) {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](auto& x, auto& y) {
            return x.name == y.name && x.value == y.value;
          });
+}
+
+bool same_tls(const TlsOptions* a, const TlsOptions& b) {
+  static const TlsOptions none;
+  const TlsOptions& x = a != nullptr ? *a : none;
+  return x.ca_file == b.ca_file && x.ca_dir == b.ca_dir && x.cert_file == b.cert_file &&
+         x.key_file == b.key_file && x.insecure == b.insecure;
 }
 
 Slist build_header_list(const std::vector<Header>& extra) {
@@ -38,7 +47,9 @@ Slist build_header_list(const std::vector<Header>& extra) {
 
 EasyPool::Setup& EasyPool::setup_for(const CurlSetupRef& want) {
   for (auto& s : setups_) {
-    if (s->http_version == want.http_version && same_headers(want.headers, s->headers)) return *s;
+    if (s->http_version == want.http_version && same_headers(want.headers, s->headers) &&
+        same_tls(want.tls, s->tls))
+      return *s;
   }
   if (setups_.size() >= kMaxSetups) {
     auto oldest = setups_.end();
@@ -52,6 +63,7 @@ EasyPool::Setup& EasyPool::setup_for(const CurlSetupRef& want) {
   auto s = std::make_unique<Setup>();
   s->http_version = want.http_version;
   s->headers.assign(want.headers.begin(), want.headers.end());
+  if (want.tls != nullptr) s->tls = *want.tls;
   s->header_list = build_header_list(s->headers);
   ++header_lists_built_;
   setups_.push_back(std::move(s));
@@ -62,6 +74,7 @@ void EasyPool::configure(CURL* e, const Setup& s) const {
   if (common_) common_(e);
   curl_easy_setopt(e, CURLOPT_HTTPHEADER, s.header_list.get());
   curl_easy_setopt(e, CURLOPT_HTTP_VERSION, s.http_version);
+  if (!s.tls.empty()) apply_tls(e, s.tls);
 }
 
 EasyPool::Lease EasyPool::acquire(const CurlSetupRef& want) {

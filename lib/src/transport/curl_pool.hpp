@@ -30,6 +30,7 @@ using Slist = std::unique_ptr<curl_slist, SlistDeleter>;
 struct CurlSetupRef {
   long http_version = CURL_HTTP_VERSION_2TLS;
   std::span<const Header> headers;  // the provider's extra headers
+  const TlsOptions* tls = nullptr;  // the provider's tls: settings (none: defaults)
 };
 
 /// Handles for every set-up seen, each configured once. All on the io_context's thread.
@@ -39,6 +40,7 @@ class EasyPool {
   struct Setup {
     long http_version = CURL_HTTP_VERSION_2TLS;
     std::vector<Header> headers;
+    TlsOptions tls;
     Slist header_list;  // the fixed headers and the provider's, built once
     std::vector<EasyHandle> idle;
     std::size_t leased = 0;

@@ -25,7 +25,8 @@ namespace rpcroute {
 [[nodiscard]] std::optional<std::string_view> tls_cause(CURLcode code, long verify_result,
                                                         std::string_view detail);
 
-/// A provider's tls: settings on an easy handle (after curl_easy_reset: nothing else to undo).
+/// A provider's tls: settings on a new easy handle (EasyPool sets a handle up once per set-up:
+/// nothing else to undo).
 /// ca_file / ca_dir replace the system store; insecure turns both checks off.
 void apply_tls(CURL* easy, const TlsOptions& tls);
 

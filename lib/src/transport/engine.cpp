@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "curl_pool.hpp"
 #include "curl_support.hpp"
 #include "native_http.hpp"
 #include "rpcroute/clock.hpp"
@@ -19,27 +20,27 @@ namespace rpcroute {
 
 namespace {
 
-struct EasyDeleter {
-  void operator()(CURL* e) const { curl_easy_cleanup(e); }
-};
-using EasyHandle = std::unique_ptr<CURL, EasyDeleter>;
-
-struct SlistDeleter {
-  void operator()(curl_slist* l) const { curl_slist_free_all(l); }
-};
-using Slist = std::unique_ptr<curl_slist, SlistDeleter>;
-
 struct MultiDeleter {
   void operator()(CURLM* m) const { curl_multi_cleanup(m); }
 };
 using MultiHandle = std::unique_ptr<CURLM, MultiDeleter>;
+
+struct ShareDeleter {
+  // A handle still using the share (a transfer outliving its Engine) keeps it: left to the process.
+  void operator()(CURLSH* s) const { (void)curl_share_cleanup(s); }
+};
+using ShareHandle = std::unique_ptr<CURLSH, ShareDeleter>;
 
 // curl owns the socket; Asio only waits on it. The descriptor is released, never closed.
 struct SocketWatch {
   explicit SocketWatch(asio::io_context& io, curl_socket_t fd) : fd(fd), descriptor(io, fd) {}
   curl_socket_t fd;
   asio::posix::stream_descriptor descriptor;
-  int wanted = 0;  // CURL_POLL_IN / OUT / INOUT
+  int wanted = 0;  // CURL_POLL_IN / OUT / INOUT; 0 while the connection idles in curl's cache
+  // A connection socket (opened through on_sockopt, closed through on_close_socket): its watch
+  // lives as long as the socket, not as long as one transfer — no epoll_ctl ADD and DEL, no
+  // allocation, no cancelled wait per request on a kept connection.
+  bool kept = false;
   bool reading = false;
   bool writing = false;
   bool closed = false;
@@ -58,14 +59,16 @@ struct SocketWatch {
 struct Transfer;
 
 struct Engine::Core : std::enable_shared_from_this<Engine::Core> {
-  explicit Core(asio::io_context& io) : io(io), timer(io) {}
+  explicit Core(asio::io_context& io)
+      : io(io), timer(io), pool([this](CURL* e) { set_common_options(e); }) {}
 
   asio::io_context& io;
   std::shared_ptr<detail::NativeHttp> native;  // plain http:// to an address: no curl
+  ShareHandle share;                           // TLS sessions, across every handle
   MultiHandle multi;
   asio::steady_timer timer;
   std::unordered_map<curl_socket_t, std::shared_ptr<SocketWatch>> sockets;
-  std::vector<EasyHandle> idle_easy;
+  detail::EasyPool pool;
   // Every socket curl has open, with a serial of its own: a ConnectionRef names a connection by
   // it, so that a socket number curl has since closed (and the system reused) is never touched.
   std::unordered_map<curl_socket_t, std::uint64_t> curl_sockets;
@@ -93,6 +96,7 @@ struct Engine::Core : std::enable_shared_from_this<Engine::Core> {
                                  w->reading = false;
                                  auto core = weak.lock();
                                  if (ec || w->closed || !core) return;
+                                 if ((w->wanted & CURL_POLL_IN) == 0) return;  // idle
                                  core->socket_action(w->fd, CURL_CSELECT_IN);
                                  if (!w->closed) core->arm(w);
                                });
@@ -104,6 +108,7 @@ struct Engine::Core : std::enable_shared_from_this<Engine::Core> {
                                  w->writing = false;
                                  auto core = weak.lock();
                                  if (ec || w->closed || !core) return;
+                                 if ((w->wanted & CURL_POLL_OUT) == 0) return;  // idle
                                  core->socket_action(w->fd, CURL_CSELECT_OUT);
                                  if (!w->closed) core->arm(w);
                                });
@@ -124,13 +129,22 @@ struct Engine::Core : std::enable_shared_from_this<Engine::Core> {
   static int watch_socket(Core* core, curl_socket_t fd, int what) {
     if (what == CURL_POLL_REMOVE) {
       if (auto it = core->sockets.find(fd); it != core->sockets.end()) {
-        it->second->release();
-        core->sockets.erase(it);
+        // A kept connection's wait stays queued: its event, if one comes while the connection
+        // idles, is ignored; the next transfer on it finds the wait already armed.
+        if (it->second->kept) {
+          it->second->wanted = 0;
+        } else {
+          it->second->release();
+          core->sockets.erase(it);
+        }
       }
       return 0;
     }
     auto& w = core->sockets[fd];
-    if (!w) w = std::make_shared<SocketWatch>(core->io, fd);
+    if (!w) {
+      w = std::make_shared<SocketWatch>(core->io, fd);
+      w->kept = core->curl_sockets.find(fd) != core->curl_sockets.end();
+    }
     w->wanted = what;
     core->arm(w);
     return 0;
@@ -186,6 +200,10 @@ struct Engine::Core : std::enable_shared_from_this<Engine::Core> {
 
   static int on_close_socket(void* userp, curl_socket_t fd) noexcept {
     auto* core = static_cast<Core*>(userp);
+    if (auto it = core->sockets.find(fd); it != core->sockets.end()) {
+      it->second->release();  // out of epoll before the number can be reused
+      core->sockets.erase(it);
+    }
     if (auto it = core->curl_sockets.find(fd); it != core->curl_sockets.end()) {
       core->plain_http.erase(it->second);
       core->curl_sockets.erase(it);
@@ -200,9 +218,15 @@ struct Engine::Core : std::enable_shared_from_this<Engine::Core> {
   void close_connection(std::uint64_t serial) {
     for (const auto& [fd, s] : curl_sockets) {
       if (s != serial) continue;
-      if (sockets.find(fd) == sockets.end()) retire(fd);
+      if (idle(fd)) retire(fd);
       return;
     }
+  }
+
+  /// No transfer is using the socket: curl asked for no events on it (it sits in the cache).
+  [[nodiscard]] bool idle(curl_socket_t fd) const {
+    auto it = sockets.find(fd);
+    return it == sockets.end() || it->second->wanted == 0;
   }
 
   static void retire(curl_socket_t fd) {
@@ -218,46 +242,33 @@ struct Engine::Core : std::enable_shared_from_this<Engine::Core> {
   void retire_unclean_idle() {
     if (plain_http.empty()) return;
     for (const auto& [fd, serial] : curl_sockets) {
-      if (plain_http.find(serial) == plain_http.end() || sockets.find(fd) != sockets.end())
-        continue;
+      if (plain_http.find(serial) == plain_http.end() || !idle(fd)) continue;
       char byte;
       const auto n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
       if (n >= 0) retire(fd);
     }
   }
 
-  EasyHandle acquire() {
-    if (!idle_easy.empty()) {
-      EasyHandle e = std::move(idle_easy.back());
-      idle_easy.pop_back();
-      curl_easy_reset(e.get());
-      return e;
-    }
-    return EasyHandle(curl_easy_init());
-  }
-
-  void recycle(EasyHandle e) {
-    if (e && idle_easy.size() < 64) idle_easy.push_back(std::move(e));
-  }
+  /// What every handle gets once, when the pool makes it (the set-up's options: EasyPool).
+  void set_common_options(CURL* e);
 };
 
 struct Transfer {
   Transfer(const std::shared_ptr<Engine::Core>& core, HttpRequest req)
       : core(core), request(std::move(req)), done_signal(core->io) {}
   ~Transfer() {
+    auto c = core.lock();
+    if (!c) return;  // the handle is freed with the lease
     if (attached) {
-      if (auto c = core.lock()) {
-        curl_multi_remove_handle(c->multi.get(), easy.get());
-        --c->in_flight;
-        c->recycle(std::move(easy));
-      }
+      curl_multi_remove_handle(c->multi.get(), lease.easy.get());
+      --c->in_flight;
     }
+    c->pool.release(std::move(lease));
   }
 
   std::weak_ptr<Engine::Core> core;
   HttpRequest request;
-  EasyHandle easy;
-  Slist headers;
+  detail::EasyPool::Lease lease;  // a handle set up for the request's provider
   HttpResponse response;
   asio::steady_timer done_signal;
   bool attached = false;
@@ -370,6 +381,24 @@ struct Transfer {
   }
 };
 
+void Engine::Core::set_common_options(CURL* e) {
+  curl_easy_setopt(e, CURLOPT_POST, 1L);
+  curl_easy_setopt(e, CURLOPT_USERAGENT, "rpcroute/0.1");
+  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &Transfer::on_write);
+  curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, &Transfer::on_header);
+  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+  curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+  curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
+  curl_easy_setopt(e, CURLOPT_SOCKOPTFUNCTION, &Engine::Core::on_sockopt);
+  curl_easy_setopt(e, CURLOPT_SOCKOPTDATA, this);
+  curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, &Engine::Core::on_close_socket);
+  curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, this);
+  curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
+  if (share) curl_easy_setopt(e, CURLOPT_SHARE, share.get());
+}
+
 void Engine::Core::check_done() {
   int pending = 0;
   while (CURLMsg* msg = curl_multi_info_read(multi.get(), &pending)) {
@@ -453,6 +482,10 @@ void Engine::Core::ensure_multi() {
   curl_multi_setopt(m, CURLMOPT_TIMERDATA, this);
   curl_multi_setopt(m, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
   curl_multi_setopt(m, CURLMOPT_MAXCONNECTS, 256L);
+  // TLS sessions are kept per handle unless shared: with a pool of handles, a new connection
+  // would otherwise resume only if its handle had made one to the same host before.
+  share.reset(curl_share_init());
+  if (share) curl_share_setopt(share.get(), CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
 }
 
 Engine::~Engine() {
@@ -462,8 +495,9 @@ Engine::~Engine() {
   core_->sockets.clear();
   core_->timer.cancel();
   core_->native->close_idle();
-  core_->idle_easy.clear();
+  core_->pool.clear();
   core_->multi.reset();
+  core_->share.reset();
 }
 
 void Engine::close_connection(const ConnectionRef& connection) {
@@ -492,52 +526,27 @@ asio::awaitable<HttpResponse> Engine::perform(HttpRequest request) {
 asio::awaitable<HttpResponse> Engine::perform_curl(HttpRequest request) {
   core_->ensure_multi();
   auto t = std::make_unique<Transfer>(core_, std::move(request));
-  t->easy = core_->acquire();
-  CURL* e = t->easy.get();
+  static const std::vector<Header> no_headers;
+  const auto& extra = t->request.headers != nullptr ? *t->request.headers : no_headers;
+  t->lease = core_->pool.acquire({CURL_HTTP_VERSION_2TLS, extra, t->request.tls});
+  CURL* e = t->lease.easy.get();
   if (e == nullptr) {
     t->response.error = TransportError::other;
     t->response.error_message = "curl_easy_init failed";
     co_return std::move(t->response);
   }
+  // Only what changes per request: the rest was set once on the handle (EasyPool).
   curl_easy_setopt(e, CURLOPT_URL, t->request.url.c_str());
-  curl_easy_setopt(e, CURLOPT_POST, 1L);
   curl_easy_setopt(e, CURLOPT_POSTFIELDS, t->request.body.data());
   curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(t->request.body.size()));
-  curl_slist* list = curl_slist_append(nullptr, "Content-Type: application/json");
-  list = curl_slist_append(list, "Accept: application/json");
-  list =
-      curl_slist_append(list, "Accept-Encoding: identity");  // as the native client (DECISIONS.md)
-  list = curl_slist_append(list, "Expect:");  // no 100-continue round trip on large bodies
-  if (t->request.headers != nullptr) {
-    for (const auto& h : *t->request.headers) {
-      list = curl_slist_append(list, fmt::format("{}: {}", h.name, h.value).c_str());
-    }
-  }
-  t->headers.reset(list);
-  curl_easy_setopt(e, CURLOPT_HTTPHEADER, list);
-  curl_easy_setopt(e, CURLOPT_USERAGENT, "rpcroute/0.1");
-  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &Transfer::on_write);
   curl_easy_setopt(e, CURLOPT_WRITEDATA, t.get());
-  curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, &Transfer::on_header);
   curl_easy_setopt(e, CURLOPT_HEADERDATA, t.get());
   curl_easy_setopt(e, CURLOPT_PRIVATE, t.get());
   curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t->error_buffer);
-  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(e, CURLOPT_TIMEOUT_MS,
                    static_cast<long>(std::max<std::int64_t>(1, t->request.timeout_ms)));
   curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
                    static_cast<long>(std::clamp<std::int64_t>(t->request.timeout_ms, 1, 5'000)));
-  curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
-  curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
-  curl_easy_setopt(e, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_2TLS);
-  curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
-  curl_easy_setopt(e, CURLOPT_SOCKOPTFUNCTION, &Engine::Core::on_sockopt);
-  curl_easy_setopt(e, CURLOPT_SOCKOPTDATA, core_.get());
-  curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, &Engine::Core::on_close_socket);
-  curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, core_.get());
-  curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
-  if (t->request.tls != nullptr && !t->request.tls->empty()) apply_tls(e, *t->request.tls);
 
   core_->retire_unclean_idle();
   t->started_us = steady_us();

@@ -124,3 +124,33 @@ TEST_CASE("curl pool: idle handles are bounded per set-up, set-ups in all", "[tr
   pool.clear();
   CHECK(pool.setups() == 0);
 }
+
+TEST_CASE("curl pool: other tls: settings are another set-up, kept with it", "[transport]") {
+  rpcroute::init_curl();
+  EasyPool pool(nullptr);
+  const std::vector<Header> none;
+  rpcroute::TlsOptions ca;
+  ca.ca_file = "/nonexistent/ca.pem";  // curl reads it only when it connects
+  rpcroute::TlsOptions insecure;
+  insecure.insecure = true;
+  const rpcroute::TlsOptions ca_copy = ca;
+  const rpcroute::TlsOptions defaults;
+
+  auto plain = pool.acquire({CURL_HTTP_VERSION_2TLS, none, nullptr});
+  auto with_ca = pool.acquire({CURL_HTTP_VERSION_2TLS, none, &ca});
+  auto open = pool.acquire({CURL_HTTP_VERSION_2TLS, none, &insecure});
+  CHECK(pool.setups() == 3);
+  CHECK(with_ca.setup->tls.ca_file == "/nonexistent/ca.pem");
+  CHECK(open.setup->tls.insecure);
+  CURL* const ca_easy = with_ca.easy.get();
+  EasyPool::Setup* const plain_setup = plain.setup;
+  for (auto* l : {&plain, &with_ca, &open}) pool.release(std::move(*l));
+
+  auto again = pool.acquire({CURL_HTTP_VERSION_2TLS, none, &ca_copy});
+  CHECK(again.easy.get() == ca_easy);
+  auto empty = pool.acquire({CURL_HTTP_VERSION_2TLS, none, &defaults});
+  CHECK(empty.setup == plain_setup);  // empty tls: settings are no settings
+  CHECK(pool.setups() == 3);
+  pool.release(std::move(again));
+  pool.release(std::move(empty));
+}
