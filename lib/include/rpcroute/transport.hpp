@@ -22,7 +22,8 @@ struct HttpRequest {
   std::int64_t timeout_ms = 10'000;
   /// Larger answers are abandoned (TransportError::too_large), whatever their framing.
   std::uint64_t max_response_bytes = kDefaultMaxResponseBytes;
-  Cancellation* cancel = nullptr;   // request() stops the transfer: TransportError::cancelled
+  Cancellation* cancel = nullptr;  // request() stops the transfer: TransportError::cancelled
+  HttpVersion http = HttpVersion::http1_1;  // over TLS; plain http:// is HTTP/1.1 anyway
   const TlsOptions* tls = nullptr;  // the provider's tls: settings (none: defaults); must outlive
                                     // perform()
 };

@@ -201,7 +201,7 @@ class ProfileSchema : public detail::YamlReader {
     require_map(n, "provider");
     check_keys(n,
                {"id", "url", "ws_url", "headers", "api_key", "priority", "weight", "archival",
-                "rate_limit", "methods", "limits", "timeout_ms", "tls"},
+                "rate_limit", "methods", "limits", "timeout_ms", "tls", "http"},
                "provider");
     Provider p;
     auto id = opt_string(n, "id");
@@ -215,6 +215,16 @@ class ProfileSchema : public detail::YamlReader {
     read_urls(n, p);
     if (auto h = n["headers"]) read_headers(h, p.headers);
     if (auto t = n["tls"]) read_tls(t, p);
+    if (auto h = n["http"]) {
+      const auto v = scalar(h, "'http'");
+      if (v == "1.1") {
+        p.http = HttpVersion::http1_1;
+      } else if (v == "2") {
+        p.http = HttpVersion::http2;
+      } else {
+        throw error(h, "'http' must be \"1.1\" or \"2\"");
+      }
+    }
     p.priority = static_cast<int>(opt_int(n, "priority", 0).value_or(position));
     p.weight = opt_double(n, "weight", 0, 1e9).value_or(1.0);
     if (auto a = n["archival"]) p.archival = boolean(a);

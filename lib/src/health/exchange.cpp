@@ -230,6 +230,7 @@ asio::awaitable<Exchange> send_exchange(Transport& transport, const Provider& pr
   HttpRequest request{provider.url, upstream_body(calls, ids), &provider.headers, timeout_ms,
                       max_response_bytes(calls, provider, profile)};
   request.tls = &provider.tls;
+  request.http = provider.http;
   HttpResponse http = co_await transport.perform(std::move(request));
   Exchange ex = classify_exchange(std::move(http), ids, clock.now_ms(), profile, calls);
   if (connection_suspect(ex)) transport.close_connection(ex.http.connection);

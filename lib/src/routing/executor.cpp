@@ -210,6 +210,7 @@ HttpRequest Executor::start_round(const Run& run, Round& round) {
                       round.attempt_timeout, max_response_bytes(calls, provider, profile_)};
   request.cancel = run.options.cancel;
   request.tls = &provider.tls;
+  request.http = provider.http;
   return request;
 }
 

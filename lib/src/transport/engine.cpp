@@ -528,7 +528,9 @@ asio::awaitable<HttpResponse> Engine::perform_curl(HttpRequest request) {
   auto t = std::make_unique<Transfer>(core_, std::move(request));
   static const std::vector<Header> no_headers;
   const auto& extra = t->request.headers != nullptr ? *t->request.headers : no_headers;
-  t->lease = core_->pool.acquire({CURL_HTTP_VERSION_2TLS, extra, t->request.tls});
+  const long version =
+      t->request.http == HttpVersion::http2 ? CURL_HTTP_VERSION_2TLS : CURL_HTTP_VERSION_1_1;
+  t->lease = core_->pool.acquire({version, extra, t->request.tls});
   CURL* e = t->lease.easy.get();
   if (e == nullptr) {
     t->response.error = TransportError::other;

@@ -1063,3 +1063,20 @@ TEST_CASE("tls: insecure is allowed, and warned about", "[config][tls]") {
   CHECK(plain->warnings().empty());
   CHECK(plain->chains[0].providers[0].tls.empty());
 }
+
+TEST_CASE("profile: http picks HTTP/1.1 (the default) or HTTP/2 per provider", "[config]") {
+  auto version_of = [](std::string_view line) {
+    auto p = load_profile_text(provider_with({"url: https://h.example", line}), "t.yaml", kNoEnv);
+    REQUIRE(p.has_value());
+    return p->chains.at(0).providers.at(0).http;
+  };
+  CHECK(version_of("weight: 1") == HttpVersion::http1_1);
+  CHECK(version_of("http: \"1.1\"") == HttpVersion::http1_1);
+  CHECK(version_of("http: 1.1") == HttpVersion::http1_1);
+  CHECK(version_of("http: \"2\"") == HttpVersion::http2);
+  CHECK(version_of("http: 2") == HttpVersion::http2);
+  for (auto bad : {"http: 3", "http: \"1.0\"", "http: h2", "http: [2]"}) {
+    INFO(bad);
+    CHECK(load_error(provider_with({"url: https://h.example", bad})).find("'http'") != std::string::npos);
+  }
+}
