@@ -633,6 +633,41 @@ post_code_is() { [[ $(curl -s --max-time 5 -o /dev/null -w '%{http_code}' -d "$B
   assert_equal "$(fake_requests f_ok)" 0 "f_ok requests"
 }
 
+@test "background probe: a provider failing at start that comes up on the wrong chain is still excluded" {
+  # The first probe learns nothing (503s); the poller must probe fully again, not only the head,
+  # until it has the chain id. A breaker that never opens keeps the exclusion's kind chain_id.
+  start_fake good --height 100
+  start_fake late --height 100 --chain-id 5 --mode status --status 503
+  cat >"$P" <<EOF
+chains:
+  local:
+    chain_id: 31337
+    block_time_ms: 1000
+    providers:
+      - { id: good, url: "$(node_url good)" }
+      - { id: late, url: "$(node_url late)" }
+health:
+  circuit_breaker: { failure_threshold: 1000 }
+EOF
+  start_sidecar -p "$P"
+  local deadline=$((SECONDS + 10))
+  until (($(fake_stats late | jq '.requests // 0') > 0)) || ((SECONDS >= deadline)); do nap 0.1; done
+  (($(fake_stats late | jq '.requests // 0') > 0)) || { echo "the sidecar never probed late" >&2; false; }
+  fake_control late '{"mode":"ok"}'
+  local ok=0
+  deadline=$((SECONDS + 20))
+  while ((SECONDS < deadline)); do
+    sc_req GET /status
+    if jq -e '.profiles[0].excluded[] | select(.provider == "late" and .kind == "chain_id" and (.reason | test("wrong chain id 5")))' \
+      <<<"$body" >/dev/null 2>&1; then
+      ok=1
+      break
+    fi
+    nap 0.25
+  done
+  ((ok)) || { echo "/status never excluded late (chain id 5, up after the first probe)" >&2; _dump_http; false; }
+}
+
 @test "background probe: a wrong chain id and a lagging node are excluded, with reasons, before any request" {
   start_fake good --height 100
   start_fake other --height 100 --chain-id 5
@@ -1472,13 +1507,13 @@ EOF
   assert_hdr X-Rpcroute-Attempts '^1$'
 }
 
-@test "https: the sidecar through an nginx HTTP/2 front: HTTP/2.0 on one connection, concurrent requests answered" {
+@test "https: the sidecar through an nginx HTTP/2 front with http: \"2\": HTTP/2.0 on one connection, concurrent requests answered" {
   start_fake up --height 100
   local pf=$BATS_TEST_TMPDIR/front.port log
   start_h2_front "$pf" "$(node_port up)" h2
   log=$(front_log "$pf")
   https_profile <<EOF
-      - { id: front, url: "https://localhost:$(cat "$pf")/", tls: { ca_file: "$TEST_PKI/ca.pem" } }
+      - { id: front, url: "https://localhost:$(cat "$pf")/", tls: { ca_file: "$TEST_PKI/ca.pem" }, http: "2" }
 EOF
   start_sidecar -p "$P" --no-probe
   twenty_ok front

@@ -69,11 +69,23 @@ asio::awaitable<void> poll_provider(PollTarget t, const bool& stop) {
   const auto timeout = poll_timeout_ms(t.provider, interval);
   ProbeReport first = co_await probe_provider(t.transport, t.profile, t.chain, t.provider, &t.store,
                                               t.clock, t.rng, timeout);
+  // The full probe is what learns the chain id: until one has (a provider down or slow at start,
+  // a busy machine), each poll is a full probe again — else a provider that comes up on the wrong
+  // chain would never be excluded.
+  bool chain_known = first.chain_id.has_value();
   std::int64_t wait = first.reachable ? interval : interval * 2;
   while (!stop) {
     co_await sleep_ms(timer, wait);
     if (stop) break;
-    const bool answered = co_await poll_head_once(t, timeout);
+    bool answered = false;
+    if (chain_known) {
+      answered = co_await poll_head_once(t, timeout);
+    } else {
+      const ProbeReport again = co_await probe_provider(t.transport, t.profile, t.chain, t.provider,
+                                                        &t.store, t.clock, t.rng, timeout);
+      chain_known = again.chain_id.has_value();
+      answered = again.reachable;
+    }
     wait = answered ? interval : poll_backoff_ms(wait, interval, t.profile.health);
   }
 }
