@@ -723,13 +723,16 @@ EOF
 }
 
 # Starts the plain fake "up" and an nginx front of KIND (h2, h1) before it; calls through the front
-# with --json. Leaves the front's access log in $FRONT_LOG.
-call_through_front() { # KIND
+# with --json, the provider asking for HTTP version HTTP ("1.1", "2"; empty: the default). Leaves the
+# front's access log in $FRONT_LOG.
+call_through_front() { # KIND [HTTP]
   start_fake up --height 100
   start_h2_front "$BATS_TEST_TMPDIR/front.port" "$(node_port up)" "$1"
   FRONT_LOG=$(front_log "$BATS_TEST_TMPDIR/front.port")
+  local http=""
+  [[ -z ${2:-} ]] || http=", http: \"$2\""
   https_profile <<EOF
-      - { id: front, url: "https://localhost:$(cat "$BATS_TEST_TMPDIR/front.port")/", tls: { ca_file: "$TEST_PKI/ca.pem" } }
+      - { id: front, url: "https://localhost:$(cat "$BATS_TEST_TMPDIR/front.port")/", tls: { ca_file: "$TEST_PKI/ca.pem" }$http }
 EOF
   run --separate-stderr rpcroute call --profile "$P" --json eth_getBalance "$DEV_ACCOUNT" latest
   assert_status 0
@@ -738,10 +741,16 @@ EOF
   assert_json "$(fake_stats up)" '.methods.eth_getBalance == 1'
 }
 
-@test "https: through an nginx HTTP/2 front the call answers, and nginx served it as HTTP/2.0" {
-  call_through_front h2
+@test "https: through an nginx HTTP/2 front with http: \"2\" the call answers, and nginx served it as HTTP/2.0" {
+  call_through_front h2 2
   grep -Eq '^HTTP/2\.0 200 [0-9]+ [0-9]+ POST /$' "$FRONT_LOG" || { cat "$FRONT_LOG" >&2; false; }
   ! grep -E ' POST ' "$FRONT_LOG" | grep -v '^HTTP/2\.0 ' || { cat "$FRONT_LOG" >&2; false; }
+}
+
+@test "https: an HTTP/2 front is asked for HTTP/1.1 by default" {
+  call_through_front h2
+  grep -Eq '^HTTP/1\.1 200 [0-9]+ [0-9]+ POST /$' "$FRONT_LOG" || { cat "$FRONT_LOG" >&2; false; }
+  ! grep -E ' POST ' "$FRONT_LOG" | grep -v '^HTTP/1\.1 ' || { cat "$FRONT_LOG" >&2; false; }
 }
 
 @test "https: through an nginx HTTP/1.1-only front the call answers over HTTP/1.1" {
