@@ -793,6 +793,11 @@ EOF
     assert_jq '[.meta.attempts[0,1].class] == ["provider_failure", "provider_failure"]'
     assert_jq '[.meta.attempts[0,1].message | contains($cause)] | all' --arg cause "TLS: ${causes[$cert]}"
     refute_output_contains "$RPCROUTE_E2E_SECRET"
+    # curl's TLS (http: "2" providers, proxies) names the same cause.
+    RPCROUTE_NATIVE_TLS=0 run --separate-stderr rpcroute call --profile "$P" --json eth_blockNumber
+    assert_jq '[.meta.attempts[] | .provider + ":" + .outcome] == ["keyed:tls_failed", "apikeyed:tls_failed", "good:success"]'
+    assert_jq '[.meta.attempts[0,1].message | contains($cause)] | all' --arg cause "TLS: ${causes[$cert]}"
+    refute_output_contains "$RPCROUTE_E2E_SECRET"
     # Nothing answers: the stderr report names the cause for each provider, without the secret.
     https_profile <<<"$bad"
     run --separate-stderr rpcroute call --profile "$P" -v eth_blockNumber
@@ -804,7 +809,7 @@ EOF
     refute_output_contains "$RPCROUTE_E2E_SECRET"
     ! grep -qF "$RPCROUTE_E2E_SECRET" "$RPCROUTE_STATE"* || { echo "secret in the state file" >&2; false; }
     # The failed handshakes reached the fake, which served none of them.
-    assert_json "$(fake_stats "bad_$cert")" '.requests == 0 and .tls.failures >= 4'
+    assert_json "$(fake_stats "bad_$cert")" '.requests == 0 and .tls.failures >= 6'
   done
 }
 
@@ -832,9 +837,12 @@ EOF
   https_profile <<EOF
       - { id: m1, url: "$(node_url m1)", tls: { $ca } }
 EOF
-  run --separate-stderr rpcroute call --profile "$P" --json eth_blockNumber
-  assert_status 3
-  assert_jq '.meta.attempts[0] | .outcome == "tls_failed" and (.message | startswith("TLS: "))'
+  local client
+  for client in native curl; do
+    RPCROUTE_NATIVE_TLS=$([[ $client == native ]] && echo 1 || echo 0) run --separate-stderr rpcroute call --profile "$P" --json eth_blockNumber
+    assert_status 3
+    assert_jq '.meta.attempts[0] | .outcome == "tls_failed" and (.message | startswith("TLS: client certificate rejected"))'
+  done
   # A certificate from a CA the fake does not accept.
   https_profile <<EOF
       - { id: m1, url: "$(node_url m1)", tls: { $ca, cert_file: "$TEST_PKI/client_unknown.pem", key_file: "$TEST_PKI/client.key" } }
@@ -903,7 +911,7 @@ EOF
   assert_stderr_matches 'insecure'
 }
 
-@test "https: every fault mode of the fake is classified over TLS as over plain http (curl both ways)" {
+@test "https: every fault mode of the fake is classified over TLS as over plain http (native TLS and curl)" {
   # MODE=behaviour; timeouts of 600 ms cut the slow ones, a 1 MiB cap the endless ones.
   declare -A rows=(
     [status]='{"mode":"status","status":503}'
@@ -926,7 +934,7 @@ EOF
   )
   start_fake plain --height 100
   start_tls_fake tls --height 100
-  local mode paths="" sep="" plain_outcome tls_outcome
+  local mode paths="" sep="" plain_outcome tls_outcome curl_outcome
   for mode in "${!rows[@]}"; do
     paths+="$sep\"/$mode\":${rows[$mode]}"
     sep=,
@@ -942,12 +950,17 @@ EOF
     plain_outcome=$(jq -r '.meta.attempts[0].outcome' <<<"$output")
     run --separate-stderr rpcroute call --profile "$P" --provider t --json eth_getBalance "$DEV_ACCOUNT" latest
     tls_outcome=$(jq -r '.meta.attempts[0].outcome' <<<"$output")
-    assert_equal "$tls_outcome" "$plain_outcome" "outcome of mode $mode over TLS (over plain http: $plain_outcome)" ||
+    assert_equal "$tls_outcome" "$plain_outcome" "outcome of mode $mode over native TLS (over plain http: $plain_outcome)" ||
+      { _dump_run; false; }
+    # The same over curl's TLS (what an http: "2" provider or a proxy uses).
+    RPCROUTE_NATIVE_TLS=0 run --separate-stderr rpcroute call --profile "$P" --provider t --json eth_getBalance "$DEV_ACCOUNT" latest
+    curl_outcome=$(jq -r '.meta.attempts[0].outcome' <<<"$output")
+    assert_equal "$curl_outcome" "$plain_outcome" "outcome of mode $mode over curl's TLS (over plain http: $plain_outcome)" ||
       { _dump_run; false; }
     if [[ $mode == ok || $mode == huge || $mode == extra ]]; then
       assert_equal "$tls_outcome" success "mode $mode"
     fi
   done
   # Every mode reached the TLS fake as a request (none failed in the handshake).
-  assert_json "$(fake_stats tls)" '.requests == $n and .tls.failures == 0' --argjson n "${#rows[@]}"
+  assert_json "$(fake_stats tls)" '.requests == $n and .tls.failures == 0' --argjson n "$((2 * ${#rows[@]}))"
 }

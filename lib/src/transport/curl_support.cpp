@@ -56,7 +56,8 @@ bool contains(std::string_view text, std::string_view what) {
   return text.find(what) != std::string_view::npos;
 }
 
-/// A TLS alert from the peer about our certificate (OpenSSL's wording, as curl relays it).
+}  // namespace
+
 bool client_certificate_alert(std::string_view detail) {
   return contains(detail, "alert certificate required") ||
          contains(detail, "alert bad certificate") || contains(detail, "alert unknown ca") ||
@@ -84,8 +85,6 @@ std::string_view verify_cause(long verify_result) {
       return "certificate not trusted";
   }
 }
-
-}  // namespace
 
 std::optional<std::string_view> tls_cause(CURLcode code, long verify_result,
                                           std::string_view detail) {

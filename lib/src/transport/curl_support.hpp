@@ -25,6 +25,13 @@ namespace rpcroute {
 [[nodiscard]] std::optional<std::string_view> tls_cause(CURLcode code, long verify_result,
                                                         std::string_view detail);
 
+/// The cause of a failed certificate check (an X509_V_ERR_* value) in a user's words; both clients
+/// name causes with it.
+[[nodiscard]] std::string_view verify_cause(long verify_result);
+
+/// A TLS alert from the peer about our certificate, in OpenSSL's wording (as curl relays it).
+[[nodiscard]] bool client_certificate_alert(std::string_view detail);
+
 /// A provider's tls: settings on a new easy handle (EasyPool sets a handle up once per set-up:
 /// nothing else to undo).
 /// ca_file / ca_dir replace the system store; insecure turns both checks off.

@@ -14,6 +14,7 @@
 #include <new>
 #include <optional>
 
+#include "native_transfer.hpp"
 #include "response_reader.hpp"
 #include "rpcroute/clock.hpp"
 #include "rpcroute/edge_read.hpp"
@@ -21,9 +22,7 @@
 
 namespace rpcroute::detail {
 
-namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
-using tcp = asio::ip::tcp;
 
 namespace {
 
@@ -44,14 +43,17 @@ std::size_t test_body_limit() {
   return limit;
 }
 
-bool proxy_configured() {
-  // curl reads http_proxy (lower case only, for http://), all_proxy and ALL_PROXY: with any of them
-  // set, every request stays with curl so the proxy is honoured exactly as before.
-  for (const char* name : {"http_proxy", "all_proxy", "ALL_PROXY"}) {
-    const char* v = std::getenv(name);
-    if (v != nullptr && *v != '\0') return true;
-  }
-  return false;
+bool set(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0';
+}
+
+// curl reads http_proxy (lower case only) for http://, https_proxy or HTTPS_PROXY for https://,
+// and all_proxy or ALL_PROXY for both: with one of them set, that scheme's requests stay with curl
+// so that the proxy is honoured exactly as before.
+bool plain_proxy_configured() { return set("http_proxy") || set("all_proxy") || set("ALL_PROXY"); }
+bool tls_proxy_configured() {
+  return set("https_proxy") || set("HTTPS_PROXY") || set("all_proxy") || set("ALL_PROXY");
 }
 
 bool clean_header_text(std::string_view s) {
@@ -64,19 +66,13 @@ void check_body_capacity(std::size_t bytes) {
   if (bytes > test_body_limit()) throw std::bad_alloc();
 }
 
-struct NativeHttp::Conn {
-  Conn(asio::io_context& io, std::uint64_t serial) : socket(io), serial(serial) {}
-  tcp::socket socket;
-  beast::flat_buffer buffer;
-  std::int64_t idle_since_us = 0;
-  std::uint64_t serial;  // names it in a ConnectionRef
-};
-
-NativeHttp::NativeHttp(asio::io_context& io) : io_(io) {
-  enabled_ = !proxy_configured();
-  if (const char* v = std::getenv("RPCROUTE_HTTP_CLIENT");
-      v != nullptr && std::string_view(v) == "curl")
-    enabled_ = false;
+NativeHttp::NativeHttp(asio::io_context& io) : io_(io), names_(std::make_unique<NameCache>()) {
+  const char* client = std::getenv("RPCROUTE_HTTP_CLIENT");
+  const bool curl_only = client != nullptr && std::string_view(client) == "curl";
+  const char* native_tls = std::getenv("RPCROUTE_NATIVE_TLS");
+  enabled_ = !curl_only && !plain_proxy_configured();
+  tls_enabled_ = !curl_only && !tls_proxy_configured() &&
+                 !(native_tls != nullptr && std::string_view(native_tls) == "0");
 }
 
 NativeHttp::~NativeHttp() { close_idle(); }
@@ -93,16 +89,31 @@ void NativeHttp::close_idle() {
 }
 
 std::shared_ptr<const NativeHttp::Target> NativeHttp::target_for(const HttpRequest& request) {
-  if (!enabled_) return nullptr;
+  if (!enabled_ && !tls_enabled_) return nullptr;
   if (request.headers != nullptr) {
     for (const auto& h : *request.headers) {
       if (!clean_header_text(h.name) || !clean_header_text(h.value)) return nullptr;
     }
   }
-  if (auto it = targets_.find(request.url); it != targets_.end()) return it->second;
-  if (targets_.size() > 4096) targets_.clear();
-  auto target = parse_native_target(request.url);
-  targets_.emplace(request.url, target);
+  auto it = targets_.find(request.url);
+  if (it == targets_.end()) {
+    if (targets_.size() > 4096) targets_.clear();
+    it = targets_.try_emplace(request.url).first;
+  }
+  auto& known = it->second;
+  if (known.empty()) known.push_back(parse_native_target(request.url));  // context-free
+  const auto& first = known.front();
+  if (first == nullptr || !first->https) return enabled_ ? first : nullptr;
+  // https://: HTTP/2 stays with curl; one target per tls: settings (a pool of its own each).
+  if (!tls_enabled_ || request.http == HttpVersion::http2) return nullptr;
+  const auto& context = tls_.get(request.tls);
+  for (const auto& t : known) {
+    if (t->context == &context) return t;
+  }
+  auto target = std::make_shared<Target>(*first);
+  target->context = &context;
+  target->key = fmt::format("{}#{}", target->key_host, context.index);
+  known.push_back(target);
   return target;
 }
 
@@ -126,6 +137,8 @@ bool NativeHttp::quiet(Conn& conn) {
   // An idle connection must hold nothing: bytes that arrived unasked (an extra response, a late
   // answer) would be read as the answer to the next request, and a FIN means the server closed it.
   // One non-blocking peek per reuse; EAGAIN is the only good answer.
+  // Over TLS, bytes waiting are a record nobody asked for: the connection is not reused either.
+  if (conn.ssl && SSL_pending(conn.ssl.get()) > 0) return false;
   char byte;
   const auto n = ::recv(conn.socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
@@ -148,6 +161,7 @@ ConnectionRef NativeHttp::give_back(const std::string& key, std::unique_ptr<Conn
   if (idle_count_ >= kMaxIdle) return {};  // closed by its destructor
   if (conn->buffer.capacity() > kReadChunk)
     conn->buffer = beast::flat_buffer();  // after a large body
+  if (conn->tls_out.capacity() > kReadChunk) conn->tls_out = std::string();
   conn->idle_since_us = steady_us();
   const ConnectionRef ref{ConnectionRef::Client::native, conn->serial};
   idle_[key].push_back(std::move(conn));
@@ -156,115 +170,6 @@ ConnectionRef NativeHttp::give_back(const std::string& key, std::unique_ptr<Conn
 }
 
 namespace {
-
-/// One deadline for a whole transfer (shorter while connecting, like curl's CONNECTTIMEOUT): it
-/// cancels whatever socket operation is pending. Shared, so a late handler never touches a frame.
-struct Deadline {
-  explicit Deadline(asio::io_context& io) : timer(io) {}
-  asio::steady_timer timer;
-  tcp::socket* socket = nullptr;  // the socket to cancel, while an operation may be pending on it
-  bool fired = false;
-  bool cancelled = false;  // fired by the caller's Cancellation, not the clock
-  std::uint64_t generation = 0;
-
-  void stop() {
-    fired = true;
-    if (socket != nullptr) {
-      boost::system::error_code ignored;
-      socket->cancel(ignored);
-    }
-  }
-};
-
-/// (Re)arms the deadline; a handler of an earlier arming does nothing.
-void arm(const std::shared_ptr<Deadline>& deadline, std::chrono::steady_clock::time_point at) {
-  deadline->timer.expires_at(at);
-  const auto generation = ++deadline->generation;
-  deadline->timer.async_wait([d = deadline, generation](const boost::system::error_code& ec) {
-    if (ec || d->generation != generation) return;
-    d->stop();
-  });
-}
-
-/// What the steps of one perform() share: the request and its head, the answer being built, the
-/// clock and the deadline. It lives in perform's frame.
-struct Transfer {
-  Transfer(asio::io_context& io, const HttpRequest& request, const NativeHttp::Target& target)
-      : request(request),
-        target(target),
-        started(steady_us()),
-        timeout_ms(std::max<std::int64_t>(1, request.timeout_ms)),
-        connect_timeout_ms(std::clamp<std::int64_t>(request.timeout_ms, 1, 5'000)),
-        head(request_head(target, request)),
-        deadline(std::make_shared<Deadline>(io)) {
-    // Cancelled: stop like at the deadline (the connection is not given back), report cancelled.
-    if (request.cancel != nullptr) {
-      request.cancel->on_request([d = deadline] {
-        d->cancelled = true;
-        d->stop();
-      });
-    }
-    start_point = std::chrono::steady_clock::now();
-    arm(deadline, start_point + std::chrono::milliseconds(timeout_ms));
-  }
-
-  /// The target's head, the extra headers and Content-Length.
-  static std::string request_head(const NativeHttp::Target& target, const HttpRequest& request) {
-    std::string head;
-    head.reserve(target.head.size() + 40 +
-                 (request.headers != nullptr ? request.headers->size() * 64 : 0));
-    head = target.head;
-    if (request.headers != nullptr) {
-      for (const auto& h : *request.headers) {
-        head += h.name;
-        head += ": ";
-        head += h.value;
-        head += "\r\n";
-      }
-    }
-    head += "Content-Length: ";
-    head += std::to_string(request.body.size());
-    head += "\r\n\r\n";
-    return head;
-  }
-
-  void fail(TransportError error, std::string message) {
-    r.error = error;
-    r.error_message = std::move(message);
-  }
-  void too_large() {
-    fail(TransportError::too_large,
-         fmt::format("answer larger than the response cap ({} bytes)", request.max_response_bytes));
-  }
-  void timed_out(std::size_t received) {
-    fail(TransportError::timeout,
-         fmt::format("Operation timed out after {} milliseconds with {} bytes received",
-                     (steady_us() - started) / 1000, received));
-  }
-
-  /// The answer, once the transfer is over: the deadline and the cancellation hook let go.
-  HttpResponse done() {
-    deadline->socket = nullptr;
-    deadline->timer.cancel();
-    if (request.cancel != nullptr) request.cancel->clear_hook();
-    if (deadline->cancelled && r.error != TransportError::none) {
-      r.error = TransportError::cancelled;
-      r.error_message = "cancelled";
-    }
-    r.latency_us = steady_us() - started;
-    return std::move(r);
-  }
-
-  const HttpRequest& request;
-  const NativeHttp::Target& target;
-  HttpResponse r;
-  const std::int64_t started;
-  const std::int64_t timeout_ms;
-  const std::int64_t connect_timeout_ms;
-  const std::string head;
-  const std::shared_ptr<Deadline> deadline;
-  std::chrono::steady_clock::time_point start_point;
-};
 
 /// One non-blocking send first (the socket is in non-blocking mode): a request almost always fits
 /// the send buffer, and then no write operation is needed. False when `out` (advanced past what
@@ -413,7 +318,11 @@ struct AnswerReading {
       return false;
     }
     if (ec) {
-      t.fail(TransportError::reset, fmt::format("Recv failure: {}", ec.message()));
+      if (auto refused = tls_alert_message(ec); !refused.empty()) {
+        t.fail(TransportError::tls, std::move(refused));  // a TLS 1.3 server refusing our certificate
+      } else {
+        t.fail(TransportError::reset, fmt::format("Recv failure: {}", ec.message()));
+      }
       end = ReadEnd::failed;
       return false;
     }
@@ -465,8 +374,10 @@ asio::awaitable<void> read_large_body(AnswerReading& a) {
     const auto chunk = std::min(left, std::max(kLargeReadChunk, old));
     check_body_capacity(old + chunk);
     body.resize(old + chunk);
-    const auto n = co_await a.conn.socket.async_read_some(
-        asio::buffer(body.data() + old, chunk), asio::redirect_error(asio::use_awaitable, ec));
+    const auto into = asio::buffer(body.data() + old, chunk);
+    const auto n = a.conn.ssl ? co_await tls_read_some(a.conn.socket, a.conn.ssl.get(), into, ec)
+                              : co_await a.conn.socket.async_read_some(
+                                    into, asio::redirect_error(asio::use_awaitable, ec));
     body.resize(old + n);
     a.received += n;
     left -= n;
@@ -484,42 +395,6 @@ asio::awaitable<void> read_large_body(AnswerReading& a) {
     }
     a.end = ReadEnd::failed;
   }
-}
-
-/// Connects a new connection, trying each endpoint in turn. False (the Transfer holding the
-/// error) when none answers before the connect deadline.
-asio::awaitable<bool> connect(NativeHttp::Conn& conn, Transfer& t) {
-  const auto& deadline = t.deadline;
-  deadline->socket = &conn.socket;
-  const auto connect_started = steady_us();
-  const bool short_connect = t.connect_timeout_ms < t.timeout_ms;
-  if (short_connect) arm(deadline, t.start_point + std::chrono::milliseconds(t.connect_timeout_ms));
-  boost::system::error_code ec;
-  for (const auto& endpoint : t.target.endpoints) {
-    if (conn.socket.is_open()) conn.socket.close(ec);
-    ec = {};
-    co_await conn.socket.async_connect(endpoint, asio::redirect_error(asio::use_awaitable, ec));
-    if (!ec || deadline->fired) break;
-  }
-  if (deadline->fired) {
-    deadline->socket = nullptr;
-    t.fail(TransportError::timeout, fmt::format("Connection timed out after {} milliseconds",
-                                                (steady_us() - t.started) / 1000));
-    co_return false;
-  }
-  if (short_connect) arm(deadline, t.start_point + std::chrono::milliseconds(t.timeout_ms));
-  if (ec) {
-    deadline->socket = nullptr;
-    t.fail(TransportError::connect, fmt::format("Failed to connect to {} port {}: {}",
-                                                t.target.host, t.target.port, ec.message()));
-    co_return false;
-  }
-  conn.socket.set_option(tcp::no_delay(true), ec);
-  conn.socket.set_option(asio::socket_base::keep_alive(true), ec);
-  conn.socket.non_blocking(true, ec);
-  enable_edge_reads(conn.socket);
-  t.r.connect_us = steady_us() - connect_started;
-  co_return true;
 }
 
 }  // namespace
@@ -546,12 +421,18 @@ asio::awaitable<HttpResponse> NativeHttp::perform(HttpRequest request,
       const bool reused = conn != nullptr;
       if (!reused) {
         conn = std::make_unique<Conn>(io_, next_serial_++);
-        if (!co_await connect(*conn, t)) break;
+        if (!co_await open_connection(*conn, t, *names_, tls_)) break;
       }
       t.deadline->socket = &conn->socket;
       boost::system::error_code ec;
-      std::array<asio::const_buffer, 2> out{asio::buffer(t.head), asio::buffer(request.body)};
-      if (!write_now(conn->socket, out, ec)) {
+      if (conn->ssl) {
+        // One TLS record for head and body, like one send on the plain path.
+        conn->tls_out.assign(t.head);
+        conn->tls_out.append(request.body);
+        co_await tls_write(conn->socket, conn->ssl.get(), conn->tls_out, ec);
+      } else if (std::array<asio::const_buffer, 2> out{asio::buffer(t.head),
+                                                       asio::buffer(request.body)};
+                 !write_now(conn->socket, out, ec)) {
         co_await asio::async_write(conn->socket, out,
                                    asio::redirect_error(asio::use_awaitable, ec));
       }
@@ -574,9 +455,11 @@ asio::awaitable<HttpResponse> NativeHttp::perform(HttpRequest request,
         }
         // The socket is usually drained here (the answer to what was just sent has not arrived):
         // the read waits for epoll instead of trying a recv that fails (rpcroute/edge_read.hpp).
-        const auto n =
-            co_await async_read_some_edge(conn->socket, conn->buffer.prepare(a.read_size()),
-                                          asio::redirect_error(asio::use_awaitable, ec));
+        const auto into = conn->buffer.prepare(a.read_size());
+        const auto n = conn->ssl ? co_await tls_read_some(conn->socket, conn->ssl.get(), into, ec)
+                                 : co_await async_read_some_edge(
+                                       conn->socket, into,
+                                       asio::redirect_error(asio::use_awaitable, ec));
         if (!a.took(n, ec)) break;
       }
       t.deadline->socket = nullptr;

@@ -1,7 +1,9 @@
 #pragma once
-// The engine's own HTTP/1.1 client for plain http:// upstreams on a literal address (or localhost):
-// no curl state machine, no liveness poll() and no epoll_ctl per request. Everything else (https,
-// host names, proxies, user:password@ URLs) goes through curl. Internal to the transport.
+// The engine's own HTTP/1.1 client for http:// and https:// upstreams (TLS by OpenSSL on the socket,
+// native_tls.hpp; names resolved and kept for a minute): no curl state machine, no liveness poll()
+// and no epoll_ctl per request. What stays with curl: HTTP/2 (a provider's `http: "2"`), proxies
+// (the proxy variables set), user:password@ URLs, and everything when RPCROUTE_HTTP_CLIENT=curl
+// (https alone with RPCROUTE_NATIVE_TLS=0). Internal to the transport.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -9,10 +11,13 @@
 #include <unordered_map>
 #include <vector>
 
+#include "native_tls.hpp"
 #include "rpcroute/asio_compat.hpp"
 #include "rpcroute/transport.hpp"
 
 namespace rpcroute::detail {
+
+class NameCache;
 
 /// Test hook for both clients: with RPCROUTE_TEST_ALLOC_LIMIT=BYTES in the environment, an answer's
 /// body that would need more than BYTES fails with std::bad_alloc, as if memory had run out, so
@@ -24,10 +29,13 @@ class NativeHttp : public std::enable_shared_from_this<NativeHttp> {
  public:
   /// Where a request goes, parsed once per URL.
   struct Target {
-    std::vector<asio::ip::tcp::endpoint> endpoints;
-    std::string host;  // for messages
+    std::vector<asio::ip::tcp::endpoint> endpoints;  // empty: a name, resolved when connecting
+    std::string host;                                // for messages, SNI and the host check
     std::uint16_t port = 80;
-    std::string key;  // pool key: "host:port"
+    std::string key_host;  // "host:port"
+    std::string key;       // pool key: "host:port", over https also which tls: settings
+    bool https = false;
+    const TlsContexts::Context* context = nullptr;  // over https: the provider's tls: settings
     std::string
         head;  // "POST path HTTP/1.1\r\nHost: …\r\n…" without Content-Length and extra headers
   };
@@ -60,17 +68,20 @@ class NativeHttp : public std::enable_shared_from_this<NativeHttp> {
   static bool quiet(Conn& conn);
 
   asio::io_context& io_;
-  bool enabled_ = true;
-  std::unordered_map<std::string, std::shared_ptr<const Target>>
-      targets_;  // by URL; null: not native
+  bool enabled_ = true;      // plain http://
+  bool tls_enabled_ = true;  // https://
+  TlsContexts tls_;          // before the pools: every connection's SSL goes before its context
+  std::unique_ptr<NameCache> names_;
+  // By URL, one per tls: settings met with it (usually one); a null target: not native.
+  std::unordered_map<std::string, std::vector<std::shared_ptr<const Target>>> targets_;
   std::unordered_map<std::string, std::vector<std::unique_ptr<Conn>>> idle_;
   std::size_t idle_count_ = 0;
   std::size_t in_flight_ = 0;
   std::uint64_t next_serial_ = 1;
 };
 
-/// The native client's target for a URL, or null when curl must take it: not http://, user info,
-/// a name to resolve, a zone-scoped IPv6 address, or bytes a request line cannot carry.
+/// The native client's target for a URL, or null when curl must take it: not http:// or https://,
+/// user info, a zone-scoped IPv6 address, or bytes a request line cannot carry.
 [[nodiscard]] std::shared_ptr<const NativeHttp::Target> parse_native_target(std::string_view url);
 
 }  // namespace rpcroute::detail

@@ -1,5 +1,5 @@
-// Which URLs the native client takes (plain http:// to an address or localhost, nothing a
-// request line cannot carry), and the request head it sends them.
+// Which URLs the native client takes (http:// and https://, nothing a request line cannot
+// carry), and the request head it sends them.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -21,7 +21,8 @@ bool iequals(std::string_view a, std::string_view b) {
 
 /// host and port of an authority ("127.0.0.1:8545", "[::1]:8545", "localhost"); false when it
 /// is not one.
-bool split_authority(std::string_view authority, std::string_view& host, unsigned& port) {
+bool split_authority(std::string_view authority, std::string_view& host, unsigned& port,
+                     unsigned default_port) {
   std::string_view port_text;
   if (authority.front() == '[') {
     const auto close = authority.find(']');
@@ -37,7 +38,7 @@ bool split_authority(std::string_view authority, std::string_view& host, unsigne
     host = authority.substr(0, colon);
     if (colon != std::string_view::npos) port_text = authority.substr(colon + 1);
   }
-  port = 80;
+  port = default_port;
   if (port_text.empty()) return true;
   auto [p, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
   return ec == std::errc() && p == port_text.data() + port_text.size() && port != 0 &&
@@ -47,9 +48,17 @@ bool split_authority(std::string_view authority, std::string_view& host, unsigne
 }  // namespace
 
 std::shared_ptr<const NativeHttp::Target> parse_native_target(std::string_view url) {
-  constexpr std::string_view scheme = "http://";
-  if (url.size() <= scheme.size() || !iequals(url.substr(0, scheme.size()), scheme)) return nullptr;
-  url.remove_prefix(scheme.size());
+  constexpr std::string_view plain = "http://";
+  constexpr std::string_view secure = "https://";
+  bool https = false;
+  if (url.size() > plain.size() && iequals(url.substr(0, plain.size()), plain)) {
+    url.remove_prefix(plain.size());
+  } else if (url.size() > secure.size() && iequals(url.substr(0, secure.size()), secure)) {
+    url.remove_prefix(secure.size());
+    https = true;
+  } else {
+    return nullptr;
+  }
   const auto authority_end = url.find_first_of("/?#");
   std::string_view authority = url.substr(0, authority_end);
   std::string_view rest =
@@ -64,8 +73,9 @@ std::shared_ptr<const NativeHttp::Target> parse_native_target(std::string_view u
       rest.empty() || rest.front() == '?' ? "/" + std::string(rest) : std::string(rest);
   std::string_view host;
   unsigned port = 80;
-  if (!split_authority(authority, host, port)) return nullptr;
+  if (!split_authority(authority, host, port, https ? 443 : 80) || host.empty()) return nullptr;
   auto target = std::make_shared<NativeHttp::Target>();
+  target->https = https;
   boost::system::error_code ec;
   auto address = asio::ip::make_address(std::string(host), ec);
   if (!ec) {
@@ -78,11 +88,16 @@ std::shared_ptr<const NativeHttp::Target> parse_native_target(std::string_view u
     target->endpoints.emplace_back(asio::ip::make_address_v6("::1"),
                                    static_cast<std::uint16_t>(port));
   } else {
-    return nullptr;  // a name to resolve: curl does it (and its DNS cache)
+    // A name, resolved when a connection is opened (NameCache). Only what DNS may carry.
+    for (char c : host) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.' && c != '_')
+        return nullptr;
+    }
   }
   target->host = std::string(host);
   target->port = static_cast<std::uint16_t>(port);
-  target->key = fmt::format("{}:{}", host, port);
+  target->key_host = fmt::format("{}:{}", host, port);
+  target->key = target->key_host;
   target->head = fmt::format(
       "POST {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: rpcroute/0.1\r\nContent-Type: "
       "application/json\r\n"

@@ -35,9 +35,32 @@ TEST_CASE("native target: localhost is tried on IPv4 then IPv6; path and query k
   CHECK(q->head.starts_with("POST /?a=b HTTP/1.1\r\nHost: [::1]:8080\r\n"));
 }
 
+TEST_CASE("native target: https:// and host names are taken (names resolved when connecting)", "[transport]") {
+  auto t = parse_native_target("https://eth.example.org/v2/key");
+  REQUIRE(t != nullptr);
+  CHECK(t->https);
+  CHECK(t->endpoints.empty());
+  CHECK(t->host == "eth.example.org");
+  CHECK(t->port == 443);
+  CHECK(t->key_host == "eth.example.org:443");
+  CHECK(t->head.starts_with("POST /v2/key HTTP/1.1\r\nHost: eth.example.org\r\n"));
+
+  auto p = parse_native_target("http://node-1.internal:8545");
+  REQUIRE(p != nullptr);
+  CHECK_FALSE(p->https);
+  CHECK(p->port == 8545);
+  CHECK(p->endpoints.empty());
+
+  auto a = parse_native_target("HTTPS://127.0.0.1:8443/");
+  REQUIRE(a != nullptr);
+  CHECK(a->https);
+  REQUIRE(a->endpoints.size() == 1);
+  CHECK(a->endpoints[0].port() == 8443);
+}
+
 TEST_CASE("native target: what curl must take is declined", "[transport]") {
-  for (std::string url : {"https://127.0.0.1:8545", "http://user:pw@127.0.0.1", "http://eth.example.org/",
-                          "http://127.0.0.1:0", "http://127.0.0.1:65536", "http://127.0.0.1:80x", "http://[::1",
+  for (std::string url : {"https://user:pw@127.0.0.1", "http://user:pw@127.0.0.1", "http://exa_m%ple.org/",
+                          "http://exa$mple.org/", "http://127.0.0.1:0", "http://127.0.0.1:65536", "http://127.0.0.1:80x", "http://[::1",
                           "http://[::1]x", "http://127.0.0.1/a b", "http://[fe80::1%1]:8545", "http://",
                           "ws://127.0.0.1"}) {
     INFO(url);
