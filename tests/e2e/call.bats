@@ -759,6 +759,30 @@ EOF
   ! grep -E ' POST ' "$FRONT_LOG" | grep -v '^HTTP/1\.1 ' || { cat "$FRONT_LOG" >&2; false; }
 }
 
+@test "https: providers on host names are resolved by the native client; an unknown name is a dns failure" {
+  # LOCALHOST goes through the system's resolver (/etc/hosts: names match without regard to case),
+  # not the shortcut for the literal localhost; so does the certificate's name.
+  start_tls_fake t1 --height 100
+  start_fake p1 --height 101
+  https_profile <<EOF
+      - { id: gone, url: "https://no-such-host.invalid:$(node_port t1)/" }
+      - { id: t1, url: "https://LOCALHOST:$(node_port t1)/", tls: { ca_file: "$TEST_PKI/ca.pem" } }
+EOF
+  run --separate-stderr rpcroute call --profile "$P" --json eth_blockNumber
+  assert_status 0
+  assert_jq '.result == "0x64" and .meta.provider == "t1"'
+  # Where no resolver answers at all, the lookup is cut by the attempt's deadline instead.
+  assert_jq '.meta.attempts[0] | .provider == "gone" and .class == "provider_failure"'
+  assert_jq '.meta.attempts[0] | (.outcome == "dns_failed" and (.message | test("Could not resolve host: no-such-host.invalid"))) or .outcome == "timeout"'
+  https_profile <<EOF
+      - { id: p1, url: "http://LOCALHOST:$(node_port p1)/" }
+EOF
+  run --separate-stderr rpcroute call --profile "$P" --json eth_blockNumber
+  assert_status 0
+  assert_jq '.result == "0x65" and .meta.provider == "p1"'
+  assert_json "$(fake_stats p1)" '.requests == 1'
+}
+
 @test "https: expired, not yet valid, unknown-CA and wrong-host certificates: tls_failed naming the cause, the next provider answers, no secret shown" {
   RPCROUTE_E2E_SECRET="sk_$(openssl rand -hex 12)"
   export RPCROUTE_E2E_SECRET

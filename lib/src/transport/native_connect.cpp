@@ -2,6 +2,10 @@
 // TLS handshake, all under the transfer's connect deadline (like curl's CONNECTTIMEOUT, which
 // covers the handshake too).
 #include <fmt/format.h>
+#include <netdb.h>
+#include <netinet/in.h>
+
+#include <cstring>
 
 #include "native_transfer.hpp"
 #include "rpcroute/edge_read.hpp"
@@ -72,29 +76,91 @@ asio::awaitable<bool> handshake(NativeHttp::Conn& conn, Transfer& t, TlsContexts
 
 }  // namespace
 
+/// One getaddrinfo_a request: glibc's thread writes into it until gai_error says it is done.
+struct NameCache::Lookup {
+  std::string host;
+  std::string service;
+  addrinfo hints{};
+  gaicb request{};
+  gaicb* list[1] = {&request};
+
+  Lookup(std::string name, std::uint16_t port) : host(std::move(name)), service(std::to_string(port)) {
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    request.ar_name = host.c_str();
+    request.ar_service = service.c_str();
+    request.ar_request = &hints;
+  }
+  ~Lookup() {
+    if (request.ar_result != nullptr) freeaddrinfo(request.ar_result);
+  }
+  Lookup(const Lookup&) = delete;
+  Lookup& operator=(const Lookup&) = delete;
+  [[nodiscard]] bool pending() { return gai_error(&request) == EAI_INPROGRESS; }
+};
+
+NameCache::NameCache() = default;
+
+NameCache::~NameCache() {
+  for (auto& lookup : abandoned_) {
+    if (lookup->pending() && gai_cancel(&lookup->request) != EAI_CANCELED && lookup->pending())
+      (void)lookup.release();  // glibc's thread may still write into it: never freed
+  }
+}
+
+void NameCache::reap() {
+  std::erase_if(abandoned_, [](const auto& lookup) { return !lookup->pending(); });
+}
+
 asio::awaitable<std::vector<tcp::endpoint>> NameCache::resolve(Transfer& t) {
+  std::vector<tcp::endpoint> endpoints;
   const auto now = steady_us();
   if (auto it = entries_.find(t.target.key_host); it != entries_.end()) {
     if (now < it->second.expires_us) co_return it->second.endpoints;
     entries_.erase(it);
   }
-  tcp::resolver resolver(co_await asio::this_coro::executor);
-  t.deadline->resolver = &resolver;
-  boost::system::error_code ec;
-  const auto results = co_await resolver.async_resolve(
-      t.target.host, std::to_string(t.target.port), tcp::resolver::numeric_service,
-      asio::redirect_error(asio::use_awaitable, ec));
-  t.deadline->resolver = nullptr;
-  std::vector<tcp::endpoint> endpoints;
-  if (t.deadline->fired) {
-    connect_timed_out(t);
-    co_return endpoints;
-  }
-  if (ec || results.empty()) {
+  reap();
+  auto lookup = std::make_unique<Lookup>(t.target.host, t.target.port);
+  if (getaddrinfo_a(GAI_NOWAIT, lookup->list, 1, nullptr) != 0) {
     t.fail(TransportError::dns, fmt::format("Could not resolve host: {}", t.target.host));
     co_return endpoints;
   }
-  for (const auto& r : results) endpoints.push_back(r.endpoint());
+  // Polled: a lookup happens once a minute per name at most, and a poll costs nothing.
+  asio::steady_timer poll(co_await asio::this_coro::executor);
+  t.deadline->waiting = &poll;
+  auto step = std::chrono::microseconds(200);
+  while (lookup->pending() && !t.deadline->fired) {
+    poll.expires_after(step);
+    boost::system::error_code ignored;
+    co_await poll.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+    step = std::min<std::chrono::microseconds>(step * 2, std::chrono::milliseconds(5));
+  }
+  t.deadline->waiting = nullptr;
+  if (lookup->pending()) {  // the deadline
+    if (gai_cancel(&lookup->request) != EAI_CANCELED) abandoned_.push_back(std::move(lookup));
+    connect_timed_out(t);
+    co_return endpoints;
+  }
+  if (gai_error(&lookup->request) != 0) {
+    t.fail(TransportError::dns, fmt::format("Could not resolve host: {}", t.target.host));
+    co_return endpoints;
+  }
+  for (auto* a = lookup->request.ar_result; a != nullptr; a = a->ai_next) {
+    if (a->ai_family == AF_INET && a->ai_addrlen >= sizeof(sockaddr_in)) {
+      const auto* in = reinterpret_cast<const sockaddr_in*>(a->ai_addr);
+      endpoints.emplace_back(asio::ip::address_v4(ntohl(in->sin_addr.s_addr)), t.target.port);
+    } else if (a->ai_family == AF_INET6 && a->ai_addrlen >= sizeof(sockaddr_in6)) {
+      const auto* in6 = reinterpret_cast<const sockaddr_in6*>(a->ai_addr);
+      asio::ip::address_v6::bytes_type bytes;
+      std::memcpy(bytes.data(), in6->sin6_addr.s6_addr, bytes.size());
+      endpoints.emplace_back(asio::ip::address_v6(bytes, in6->sin6_scope_id), t.target.port);
+    }
+  }
+  if (endpoints.empty()) {
+    t.fail(TransportError::dns, fmt::format("Could not resolve host: {}", t.target.host));
+    co_return endpoints;
+  }
   if (entries_.size() >= kMaxNames) entries_.clear();
   entries_[t.target.key_host] = Entry{endpoints, steady_us() + kNameTtlUs};
   co_return endpoints;

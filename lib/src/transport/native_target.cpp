@@ -81,7 +81,7 @@ std::shared_ptr<const NativeHttp::Target> parse_native_target(std::string_view u
   if (!ec) {
     if (address.is_v6() && address.to_v6().scope_id() != 0) return nullptr;
     target->endpoints.emplace_back(address, static_cast<std::uint16_t>(port));
-  } else if (iequals(host, "localhost")) {
+  } else if (host == "localhost") {
     // curl tries both; an IPv4-only node is the common case.
     target->endpoints.emplace_back(asio::ip::make_address_v4("127.0.0.1"),
                                    static_cast<std::uint16_t>(port));

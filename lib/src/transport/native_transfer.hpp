@@ -38,7 +38,7 @@ struct Deadline {
   explicit Deadline(asio::io_context& io) : timer(io) {}
   asio::steady_timer timer;
   tcp::socket* socket = nullptr;  // the socket to cancel, while an operation may be pending on it
-  tcp::resolver* resolver = nullptr;  // the name resolution to cancel, while one is pending
+  asio::steady_timer* waiting = nullptr;  // a wait to cut short (a name being resolved)
   bool fired = false;
   bool cancelled = false;  // fired by the caller's Cancellation, not the clock
   std::uint64_t generation = 0;
@@ -49,7 +49,7 @@ struct Deadline {
       boost::system::error_code ignored;
       socket->cancel(ignored);
     }
-    if (resolver != nullptr) resolver->cancel();
+    if (waiting != nullptr) waiting->cancel();
   }
 };
 
@@ -144,20 +144,32 @@ struct Transfer {
 };
 
 /// Addresses of host names, kept for a minute like curl's DNS cache (getaddrinfo gives no TTL):
-/// a new connection to a named provider does not wait on the resolver each time.
+/// a new connection to a named provider does not wait on the resolver each time. Names are looked
+/// up by glibc's getaddrinfo_a (its own thread), polled from the event loop: the loop runs without
+/// Asio's locks (BOOST_ASIO_CONCURRENCY_HINT_UNSAFE), so no other thread may post to it, which
+/// rules out Asio's resolver.
 class NameCache {
  public:
-  /// The addresses of host:port, from the cache while fresh, else asked of the system
-  /// (getaddrinfo on Asio's resolver thread, cancelled by the transfer's deadline). Empty, the
-  /// Transfer holding the error, when the name does not resolve.
+  NameCache();
+  ~NameCache();
+  NameCache(const NameCache&) = delete;
+  NameCache& operator=(const NameCache&) = delete;
+
+  /// The addresses of host:port, from the cache while fresh, else asked of the system (cut short
+  /// by the transfer's deadline). Empty, the Transfer holding the error, when the name does not
+  /// resolve.
   asio::awaitable<std::vector<tcp::endpoint>> resolve(Transfer& t);
 
  private:
+  struct Lookup;
   struct Entry {
     std::vector<tcp::endpoint> endpoints;
     std::int64_t expires_us = 0;
   };
+  void reap();
+
   std::unordered_map<std::string, Entry> entries_;  // by "host:port"
+  std::vector<std::unique_ptr<Lookup>> abandoned_;  // cut short while glibc still works on them
 };
 
 /// Opens a new connection for the transfer under the connect deadline: the name resolved (or the
