@@ -31,6 +31,7 @@ constexpr std::int64_t kMaxIdleUs = 60'000'000;      // older idle connections a
 constexpr std::size_t kReadChunk = 16 * 1024;        // like curl's receive buffer
 constexpr std::size_t kLargeReadChunk = 256 * 1024;  // once a large body is on its way
 constexpr std::uint64_t kReserveLimit = std::uint64_t{1} << 31;
+constexpr std::size_t kTlsFirstRead = 4 * 1024;  // kept per pooled TLS connection
 
 std::size_t test_body_limit() {
   static const std::size_t limit = [] {
@@ -455,8 +456,13 @@ asio::awaitable<HttpResponse> NativeHttp::perform(HttpRequest request,
         }
         // The socket is usually drained here (the answer to what was just sent has not arrived):
         // the read waits for epoll instead of trying a recv that fails (rpcroute/edge_read.hpp).
-        const auto into = conn->buffer.prepare(a.read_size());
-        const auto n = conn->ssl ? co_await tls_read_some(conn->socket, conn->ssl.get(), into, ec)
+        // Over TLS the same by waiting for readability before the answer's first SSL_read: no
+        // read() that fails, and no record buffer held by OpenSSL while the provider thinks.
+        // OpenSSL keeps whole records, so a small first read costs only another copy out of it.
+        const auto into = conn->buffer.prepare(
+            conn->ssl ? std::min(a.read_size(), kTlsFirstRead) : a.read_size());
+        const auto n = conn->ssl ? co_await tls_read_some(conn->socket, conn->ssl.get(), into, ec,
+                                                          a.received == 0)
                                  : co_await async_read_some_edge(
                                        conn->socket, into,
                                        asio::redirect_error(asio::use_awaitable, ec));

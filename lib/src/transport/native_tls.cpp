@@ -195,7 +195,11 @@ asio::awaitable<bool> tls_handshake(tcp::socket& socket, SSL* ssl, std::string& 
 }
 
 asio::awaitable<std::size_t> tls_read_some(tcp::socket& socket, SSL* ssl, asio::mutable_buffer out,
-                                           boost::system::error_code& ec) {
+                                           boost::system::error_code& ec, bool wait_first) {
+  if (wait_first && SSL_has_pending(ssl) == 0) {
+    co_await wait_for(socket, SSL_ERROR_WANT_READ, ec);
+    if (ec) co_return 0;
+  }
   for (;;) {
     ERR_clear_error();
     std::size_t n = 0;

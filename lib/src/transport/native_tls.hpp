@@ -74,9 +74,12 @@ class TlsContexts {
 asio::awaitable<bool> tls_handshake(asio::ip::tcp::socket& socket, SSL* ssl, std::string& message,
                                     boost::system::error_code& ec);
 
-/// Reads what is there (at least one byte, or eof, or an error) into `out`.
+/// Reads what is there (at least one byte, or eof, or an error) into `out`. `wait_first`: the
+/// socket is known to be drained (an answer was just asked for), so wait for readability before
+/// asking OpenSSL, unless it holds bytes already.
 asio::awaitable<std::size_t> tls_read_some(asio::ip::tcp::socket& socket, SSL* ssl,
-                                           asio::mutable_buffer out, boost::system::error_code& ec);
+                                           asio::mutable_buffer out, boost::system::error_code& ec,
+                                           bool wait_first = false);
 
 /// Writes all of `data`.
 asio::awaitable<void> tls_write(asio::ip::tcp::socket& socket, SSL* ssl, std::string_view data,

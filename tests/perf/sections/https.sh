@@ -1,20 +1,23 @@
 # shellcheck shell=bash
 # Section `https`: the path real providers take (issue 17) — `rpcroute serve` reaching its upstream
-# through curl — next to nginx as a reverse proxy doing the same. wrk (1 thread, keep-alive) at each
-# of CONNECTIONS, eth_blockNumber (39 B answer) and eth_getLogs (200 KB answer), three variants:
+# over TLS — next to nginx as a reverse proxy doing the same. wrk (1 thread, keep-alive) at each
+# of CONNECTIONS, eth_blockNumber (39 B answer) and eth_getLogs (200 KB answer), four variants:
 #   h2     the static upstream over TLS offering HTTP/2 (nginx `listen … ssl http2`); the sidecar's
-#          provider is https://localhost (curl, which takes HTTP/2 when offered), nginx proxies over
-#          a keep-alive pool of TLS connections (HTTP/1.1: nginx has no HTTP/2 to upstreams)
+#          provider is https://localhost asking for HTTP/1.1 (the default: the native client with
+#          OpenSSL), nginx proxies over a keep-alive pool of TLS connections (HTTP/1.1: nginx has no
+#          HTTP/2 to upstreams)
 #   h1     the same upstream offering HTTP/1.1 only
+#   h1curl the h1 upstream through curl's TLS (RPCROUTE_NATIVE_TLS=0): what the native TLS saves
 #   curl   plain http://127.0.0.1 with the sidecar's curl client (RPCROUTE_HTTP_CLIENT=curl), next
 #          to the plain nginx proxy of the serve section
 # Both proxies verify the upstream's certificate against a test CA made by openssl for this run
 # (harness.sh, ensure_pki). Requests/s, p50/p99/max, CPU per request of the proxy; ROUNDS rounds,
 # nginx and the sidecar interleaved within each. Sourced by tests/perf/run.
 
-https_variants=(h2 h1 curl)
+https_variants=(h2 h1 h1curl curl)
 declare -A https_variant_name=(
   [h2]="HTTPS upstream, HTTP/2 offered" [h1]="HTTPS upstream, HTTP/1.1 only"
+  [h1curl]="HTTPS upstream, HTTP/1.1 only, through curl (\`RPCROUTE_NATIVE_TLS=0\`)"
   [curl]="plain http upstream, sidecar's curl client (\`RPCROUTE_HTTP_CLIENT=curl\`)"
 )
 
@@ -24,6 +27,7 @@ section_https() {
   ensure_tls_proxy h1
   write_https_profile
   sidecar_profile=$work/https.yaml start_sidecar tlssc
+  sidecar_profile=$work/https.yaml start_sidecar tlscurl "$rpcroute_bin" RPCROUTE_NATIVE_TLS=0
   start_sidecar curlsc "$rpcroute_bin" RPCROUTE_HTTP_CLIENT=curl
 
   local -A url=(
@@ -35,6 +39,10 @@ section_https() {
     [nginx,h1,large]=http://127.0.0.1:${tls_proxy_port[h1]}/large
     [sidecar,h1,bn]=http://127.0.0.1:$tlssc_port/rpc/tls_h1
     [sidecar,h1,large]=http://127.0.0.1:$tlssc_port/rpc/tls_h1_large
+    [nginx,h1curl,bn]=http://127.0.0.1:${tls_proxy_port[h1]}/
+    [nginx,h1curl,large]=http://127.0.0.1:${tls_proxy_port[h1]}/large
+    [sidecar,h1curl,bn]=http://127.0.0.1:$tlscurl_port/rpc/tls_h1
+    [sidecar,h1curl,large]=http://127.0.0.1:$tlscurl_port/rpc/tls_h1_large
     [nginx,curl,bn]=http://127.0.0.1:$proxy_port/
     [nginx,curl,large]=http://127.0.0.1:$proxy_port/large
     [sidecar,curl,bn]=http://127.0.0.1:$curlsc_port/rpc/local
@@ -56,8 +64,8 @@ section_https() {
   local -A lua=([bn]=$work/bn.lua [large]=$work/logs.lua)
   local -A server_pid=(
     [nginx,h2]=$(nginx_worker "$tls_proxy_h2_pid") [nginx,h1]=$(nginx_worker "$tls_proxy_h1_pid")
-    [nginx,curl]=$(nginx_worker "$proxy_pid")
-    [sidecar,h2]=$tlssc_pid [sidecar,h1]=$tlssc_pid [sidecar,curl]=$curlsc_pid
+    [nginx,curl]=$(nginx_worker "$proxy_pid") [nginx,h1curl]=$(nginx_worker "$tls_proxy_h1_pid")
+    [sidecar,h2]=$tlssc_pid [sidecar,h1]=$tlssc_pid [sidecar,h1curl]=$tlscurl_pid [sidecar,curl]=$curlsc_pid
   )
   local jsonl=$work/https.jsonl body c r t line cpu0 cpu1 load1
   : >"$jsonl"
@@ -122,7 +130,7 @@ section_https() {
     echo
     echo "wrk, 1 thread, keep-alive, after a 1 s warm-up per path; $rounds round(s) of ${duration} s per row, nginx and the sidecar interleaved; requests/s over all rounds, p50 and p99 the median round's, max the largest."
     echo "HTTPS upstream: the static answers served by nginx (1 worker) over TLS 1.3 with a certificate from a test CA made for this run; \`h2\` offers HTTP/2 by ALPN, \`h1\` HTTP/1.1 only."
-    echo "Reference proxy: nginx (1 worker), \`proxy_pass https://…\`, \`keepalive 64\` TLS pool, HTTP/1.1, \`proxy_ssl_verify on\` with the test CA, sessions reused. Sidecar: \`rpcroute serve --no-probe --no-state\`, one provider per chain, \`https://localhost:PORT\` with \`tls: { ca_file }\` (curl)."
+    echo "Reference proxy: nginx (1 worker), \`proxy_pass https://…\`, \`keepalive 64\` TLS pool, HTTP/1.1, \`proxy_ssl_verify on\` with the test CA, sessions reused. Sidecar: \`rpcroute serve --no-probe --no-state\`, one provider per chain, \`https://localhost:PORT\` with \`tls: { ca_file }\`, HTTP/1.1 (the native client with OpenSSL; \`h1curl\`: through curl)."
     echo "The ratio is the sidecar's requests/s over nginx's; \`+p50\` the sidecar's p50 minus nginx's. CPU per request: user + system time of the proxy process over the run / requests."
     echo
     for v in "${https_variants[@]}"; do

@@ -49,14 +49,13 @@ section_memory() {
   ensure_tls_proxy h2
   ensure_tls_proxy h1
   write_https_profile
-  sidecar_profile=$work/https.yaml start_sidecar memtls
   local v tls_idle pid_var
   local -A tls_rss tls_hwm tls_reqs tls_nginx_rss
   for v in h2 h1; do
+    # A fresh sidecar per upstream: the connections kept to the one measured before would count.
+    sidecar_profile=$work/https.yaml start_sidecar memtls
     post "http://127.0.0.1:$memtls_port/rpc/tls_$v" "$bn_req" >/dev/null || warn "memory: the HTTPS sidecar did not answer eth_blockNumber ($v)"
-  done
-  tls_idle=$(kib "$memtls_pid" VmRSS)
-  for v in h2 h1; do
+    [[ $v == h2 ]] && tls_idle=$(kib "$memtls_pid" VmRSS)
     say "memory: sidecar, 256 connections, HTTPS $v, ${memory_seconds}s"
     reset_hwm "$memtls_pid" || true
     start_sampler "$memtls_pid" "$work/rss.max"
@@ -74,8 +73,8 @@ section_memory() {
       stop_sampler
       tls_nginx_rss[$v]=$(cat "$work/rss.max" 2>/dev/null || echo n/a)
     fi
+    stop_pid "$memtls_pid"
   done
-  stop_pid "$memtls_pid"
 
   say "memory: one $((huge_bytes / 1024 / 1024)) MiB response through a fresh sidecar"
   local direct_huge sidecar_huge huge_before huge_hwm_before huge_sampled huge_hwm huge_after hwm_reset=yes same=no
@@ -114,7 +113,7 @@ section_memory() {
     echo "| 256 connections, eth_blockNumber ($(num "${reqs[bn]}") requests) | $(mib "${rss[bn]}") MiB | $(mib "${hwm[bn]}") MiB | nginx proxy worker $(mib "${nginx_rss[bn]:-n/a}") MiB |"
     echo "| 256 connections, 200 KB answers ($(num "${reqs[large]}") requests) | $(mib "${rss[large]}") MiB | $(mib "${hwm[large]}") MiB | nginx proxy worker $(mib "${nginx_rss[large]:-n/a}") MiB |"
     echo "| idle after that load | $(mib "$after_load_rss") MiB | | |"
-    echo "| HTTPS sidecar (curl), after one request per upstream | $(mib "$tls_idle") MiB | | |"
+    echo "| HTTPS sidecar, after its first request (fresh per upstream) | $(mib "$tls_idle") MiB | | |"
     for v in h2 h1; do
       echo "| HTTPS $v upstream, 256 connections, eth_blockNumber ($(num "${tls_reqs[$v]}") requests) | $(mib "${tls_rss[$v]}") MiB | $(mib "${tls_hwm[$v]}") MiB | nginx proxy worker $(mib "${tls_nginx_rss[$v]:-n/a}") MiB |"
     done
