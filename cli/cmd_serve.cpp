@@ -66,6 +66,13 @@ void setup_serve(CLI::App& app, int& exit_code) {
                   "Time a client has to send one request, more than 0 (default 10s)");
   sub->add_option("--idle-timeout", opts->idle_timeout,
                   "Idle keep-alive connections close after this, more than 0 (default 60s)");
+  sub->add_option("--ws-ping-timeout", opts->ws_ping_timeout,
+                  "A WebSocket client silent this long (a ping after half of it) is closed, more "
+                  "than 0 (default 30s)");
+  sub->add_option("--ws-max-buffer-kb", opts->ws_max_buffer_kb,
+                  "KiB of answers queued for one WebSocket client, 1 to 1048576 (default 4096); a "
+                  "client that does not read past it is closed with 1008")
+      ->check(whole_number(1, 1LL << 20));
   sub->add_flag("--no-probe", opts->no_probe,
                 "No background polling of providers, nor recovery probes of open breakers");
   sub->add_option("--port-file", opts->port_file,
@@ -115,11 +122,13 @@ bool parse_limits(const ServeOptions& options, sidecar::ServerConfig& config) {
   }
   config.max_connections = options.max_connections;
   config.max_inflight_bytes = options.max_inflight_mb << 20;
+  config.ws_max_buffered = options.ws_max_buffer_kb << 10;
   // A grace of 0 stops at once; a zero read or idle timeout would close every connection unread.
   for (auto [text, target, name, min_ms] :
        {std::tuple{&options.grace, &config.grace_ms, "--grace", 0},
         std::tuple{&options.read_timeout, &config.read_timeout_ms, "--read-timeout", 1},
-        std::tuple{&options.idle_timeout, &config.idle_timeout_ms, "--idle-timeout", 1}}) {
+        std::tuple{&options.idle_timeout, &config.idle_timeout_ms, "--idle-timeout", 1},
+        std::tuple{&options.ws_ping_timeout, &config.ws_ping_timeout_ms, "--ws-ping-timeout", 1}}) {
     auto ms = parse_duration_ms(*text);
     if (!ms || *ms < min_ms) {
       print_error(fmt::format("bad {} '{}' (use e.g. 10s or 2500ms{})", name, *text,

@@ -23,6 +23,8 @@ struct ServeOptions {
   std::string grace = "10s";
   std::string read_timeout = "10s";
   std::string idle_timeout = "60s";
+  std::string ws_ping_timeout = "30s";
+  std::size_t ws_max_buffer_kb = 4096;
   bool no_probe = false;
   std::string port_file;
 };

@@ -20,6 +20,7 @@
 #include "rpcroute/edge_read.hpp"
 #include "rpcroute/json.hpp"
 #include "server.hpp"
+#include "ws_session.hpp"
 
 namespace rpcroute::sidecar {
 
@@ -188,6 +189,20 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
         metrics_.in_flight(-1);
         conn.busy = false;
         break;
+      }
+      // A WebSocket upgrade that passes the checks of any request leaves this loop with its
+      // socket (ws_session.hpp); refused, it is answered below like any refusal, and closed.
+      if (s.req.upgrade && !s.answered_early && is_websocket_upgrade(s.req)) {
+        s.reply.reset();
+        if (Route route; handlers_.prepare_upgrade(s.req, s.reply, route)) {
+          metrics_.in_flight(-1);
+          body_budget_.give_back(conn.held);
+          connections_.erase(&conn);
+          if (config_.verbose) log_request(s, "WebSocket");
+          websockets_.start(std::move(socket), s.req, std::move(route), s.remote);
+          co_return;
+        }
+        s.answered_early = true;
       }
       const auto started = steady_us();
       if (!s.answered_early) s.reply.reset();

@@ -89,7 +89,22 @@ bool Handlers::prepare(const Request& req, Reply& reply, RpcJob& job, EdgeLoad e
     reply.header("Allow", "POST, OPTIONS");
     return false;
   }
-  return prepare_rpc(req, route, reply, job);
+  return prepare_rpc(req.body, route, reply, job);
+}
+
+bool Handlers::prepare_upgrade(const Request& req, Reply& reply, Route& route) {
+  if (!admit(req, reply)) return false;
+  route = parse_route(req.target);
+  if (!authorized(req, route, reply)) return false;
+  if (route.kind != RouteKind::rpc) {
+    reply.status = http::status::not_found;
+    reply.body = json_error_body(
+        route.kind == RouteKind::not_found ? route.problem : "WebSocket is served on RPC routes",
+        "routes", route_shapes_json());
+    return false;
+  }
+  RpcJob job;
+  return find_chain(route.target, reply, job);
 }
 
 bool Handlers::admit(const Request& req, Reply& reply) {

@@ -61,6 +61,14 @@ class Handlers {
   bool prepare(const Request& request, Reply& reply, RpcJob& job, EdgeLoad edge);
   /// The reply to a routed JSON-RPC request from the router's outcomes.
   void finish_rpc(RpcJob& job, std::vector<CallOutcome>& outs, Reply& reply);
+  /// A WebSocket upgrade (ws_session.hpp): the checks of an HTTP request (Host, Origin, token) and
+  /// an RPC route whose profile and chain exist; false with the refusal in `reply`.
+  bool prepare_upgrade(const Request& req, Reply& reply, Route& route);
+  /// One WebSocket message, a JSON-RPC body on the socket's `route`: what prepare() does with a
+  /// POST body.
+  bool prepare_message(const std::string& body, const Route& route, Reply& reply, RpcJob& job) {
+    return prepare_rpc(body, route, reply, job);
+  }
 
   /// The Host (DNS rebinding) check; off only for a remote listen address (Server::listen).
   void check_host(bool on) { check_host_ = on; }
@@ -82,7 +90,7 @@ class Handlers {
   void write_status(json::Writer& w, EdgeLoad edge, std::int64_t now);
   bool write_health(json::Writer& w);  // false: some chain has no usable provider
   /// The profile, chain and provider of an RPC route, and its body parsed into `job`.
-  bool prepare_rpc(const Request& req, const Route& route, Reply& reply, RpcJob& job);
+  bool prepare_rpc(const std::string& body, const Route& route, Reply& reply, RpcJob& job);
   bool find_chain(const RpcTarget& target, Reply& reply, RpcJob& job);
   void next_request_id(RpcJob& job);
   ProfileRuntime* runtime(const std::string& name);  // empty: the default profile

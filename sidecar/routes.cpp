@@ -27,13 +27,19 @@ Route not_found(std::string problem) {
 std::string_view route_shapes_json() {
   return R"(["POST /","POST /rpc/:chain","POST /rpc/:strategy/:chain","POST /rpc/provider/:provider_id/:chain",)"
          R"("POST /rpc/profile/:profile/:chain","POST /rpc/profile/:profile/:strategy/:chain",)"
-         R"("GET /healthz","GET /status","GET /metrics"])";
+         R"("GET /healthz","GET /status","GET /metrics","GET (WebSocket) /ws/rpc/... or any POST route"])";
 }
 
 Route parse_route(std::string_view target) {
   if (auto q = target.find_first_of("?#"); q != std::string_view::npos)
     target = target.substr(0, q);
   if (target.empty() || target.front() != '/') return not_found("the path must start with '/'");
+  // /ws and /ws/rpc/... name the RPC routes too: WebSocket clients are often pointed at a /ws path.
+  if (target == "/ws" || target.starts_with("/ws/")) {
+    target.remove_prefix(3);
+    if (target.empty() || target == "/") return Route{RouteKind::rpc, {}, {}};
+    if (!target.starts_with("/rpc/")) return not_found("/ws/ is followed by /rpc/...");
+  }
   if (target.size() > 1024) return not_found("the path is too long");
   // At most 6 segments are meaningful and a 7th ends the walk below: a fixed array, no allocation
   // per request.

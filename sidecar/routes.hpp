@@ -28,6 +28,7 @@ struct Route {
 ///   /  /rpc/:chain  /rpc/:strategy/:chain  /rpc/provider/:id/:chain
 ///   /rpc/profile/:profile/:chain  /rpc/profile/:profile/:strategy/:chain
 ///   /healthz  /status  /metrics
+/// /ws and /ws/rpc/... are the RPC routes again (WebSocket clients are often pointed at /ws).
 [[nodiscard]] Route parse_route(std::string_view target);
 
 /// The valid shapes, for 404 bodies.

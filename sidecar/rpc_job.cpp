@@ -16,11 +16,10 @@ namespace rpcroute::sidecar {
 namespace http = boost::beast::http;
 using namespace std::string_view_literals;
 
-bool Handlers::prepare_rpc(const Request& req, const Route& route, Reply& reply, RpcJob& job) {
+bool Handlers::prepare_rpc(const std::string& body, const Route& route, Reply& reply, RpcJob& job) {
   if (!find_chain(route.target, reply, job)) return false;
-  auto parsed = config_.plain_json
-                    ? jsonrpc::parse_body(req.body, req.body.capacity())
-                    : jsonrpc::detail::parse_full_body(req.body, req.body.capacity());
+  auto parsed = config_.plain_json ? jsonrpc::parse_body(body, body.capacity())
+                                   : jsonrpc::detail::parse_full_body(body, body.capacity());
   if (!parsed) {
     reply.body = jsonrpc::make_error("null", parsed.error().code, parsed.error().message);
     return false;

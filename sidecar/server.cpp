@@ -42,6 +42,7 @@ Server::Server(asio::io_context& io, ServerConfig config, std::vector<Profile> p
       store_(store),
       clock_(clock),
       handlers_(config_, std::move(profiles), engine, store, clock, rng_, metrics_),
+      websockets_(config_, handlers_, metrics_),
       acceptor_(io) {
   body_budget_.cap = config_.max_inflight_bytes;
 }
@@ -150,7 +151,7 @@ asio::awaitable<void> Server::accept_loop() {
       co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       continue;
     }
-    if (connections_.size() >= config_.max_connections) {
+    if (connections_.size() + websockets_.size() >= config_.max_connections) {
       metrics_.on_refused("connections");
       // A flood of them is not answered one by one: past a few, closed at once.
       if (refusing_ < 64) asio::co_spawn(io_, refuse_connection(std::move(socket)), asio::detached);
@@ -204,7 +205,9 @@ asio::awaitable<void> Server::run() {
   asio::steady_timer timer(io_);
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.grace_ms);
-  while (metrics_.in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
+  // WebSocket clients are closed with 1001 once their calls are answered (shutdown()).
+  while ((metrics_.in_flight() > 0 || websockets_.size() > 0) &&
+         std::chrono::steady_clock::now() < deadline) {
     timer.expires_after(std::chrono::milliseconds(20));
     boost::system::error_code ec;
     co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
@@ -214,6 +217,7 @@ asio::awaitable<void> Server::run() {
     c->socket->shutdown(tcp::socket::shutdown_both, ec);
     c->socket->close(ec);
   }
+  websockets_.close_all();
   flush_state(true);  // nothing left to serve: may wait for the lock (a bounded wait)
 }
 
@@ -227,6 +231,7 @@ void Server::shutdown() {
   for (auto* c : connections_) {
     if (!c->busy) c->socket->cancel(ec);
   }
+  websockets_.going_away();
 }
 
 asio::awaitable<void> Server::sweep_loop() {

@@ -18,6 +18,7 @@
 #include "rpcroute/state.hpp"
 #include "rpcroute/transport.hpp"
 #include "server_config.hpp"
+#include "ws_session.hpp"
 
 namespace rpcroute::sidecar {
 
@@ -82,7 +83,9 @@ class Server {
   void answer_internal_error(ConnectionState& s, std::string_view what);
   void log_request(const ConnectionState& s, double ms);  // -v: the line of an answered request
   void log_request(const ConnectionState& s, std::string_view note);  // -v: one that got no answer
-  [[nodiscard]] EdgeLoad edge() const { return {connections_.size(), body_budget_.used}; }
+  [[nodiscard]] EdgeLoad edge() const {
+    return {connections_.size() + websockets_.size(), body_budget_.used};
+  }
 
   asio::io_context& io_;
   ServerConfig config_;
@@ -92,6 +95,7 @@ class Server {
   Random rng_;
   Metrics metrics_;
   Handlers handlers_;
+  WsClients websockets_;  // upgraded connections, out of connections_
   asio::ip::tcp::acceptor acceptor_;
   std::uint16_t port_ = 0;
   std::set<Connection*> connections_;

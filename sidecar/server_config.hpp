@@ -28,6 +28,11 @@ struct ServerConfig {
   bool verbose = false;                    // a log line per request
   bool json_logs = false;
   bool background_probes = true;
+  // WebSocket clients (ws_session.hpp). A message is a request body: --max-body bounds it too.
+  std::int64_t ws_ping_timeout_ms = 30'000;  // pinged after half of it silent; closed after it all
+  std::size_t ws_max_buffered = std::size_t{4} << 20;  // answers queued for a client; past: 1008
+  std::size_t ws_max_queued = 4096;                    // messages queued for a client; past: 1008
+  std::size_t ws_max_in_flight = 64;  // one client's messages routed at once; past: reading waits
   // The fences around the fast paths, so that each can be switched off and measured (tests/perf
   // ablation). Server's constructor also turns each off when its variable is "0" in the
   // environment, read once there: RPCROUTE_FAST_HTTP1, RPCROUTE_PLAIN_JSON.

@@ -126,6 +126,20 @@ bool Executor::answer_locally(const Run& run, const jsonrpc::Call& call, CallOut
     o.strategy = run.options.strategy.value_or(profile_.routing.default_strategy);
     return true;
   }
+  // Subscriptions live on a WebSocket (the sidecar's ws_session.cpp answers them there): over
+  // HTTP, a provider would answer something vaguer, or nothing at all.
+  if (call.method == "eth_subscribe" || call.method == "eth_unsubscribe") {
+    o.status = CallOutcome::Status::local;
+    const auto message = fmt::format(
+        "{} needs a WebSocket: HTTP cannot carry subscription events; connect with ws:// to the "
+        "same sidecar URL (rpcroute serve)",
+        call.method);
+    o.error = jsonrpc::error_object(jsonrpc::kMethodNotFound, message);
+    o.response =
+        call.has_id() ? jsonrpc::make_error(call.id, jsonrpc::kMethodNotFound, message) : "";
+    o.strategy = run.options.strategy.value_or(profile_.routing.default_strategy);
+    return true;
+  }
   return false;
 }
 

@@ -57,3 +57,17 @@ TEST_CASE("routes: anything else is not found, with the reason", "[sidecar][rout
   CHECK(parse_route("/" + std::string(2000, 'a')).kind == RouteKind::not_found);
   CHECK_THAT(std::string(route_shapes_json()), Catch::Contains("/rpc/:strategy/:chain"));
 }
+
+TEST_CASE("routes: /ws and /ws/rpc/... are the RPC routes again", "[sidecar][routes]") {
+  CHECK(parse_route("/ws").kind == RouteKind::rpc);
+  CHECK(parse_route("/ws/").kind == RouteKind::rpc);
+  auto chain = parse_route("/ws/rpc/fastest/base?x=1");
+  REQUIRE(chain.kind == RouteKind::rpc);
+  CHECK(chain.target.chain == "base");
+  CHECK(chain.target.strategy == Strategy::fastest);
+  CHECK(parse_route("/ws/rpc/profile/mine/1").target.profile == "mine");
+  for (const char* bad : {"/ws/healthz", "/ws/status", "/wsx/rpc/base", "/ws/ws/rpc/base"}) {
+    INFO(bad);
+    CHECK(parse_route(bad).kind == RouteKind::not_found);
+  }
+}
