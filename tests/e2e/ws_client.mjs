@@ -1,0 +1,129 @@
+// A WebSocket client for websocket.bats, on the `ws` package (what viem and ethers use in Node),
+// pinned in scripts/setup under .tools/ws-client. Prints one JSON line per event.
+//
+//   node ws_client.mjs call URL MESSAGE...   send each message, print each answer, exit when every
+//                                            message with an id was answered (or the socket closed)
+//   node ws_client.mjs open URL [HEADER=VALUE...]   the handshake alone: {"open":true} or the
+//                                            refusal's status and body, then close with 1000
+//   node ws_client.mjs hold URL              stay open; print the close (code, reason) when it comes
+//   node ws_client.mjs slow URL BATCHES      one client floods batches without reading, another
+//                                            calls meanwhile: print what each saw
+import { createRequire } from "node:module";
+import path from "node:path";
+
+const require = createRequire(import.meta.url);
+const repo = process.env.REPO ?? path.resolve(path.dirname(new URL(import.meta.url).pathname), "../..");
+const WebSocket = require(path.join(repo, ".tools/ws-client/node_modules/ws"));
+
+const [mode, url, ...rest] = process.argv.slice(2);
+const print = (o) => process.stdout.write(JSON.stringify(o) + "\n");
+const limit = setTimeout(() => {
+  print({ timeout: true });
+  process.exit(3);
+}, Number(process.env.WS_CLIENT_LIMIT_MS ?? 30000));
+
+function expectedAnswers(text) {
+  try {
+    const body = JSON.parse(text);
+    if (Array.isArray(body)) return body.some((c) => c && c.id !== undefined) ? 1 : 0;
+    return body && body.id === undefined ? 0 : 1;
+  } catch {
+    return 1; // a parse error is answered too
+  }
+}
+
+function done(code = 0) {
+  clearTimeout(limit);
+  process.exit(code);
+}
+
+if (mode === "call") {
+  const ws = new WebSocket(url);
+  let waiting = rest.reduce((n, m) => n + expectedAnswers(m), 0);
+  ws.on("open", () => {
+    for (const m of rest) ws.send(m);
+    if (waiting === 0) setTimeout(() => ws.close(1000), 300);
+  });
+  ws.on("message", (data) => {
+    print({ answer: JSON.parse(data.toString()) });
+    if (--waiting === 0) ws.close(1000);
+  });
+  ws.on("unexpected-response", (_req, res) => {
+    print({ refused: res.statusCode });
+    done(2);
+  });
+  ws.on("close", (code, reason) => {
+    print({ close: code, reason: reason.toString() });
+    done(waiting > 0 ? 1 : 0);
+  });
+  ws.on("error", (e) => print({ error: e.message }));
+} else if (mode === "open") {
+  const headers = Object.fromEntries(rest.map((kv) => [kv.slice(0, kv.indexOf("=")), kv.slice(kv.indexOf("=") + 1)]));
+  const ws = new WebSocket(url, { headers });
+  ws.on("open", () => {
+    print({ open: true });
+    ws.close(1000);
+  });
+  ws.on("unexpected-response", (_req, res) => {
+    let body = "";
+    res.on("data", (d) => (body += d));
+    res.on("end", () => {
+      print({ refused: res.statusCode, body });
+      done(0);
+    });
+  });
+  ws.on("close", () => done(0));
+  ws.on("error", (e) => print({ error: e.message }));
+} else if (mode === "hold") {
+  const ws = new WebSocket(url);
+  ws.on("open", () => print({ open: true }));
+  ws.on("close", (code, reason) => {
+    print({ close: code, reason: reason.toString() });
+    done(0);
+  });
+  ws.on("error", (e) => print({ error: e.message }));
+} else if (mode === "slow") {
+  // A stops reading (its socket paused) and sends BATCHES batches of 1000 eth_chainId (answered
+  // without a provider, ~40 KB each); B calls eth_chainId every 50 ms meanwhile. After B's calls,
+  // A reads again and should find its close frame (1008) behind what the kernel held.
+  const batches = Number(rest[0] ?? 400);
+  const batch = JSON.stringify(Array.from({ length: 1000 }, (_, i) => ({ jsonrpc: "2.0", id: i, method: "eth_chainId" })));
+  const a = new WebSocket(url);
+  const b = new WebSocket(url);
+  const summary = { a_answers: 0, b_answers: 0, b_max_ms: 0 };
+  let opened = 0;
+  const start = () => {
+    if (++opened < 2) return;
+    a._socket.pause();
+    for (let i = 0; i < batches; ++i) a.send(batch);
+    let n = 0;
+    const tick = setInterval(() => {
+      const sent = Date.now();
+      b.send(JSON.stringify({ jsonrpc: "2.0", id: n, method: "eth_chainId" }));
+      b.once("message", () => {
+        summary.b_answers++;
+        summary.b_max_ms = Math.max(summary.b_max_ms, Date.now() - sent);
+      });
+      if (++n === 40) {
+        clearInterval(tick);
+        setTimeout(() => a._socket.resume(), 500);
+      }
+    }, 50);
+  };
+  a.on("open", start);
+  b.on("open", start);
+  a.on("message", () => summary.a_answers++);
+  a.on("close", (code, reason) => {
+    summary.a_close = code;
+    summary.a_reason = reason.toString();
+    summary.b_open = b.readyState === WebSocket.OPEN;
+    print(summary);
+    b.close(1000);
+    done(0);
+  });
+  a.on("error", (e) => (summary.a_error = e.message));
+  b.on("error", (e) => (summary.b_error = e.message));
+} else {
+  print({ usage: "call|open|hold|slow URL ..." });
+  done(2);
+}
