@@ -164,6 +164,15 @@ std::string Metrics::render(const std::vector<const Profile*>& profiles, const S
   fmt::format_to(it, "# TYPE rpcroute_refused_total counter\n");
   for (const auto& [reason, v] : refused_)
     fmt::format_to(it, "rpcroute_refused_total{{limit=\"{}\"}} {}\n", reason, v);
+  fmt::format_to(it, "# HELP rpcroute_websocket_clients WebSocket clients connected now.\n");
+  fmt::format_to(it, "# TYPE rpcroute_websocket_clients gauge\nrpcroute_websocket_clients {}\n",
+                 websockets_);
+  fmt::format_to(it,
+                 "# HELP rpcroute_websocket_closes_total WebSocket clients gone, by close code "
+                 "(1008: not reading, 1001: shutdown, 1006: no close frame).\n");
+  fmt::format_to(it, "# TYPE rpcroute_websocket_closes_total counter\n");
+  for (const auto& [code, v] : websocket_closes_)
+    fmt::format_to(it, "rpcroute_websocket_closes_total{{code=\"{}\"}} {}\n", code, v);
 
   fmt::format_to(it,
                  "# HELP rpcroute_breaker_state Circuit breaker per provider: 0 closed, 1 "

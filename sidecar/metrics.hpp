@@ -23,6 +23,10 @@ class Metrics {
   [[nodiscard]] std::int64_t in_flight() const { return in_flight_; }
   void on_cancelled() { ++cancelled_; }
   void on_refused(std::string_view limit) { ++refused_[std::string(limit)]; }
+  /// WebSocket clients (ws_session.cpp): one more or one less open; a close and its code (1006
+  /// when the socket ended without a close frame).
+  void websocket_open(int delta) { websockets_ += delta; }
+  void on_websocket_close(int code) { ++websocket_closes_[code]; }
   /// The sidecar's edge right now: open connections and request-body bytes held.
   void edge(std::size_t connections, std::size_t request_bytes) {
     connections_ = connections;
@@ -71,6 +75,8 @@ class Metrics {
   std::size_t request_bytes_ = 0;
   std::uint64_t cancelled_ = 0;
   std::map<std::string, std::uint64_t, std::less<>> refused_;
+  std::int64_t websockets_ = 0;
+  std::map<int, std::uint64_t> websocket_closes_;
   std::map<std::string, bool, std::less<>> methods_seen_;
 
   // The last labels counted under and where their values live (std::map never moves them):

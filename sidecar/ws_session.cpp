@@ -117,6 +117,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   bool writing_ = false;
   bool closing_ = false;
   bool going_away_ = false;
+  int close_code_ = 0;               // the close the server started, for the metrics
   std::size_t in_flight_ = 0;        // messages being answered
   asio::steady_timer slot_;          // the read loop waits here while in_flight_ is at the cap
   std::set<Cancellation*> routing_;  // the calls being routed, cancelled when the client goes
@@ -139,8 +140,11 @@ asio::awaitable<void> WsSession::run(std::shared_ptr<WsSession> self,
   co_await ws_.async_accept(req, asio::redirect_error(asio::use_awaitable, ec));
   hub_.metrics_.on_http(ec ? 400 : 101);
   if (!ec) {
+    hub_.metrics_.websocket_open(+1);
     if (hub_.going_away_) going_away();
     co_await read_loop();
+    hub_.metrics_.websocket_open(-1);
+    hub_.metrics_.on_websocket_close(close_code_);
   } else if (config.verbose) {
     log(fmt::format("WebSocket handshake failed: {}", ec.message()));
   }
@@ -162,6 +166,12 @@ asio::awaitable<void> WsSession::read_loop() {
     }
     co_await ws_.async_read(buffer, asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
+      // The code the server sent, else the client's, else none came (1006).
+      if (close_code_ == 0) {
+        close_code_ = ec == websocket::error::closed
+                          ? static_cast<int>(ws_.reason().code)
+                          : static_cast<int>(websocket::close_code::abnormal);
+      }
       if (config.verbose) {
         const auto& why = ws_.reason();
         log(ec == websocket::error::closed
@@ -294,6 +304,7 @@ asio::awaitable<void> WsSession::write_loop(std::shared_ptr<WsSession> /*self: h
 void WsSession::close(websocket::close_code code, std::string reason) {
   if (closing_) return;
   closing_ = true;
+  close_code_ = static_cast<int>(code);
   if (hub_.config_.verbose) log(fmt::format("closing {} {}", static_cast<int>(code), reason));
   for (auto* c : std::vector<Cancellation*>(routing_.begin(), routing_.end())) c->request();
   // The answer being written stays (Beast finishes its frame before the close frame); the others

@@ -3,8 +3,8 @@
 # routes and the /ws/rpc/... alias, routed like HTTP (batches, failover), the same Host, Origin and
 # token checks, eth_subscribe refused over HTTP, and the limits: a client that stops reading is
 # closed with 1008 without delaying another, a client that answers no ping is closed, shutdown
-# closes with 1001. Real clients: the `ws` package (what viem and ethers use in Node, pinned in
-# scripts/setup; tests/e2e/ws_client.mjs) and cast.
+# closes with 1001. Real clients: viem's webSocket() transport (viem_client.mjs), the `ws` package
+# (what viem and ethers use in Node; ws_client.mjs), both pinned in scripts/setup, and cast.
 
 # jq programs are single-quoted on purpose; $output comes from bats.
 # shellcheck disable=SC2016,SC2154
@@ -15,8 +15,8 @@ WS_CLIENT=$BATS_TEST_DIRNAME/ws_client.mjs
 
 setup_file() {
   require_bins RPCROUTE_BIN ANVIL CAST
-  if [[ ! -d $REPO/.tools/ws-client/node_modules/ws ]] || ! command -v node >/dev/null; then
-    echo "missing node or .tools/ws-client (the ws package); run scripts/setup" >&2
+  if [[ ! -d $REPO/.tools/ws-client/node_modules/viem ]] || ! command -v node >/dev/null; then
+    echo "missing node or .tools/ws-client (ws and viem); run scripts/setup" >&2
     return 1
   fi
   start_anvil a1
@@ -56,6 +56,15 @@ ws_url() { # NODE PATH
     "[[\"x\",\"0x7a69\"],[3,\"$DEV_BALANCE\"]]" "the batch (the notification unanswered)"
   assert_equal "$(jq -sc '[.[] | .answer | objects | select(.error) | .error.code]' <<<"$output")" '[-32700]' "bad JSON"
   assert_equal "$(jq -sc '[.[] | select(.close) | .close]' <<<"$output")" '[1000]'
+}
+
+@test "websocket: viem's webSocket() transport reads through the sidecar, 20 calls in flight" {
+  write_profile "$P" a1
+  start_serve sc -p "$P" --no-state --no-probe
+  run timeout 40 node "$BATS_TEST_DIRNAME/viem_client.mjs" "$(ws_url sc /rpc/local)" "$DEV_ACCOUNT"
+  assert_status 0
+  assert_equal "$(jq -c '[.chainId, (.block >= 0), .balances, .count]' <<<"$output")" \
+    '[31337,true,["10000000000000000000000"],20]'
 }
 
 @test "websocket: /ws/rpc/... is an alias, and cast speaks to it" {
@@ -115,6 +124,11 @@ ws_url() { # NODE PATH
   assert_equal "$(jq -c '[.a_close, (.a_reason | test("not reading")), .b_answers, .b_open]' <<<"$output")" \
     '[1008,true,40,true]'
   grep -q 'closing 1008 client is not reading' "$(_node_file sc log)"
+  local deadline=$((SECONDS + 10)) metrics
+  until metrics=$(curl -sf "http://127.0.0.1:$(node_port sc)/metrics") &&
+    grep -q '^rpcroute_websocket_clients 0$' <<<"$metrics" || ((SECONDS > deadline)); do nap 0.1; done
+  grep -q '^rpcroute_websocket_closes_total{code="1008"} 1$' <<<"$metrics"
+  grep -q '^rpcroute_websocket_clients 0$' <<<"$metrics"
 }
 
 @test "websocket: a client that answers no ping is closed after --ws-ping-timeout" {
