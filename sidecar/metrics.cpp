@@ -173,6 +173,13 @@ std::string Metrics::render(const std::vector<const Profile*>& profiles, const S
   fmt::format_to(it, "# TYPE rpcroute_websocket_closes_total counter\n");
   for (const auto& [code, v] : websocket_closes_)
     fmt::format_to(it, "rpcroute_websocket_closes_total{{code=\"{}\"}} {}\n", code, v);
+  fmt::format_to(it,
+                 "# HELP rpcroute_websocket_upstream_subscriptions Subscriptions open on "
+                 "providers now, each shared by every client with the same one.\n");
+  fmt::format_to(it,
+                 "# TYPE rpcroute_websocket_upstream_subscriptions gauge\n"
+                 "rpcroute_websocket_upstream_subscriptions {}\n",
+                 websocket_upstream_subs_);
 
   fmt::format_to(it,
                  "# HELP rpcroute_breaker_state Circuit breaker per provider: 0 closed, 1 "

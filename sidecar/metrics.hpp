@@ -27,6 +27,7 @@ class Metrics {
   /// when the socket ended without a close frame).
   void websocket_open(int delta) { websockets_ += delta; }
   void on_websocket_close(int code) { ++websocket_closes_[code]; }
+  void websocket_upstream_subscriptions(std::size_t n) { websocket_upstream_subs_ = n; }
   /// The sidecar's edge right now: open connections and request-body bytes held.
   void edge(std::size_t connections, std::size_t request_bytes) {
     connections_ = connections;
@@ -77,6 +78,7 @@ class Metrics {
   std::map<std::string, std::uint64_t, std::less<>> refused_;
   std::int64_t websockets_ = 0;
   std::map<int, std::uint64_t> websocket_closes_;
+  std::size_t websocket_upstream_subs_ = 0;
   std::map<std::string, bool, std::less<>> methods_seen_;
 
   // The last labels counted under and where their values live (std::map never moves them):

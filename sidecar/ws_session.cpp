@@ -50,17 +50,12 @@ bool subscription_method(std::string_view method) {
   return method == "eth_subscribe" || method == "eth_unsubscribe";
 }
 
-/// What a subscription call gets until the sidecar keeps subscriptions (issue 18, layer 3): a
-/// clear error, not a provider's guess (most HTTP upstreams answer "method not found" or nothing).
-CallOutcome subscription_not_served(const jsonrpc::Call& call) {
+/// A subscription refused on this side (the connection's limit).
+CallOutcome subscription_refused(const jsonrpc::Call& call, std::string_view message) {
   CallOutcome o;
   o.status = CallOutcome::Status::local;
-  const auto message = fmt::format(
-      "{} is not served by this rpcroute yet: unary calls and batches are routed over this "
-      "WebSocket, subscriptions are not",
-      call.method);
-  o.error = jsonrpc::error_object(jsonrpc::kMethodNotFound, message);
-  if (call.has_id()) o.response = jsonrpc::make_error(call.id, jsonrpc::kMethodNotFound, message);
+  o.error = jsonrpc::error_object(jsonrpc::kInvalidRequest, message);
+  if (call.has_id()) o.response = jsonrpc::make_error(call.id, jsonrpc::kInvalidRequest, message);
   return o;
 }
 
@@ -73,7 +68,8 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
         ws_(std::move(socket)),
         route_(std::move(route)),
         remote_(std::move(remote)),
-        slot_(ws_.get_executor()) {}
+        slot_(ws_.get_executor()),
+        id_(++hub.next_session_) {}
 
   /// The handshake, then the client's messages until it closes or is closed.
   asio::awaitable<void> run(std::shared_ptr<WsSession> self, http::request<http::empty_body> req);
@@ -93,6 +89,8 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   asio::awaitable<void> answer(std::shared_ptr<WsSession> self, std::string body);
   /// The calls of one message: subscriptions answered here, the rest routed as over HTTP.
   asio::awaitable<std::vector<CallOutcome>> route_calls(RpcJob& job, Cancellation& cancel);
+  /// eth_subscribe and eth_unsubscribe, through the shared subscriptions.
+  asio::awaitable<CallOutcome> subscription_call(const jsonrpc::Call& call, RpcJob& job);
   /// Queues an answer; a client with too much queued is not reading: closed with 1008.
   void send(std::string message);
   asio::awaitable<void> write_loop(std::shared_ptr<WsSession> self);
@@ -121,6 +119,8 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   std::size_t in_flight_ = 0;        // messages being answered
   asio::steady_timer slot_;          // the read loop waits here while in_flight_ is at the cap
   std::set<Cancellation*> routing_;  // the calls being routed, cancelled when the client goes
+  std::uint64_t id_;                 // for the subscriptions (WsSubscriptions)
+  std::size_t subscriptions_ = 0;    // this client's, against ws_max_subscriptions
 };
 
 asio::awaitable<void> WsSession::run(std::shared_ptr<WsSession> self,
@@ -150,6 +150,7 @@ asio::awaitable<void> WsSession::run(std::shared_ptr<WsSession> self,
   }
   closing_ = true;
   for (auto* c : std::vector<Cancellation*>(routing_.begin(), routing_.end())) c->request();
+  hub_.subscriptions_.drop_session(id_);
   hub_.sessions_.erase(this);
   (void)self;  // held until the read loop ends; answers and the writer hold their own
 }
@@ -247,7 +248,7 @@ asio::awaitable<std::vector<CallOutcome>> WsSession::route_calls(RpcJob& job,
     std::vector<std::size_t> where;
     for (std::size_t i = 0; i < calls.size(); ++i) {
       if (subscription_method(calls[i].method) && calls[i].valid()) {
-        outs[i] = subscription_not_served(calls[i]);
+        outs[i] = co_await subscription_call(calls[i], job);
       } else {
         others.push_back(calls[i]);
         where.push_back(i);
@@ -262,6 +263,28 @@ asio::awaitable<std::vector<CallOutcome>> WsSession::route_calls(RpcJob& job,
   }
   routing_.erase(&cancel);
   co_return outs;
+}
+
+asio::awaitable<CallOutcome> WsSession::subscription_call(const jsonrpc::Call& call, RpcJob& job) {
+  WsSubscriptions& subscriptions = hub_.subscriptions_;
+  if (call.method == "eth_unsubscribe") {
+    CallOutcome o = subscriptions.unsubscribe(id_, call);
+    if (o.result == "true") --subscriptions_;
+    co_return o;
+  }
+  if (subscriptions_ >= hub_.config_.ws_max_subscriptions) {
+    co_return subscription_refused(
+        call, fmt::format("too many subscriptions on this connection (at most {})",
+                          hub_.config_.ws_max_subscriptions));
+  }
+  ++subscriptions_;  // counted before the wait: a burst of subscribes cannot pass the limit
+  CallOutcome o = co_await subscriptions.subscribe(id_, *job.rt, *job.chain, call,
+                                                   [weak = weak_from_this()](std::string message) {
+                                                     if (auto self = weak.lock())
+                                                       self->send(std::move(message));
+                                                   });
+  if (o.result.empty()) --subscriptions_;
+  co_return o;
 }
 
 void WsSession::send(std::string message) {
@@ -337,7 +360,10 @@ void WsSession::log(std::string_view what) const {
 }
 
 WsClients::WsClients(const ServerConfig& config, Handlers& handlers, Metrics& metrics)
-    : config_(config), handlers_(handlers), metrics_(metrics) {}
+    : config_(config),
+      handlers_(handlers),
+      metrics_(metrics),
+      subscriptions_(config.max_body, metrics) {}
 
 void WsClients::start(tcp::socket socket, const Request& req, Route route, std::string remote) {
   http::request<http::empty_body> upgrade(req.method, req.target, static_cast<int>(req.version));

@@ -9,6 +9,7 @@
 // calls are answered. Light on purpose: Beast's websocket headers stay in ws_session.cpp.
 
 #include <cstddef>
+#include <cstdint>
 #include <set>
 #include <string>
 #include <string_view>
@@ -16,6 +17,7 @@
 #include "request.hpp"
 #include "routes.hpp"
 #include "rpcroute/asio_compat.hpp"
+#include "ws_subscriptions.hpp"
 
 namespace rpcroute::sidecar {
 
@@ -50,6 +52,8 @@ class WsClients {
   Handlers& handlers_;
   Metrics& metrics_;
   std::set<WsSession*> sessions_;
+  WsSubscriptions subscriptions_;
+  std::uint64_t next_session_ = 0;
   bool going_away_ = false;
 };
 

@@ -8,6 +8,8 @@
 //   node ws_client.mjs hold URL              stay open; print the close (code, reason) when it comes
 //   node ws_client.mjs slow URL BATCHES      one client floods batches without reading, another
 //                                            calls meanwhile: print what each saw
+//   node ws_client.mjs subs URL CLIENTS EVENTS PARAMS METRICS_URL   CLIENTS subscriptions with the
+//                                            same PARAMS, EVENTS newHeads each, then unsubscribed
 import { createRequire } from "node:module";
 import path from "node:path";
 
@@ -123,7 +125,67 @@ if (mode === "call") {
   });
   a.on("error", (e) => (summary.a_error = e.message));
   b.on("error", (e) => (summary.b_error = e.message));
+} else if (mode === "subs") {
+  // CLIENTS sockets each subscribe with PARAMS (JSON) and take EVENTS events; /metrics (METRICS
+  // URL) is read while they are all subscribed and again after they unsubscribed.
+  const [clients, events, params, metrics] = [Number(rest[0]), Number(rest[1]), rest[2], rest[3]];
+  const gauge = async () => {
+    const text = await (await fetch(metrics)).text();
+    const m = text.match(/^rpcroute_websocket_upstream_subscriptions (\d+)$/m);
+    return m ? Number(m[1]) : null;
+  };
+  const one = () =>
+    new Promise((resolve) => {
+      const ws = new WebSocket(url);
+      const got = { id: null, numbers: [], stray: 0 };
+      ws.on("open", () => ws.send(JSON.stringify({ jsonrpc: "2.0", id: 1, method: "eth_subscribe", params: JSON.parse(params) })));
+      ws.on("message", (data) => {
+        const m = JSON.parse(data.toString());
+        if (m.id === 1) {
+          got.id = m.result ?? null;
+          got.error = m.error;
+          if (!m.result) resolve({ got, ws });
+        } else if (m.id === 2) {
+          got.unsubscribed = m.result;
+          ws.close(1000);
+        } else if (m.method === "eth_subscription" && m.params.subscription === got.id) {
+          got.numbers.push(Number(m.params.result.number));
+          if (got.numbers.length === events) resolve({ got, ws });
+        } else {
+          got.stray++;
+        }
+      });
+      ws.on("close", () => resolve({ got, ws }));
+    });
+  const all = await Promise.all(Array.from({ length: clients }, one));
+  const during = await gauge();
+  await Promise.all(
+    all.map(({ got, ws }) =>
+      new Promise((resolve) => {
+        ws.on("close", resolve);
+        if (ws.readyState !== WebSocket.OPEN) return resolve();
+        ws.send(JSON.stringify({ jsonrpc: "2.0", id: 2, method: "eth_unsubscribe", params: [got.id] }));
+      }),
+    ),
+  );
+  let after = await gauge();
+  for (let i = 0; i < 50 && after !== 0; ++i) {
+    await new Promise((r) => setTimeout(r, 100));
+    after = await gauge();
+  }
+  const got = all.map((x) => x.got);
+  print({
+    ids: new Set(got.map((g) => g.id)).size,
+    errors: got.filter((g) => g.error).map((g) => g.error.message),
+    in_order: got.every((g) => g.numbers.every((n, i) => i === 0 || n === g.numbers[i - 1] + 1)),
+    counts: [...new Set(got.map((g) => g.numbers.length))],
+    unsubscribed: [...new Set(got.map((g) => g.unsubscribed))],
+    stray: got.reduce((n, g) => n + g.stray, 0),
+    upstream_during: during,
+    upstream_after: after,
+  });
+  done(0);
 } else {
-  print({ usage: "call|open|hold|slow URL ..." });
+  print({ usage: "call|open|hold|slow|subs URL ..." });
   done(2);
 }

@@ -1,0 +1,280 @@
+// Shared upstream subscriptions: one per (profile, chain, params), fanned out to each client under
+// its own id.
+#include "ws_subscriptions.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "handlers.hpp"
+#include "metrics.hpp"
+#include "ws_upstream.hpp"
+
+namespace rpcroute::sidecar {
+
+namespace {
+
+constexpr std::size_t kMaxEarly = 256;  // events held for a client before its answer is out
+
+/// The params without whitespace outside strings: `["newHeads"]` and `[ "newHeads" ]` share.
+std::string canonical(std::string_view params) {
+  std::string out;
+  out.reserve(params.size());
+  bool in_string = false;
+  bool escaped = false;
+  for (char c : params) {
+    if (in_string) {
+      out.push_back(c);
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+      out.push_back(c);
+    } else if (c != ' ' && c != '\t' && c != '\n' && c != '\r') {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+/// The first string of a params array (`["0xabc"]` → 0xabc), or empty.
+std::string first_string(std::string_view params) {
+  const auto open = params.find('"');
+  if (open == std::string_view::npos) return {};
+  const auto close = params.find('"', open + 1);
+  if (close == std::string_view::npos) return {};
+  return std::string(params.substr(open + 1, close - open - 1));
+}
+
+CallOutcome local_answer(const jsonrpc::Call& call, std::string result) {
+  CallOutcome o;
+  o.status = CallOutcome::Status::local;
+  if (call.has_id()) o.response = jsonrpc::make_result(call.id, result);
+  o.result = std::move(result);
+  return o;
+}
+
+CallOutcome error_answer(const jsonrpc::Call& call, std::int64_t code, std::string_view message) {
+  CallOutcome o;
+  o.status = CallOutcome::Status::unavailable;
+  o.error = jsonrpc::error_object(code, message);
+  if (call.has_id()) o.response = jsonrpc::make_error(call.id, code, message);
+  return o;
+}
+
+}  // namespace
+
+struct WsSubscriptions::Shared {
+  explicit Shared(asio::any_io_executor ex) : opened(ex) {}
+  std::string key;
+  ProfileRuntime* rt = nullptr;
+  const Chain* chain = nullptr;
+  std::string params;
+  const Provider* provider = nullptr;  // where it is open
+  std::string upstream_id;
+  bool opening = false;
+  asio::steady_timer opened;  // waiters for the first open
+  struct Client {
+    std::uint64_t session = 0;
+    Sink sink;
+    // Until its eth_subscribe answer is out, a client's events wait here: the client could not
+    // match them to its subscription yet.
+    bool ready = false;
+    std::vector<std::string> early;
+  };
+  std::map<std::string, Client> clients;
+};
+
+WsSubscriptions::WsSubscriptions(std::size_t max_message, Metrics& metrics)
+    : max_message_(max_message), metrics_(metrics), id_prefix_(std::random_device{}()) {}
+
+WsSubscriptions::~WsSubscriptions() = default;
+
+std::size_t WsSubscriptions::upstream_count() const { return by_upstream_.size(); }
+
+void WsSubscriptions::publish() { metrics_.websocket_upstream_subscriptions(by_upstream_.size()); }
+
+WsUpstream& WsSubscriptions::upstream_for(const Provider& provider) {
+  auto& slot = upstreams_[&provider];
+  if (!slot) {
+    slot = std::make_unique<WsUpstream>(
+        ex_, provider, max_message_,
+        [this, &provider](std::string_view id, std::string_view result) {
+          on_event(provider, id, result);
+        },
+        [this, &provider] { on_drop(provider); });
+  }
+  return *slot;
+}
+
+asio::awaitable<CallOutcome> WsSubscriptions::subscribe(std::uint64_t session, ProfileRuntime& rt,
+                                                        const Chain& chain,
+                                                        const jsonrpc::Call& call, Sink sink) {
+  const std::string params = canonical(call.params);
+  const std::string key = fmt::format("{}\n{}\n{}", rt.profile.name, chain.name, params);
+  ex_ = co_await asio::this_coro::executor;
+  auto it = by_key_.find(key);
+  if (it == by_key_.end()) {
+    auto shared = std::make_unique<Shared>(ex_);
+    shared->key = key;
+    shared->rt = &rt;
+    shared->chain = &chain;
+    shared->params = params;
+    it = by_key_.emplace(key, std::move(shared)).first;
+  }
+  Shared& shared = *it->second;
+  const std::string client_id = fmt::format("0x{:016x}{:016x}", id_prefix_, ++id_counter_);
+  shared.clients[client_id] = {session, std::move(sink), false, {}};
+  by_client_[client_id] = &shared;
+  // After each wait the subscription is looked up again: its clients may all have left.
+  std::string error = "no provider could open the subscription";
+  if (shared.provider == nullptr && shared.opening) {
+    // Another client's subscribe is on its way: its outcome is ours.
+    while ((it = by_key_.find(key)) != by_key_.end() && it->second->opening) {
+      it->second->opened.expires_at(asio::steady_timer::time_point::max());
+      boost::system::error_code ignored;
+      co_await it->second->opened.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+    }
+  } else if (shared.provider == nullptr) {
+    error = co_await open(shared);
+    it = by_key_.find(key);
+    if (it != by_key_.end() && it->second->provider == nullptr) {
+      // Nobody is served: every client waiting on it gets the error (they are removed).
+      for (auto& [id, c] : it->second->clients) by_client_.erase(id);
+      by_key_.erase(it);
+    }
+  }
+  if (by_client_.count(client_id) == 0) co_return error_answer(call, jsonrpc::kNoProvider, error);
+  // The answer is written as soon as this returns, in the same run of the loop: the events held
+  // for this client go after it.
+  asio::post(ex_, [this, client_id] {
+    auto found = by_client_.find(client_id);
+    if (found == by_client_.end()) return;
+    auto& client = found->second->clients.at(client_id);
+    client.ready = true;
+    for (auto& m : client.early) client.sink(std::move(m));
+    client.early.clear();
+  });
+  co_return local_answer(call, fmt::format("\"{}\"", client_id));
+}
+
+asio::awaitable<std::string> WsSubscriptions::open(Shared& shared) {
+  shared.opening = true;
+  const std::string key = shared.key;  // `shared` may go if every client leaves meanwhile
+  std::string error = "no provider of this chain has a ws_url";
+  const Plan plan = shared.rt->router->plan(*shared.chain, "eth_subscribe", shared.params, {});
+  for (const auto& candidate : plan.candidates) {
+    const Provider& provider = *candidate.provider;
+    if (provider.ws_url.empty()) continue;
+    auto answer = co_await upstream_for(provider).call("eth_subscribe", shared.params);
+    if (!answer) {
+      error = answer.error();
+      continue;
+    }
+    shared.provider = &provider;
+    shared.upstream_id = first_string(*answer);
+    by_upstream_[{&provider, shared.upstream_id}] = &shared;
+    break;
+  }
+  shared.opening = false;
+  shared.opened.cancel();
+  if (shared.clients.empty()) {  // every client left while it opened
+    if (shared.provider != nullptr) {
+      upstream_for(*shared.provider)
+          .notify("eth_unsubscribe", fmt::format("[\"{}\"]", shared.upstream_id));
+      by_upstream_.erase({shared.provider, shared.upstream_id});
+    }
+    by_key_.erase(key);
+    error = "every client left";
+  }
+  publish();
+  co_return error;
+}
+
+void WsSubscriptions::on_event(const Provider& provider, std::string_view id,
+                               std::string_view result) {
+  auto it = by_upstream_.find({&provider, std::string(id)});
+  if (it == by_upstream_.end()) return;
+  for (auto& [client_id, client] : it->second->clients) {
+    auto event = fmt::format(
+        R"({{"jsonrpc":"2.0","method":"eth_subscription","params":{{"subscription":"{}","result":{}}}}})",
+        client_id, result);
+    if (client.ready)
+      client.sink(std::move(event));
+    else if (client.early.size() < kMaxEarly)
+      client.early.push_back(std::move(event));
+  }
+}
+
+void WsSubscriptions::on_drop(const Provider& provider) {
+  // Every subscription open there is opened again where the routing order says now.
+  std::vector<std::string> keys;
+  for (auto it = by_upstream_.begin(); it != by_upstream_.end();) {
+    if (it->first.first == &provider) {
+      it->second->provider = nullptr;
+      keys.push_back(it->second->key);
+      it = by_upstream_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  publish();
+  for (const auto& key : keys) {
+    auto it = by_key_.find(key);
+    if (it == by_key_.end()) continue;
+    asio::co_spawn(
+        it->second->opened.get_executor(),
+        [this, key]() -> asio::awaitable<void> {
+          auto found = by_key_.find(key);
+          if (found == by_key_.end() || found->second->opening) co_return;
+          const std::string error = co_await open(*found->second);
+          found = by_key_.find(key);
+          if (found != by_key_.end() && found->second->provider == nullptr)
+            fmt::print(stderr, "rpcroute: a subscription could not be opened again: {}\n", error);
+        },
+        asio::detached);
+  }
+}
+
+CallOutcome WsSubscriptions::unsubscribe(std::uint64_t session, const jsonrpc::Call& call) {
+  const std::string id = first_string(call.params);
+  auto it = by_client_.find(id);
+  if (it == by_client_.end() || it->second->clients.at(id).session != session)
+    return local_answer(call, "false");
+  remove_client(id);
+  return local_answer(call, "true");
+}
+
+void WsSubscriptions::drop_session(std::uint64_t session) {
+  std::vector<std::string> ids;
+  for (auto& [id, shared] : by_client_) {
+    if (shared->clients.at(id).session == session) ids.push_back(id);
+  }
+  for (const auto& id : ids) remove_client(id);
+}
+
+void WsSubscriptions::remove_client(const std::string& client_id) {
+  auto it = by_client_.find(client_id);
+  if (it == by_client_.end()) return;
+  Shared& shared = *it->second;
+  by_client_.erase(it);
+  shared.clients.erase(client_id);
+  if (!shared.clients.empty()) return;
+  // The last one: the upstream subscription goes too.
+  if (shared.provider != nullptr) {
+    if (auto up = upstreams_.find(shared.provider); up != upstreams_.end())
+      up->second->notify("eth_unsubscribe", fmt::format("[\"{}\"]", shared.upstream_id));
+    by_upstream_.erase({shared.provider, shared.upstream_id});
+  }
+  if (!shared.opening) by_key_.erase(shared.key);
+  publish();
+}
+
+}  // namespace rpcroute::sidecar

@@ -1,0 +1,67 @@
+#pragma once
+// Subscriptions of the sidecar's WebSocket clients (issue 18): identical eth_subscribe calls (same
+// profile, chain and params) share one upstream subscription on a provider's WebSocket
+// (ws_upstream.hpp); each client gets its own id, and the last unsubscribe closes the upstream
+// one. When the provider's socket drops, each of its subscriptions is opened again on the first
+// candidate that takes it, by the routing order (no backfill of what was missed yet).
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "rpcroute/asio_compat.hpp"
+#include "rpcroute/config.hpp"
+#include "rpcroute/executor.hpp"
+#include "rpcroute/jsonrpc.hpp"
+
+namespace rpcroute::sidecar {
+
+struct ProfileRuntime;
+class Metrics;
+class WsUpstream;
+
+class WsSubscriptions {
+ public:
+  /// Where a client's events go (its session's queue).
+  using Sink = std::function<void(std::string message)>;
+
+  WsSubscriptions(std::size_t max_message, Metrics& metrics);
+  ~WsSubscriptions();
+  WsSubscriptions(const WsSubscriptions&) = delete;
+  WsSubscriptions& operator=(const WsSubscriptions&) = delete;
+
+  /// eth_subscribe for client `session`: its own subscription id, or the error.
+  asio::awaitable<CallOutcome> subscribe(std::uint64_t session, ProfileRuntime& rt,
+                                         const Chain& chain, const jsonrpc::Call& call, Sink sink);
+  /// eth_unsubscribe: true when the id was this client's.
+  CallOutcome unsubscribe(std::uint64_t session, const jsonrpc::Call& call);
+  /// The client is gone: its subscriptions go with it.
+  void drop_session(std::uint64_t session);
+  /// Upstream subscriptions open now.
+  [[nodiscard]] std::size_t upstream_count() const;
+
+ private:
+  struct Shared;
+  /// Subscribes upstream on the first candidate with a ws_url that takes it; the error otherwise.
+  asio::awaitable<std::string> open(Shared& shared);
+  WsUpstream& upstream_for(const Provider& provider);
+  void on_event(const Provider& provider, std::string_view id, std::string_view result);
+  void on_drop(const Provider& provider);
+  void remove_client(const std::string& client_id);
+  void publish();
+
+  std::size_t max_message_;
+  Metrics& metrics_;
+  asio::any_io_executor ex_;
+  std::uint64_t id_prefix_;
+  std::uint64_t id_counter_ = 0;
+  std::map<std::string, std::unique_ptr<Shared>> by_key_;
+  std::map<std::string, Shared*> by_client_;  // a client's subscription id → its shared one
+  std::map<std::pair<const Provider*, std::string>, Shared*> by_upstream_;
+  std::map<const Provider*, std::unique_ptr<WsUpstream>> upstreams_;
+};
+
+}  // namespace rpcroute::sidecar

@@ -1,0 +1,282 @@
+// A provider's WebSocket: connect, one writer, one reader that matches answers to calls and hands
+// subscription events on.
+#include "ws_upstream.hpp"
+
+#include <fmt/format.h>
+#include <simdjson.h>
+
+#include <boost/beast/websocket.hpp>
+#include <charconv>
+#include <chrono>
+#include <deque>
+#include <optional>
+#include <vector>
+
+#include "rpcroute/jsonrpc.hpp"
+
+namespace rpcroute::sidecar {
+
+namespace beast = boost::beast;
+namespace websocket = beast::websocket;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+constexpr auto kConnectLimit = std::chrono::seconds(5);
+constexpr auto kPingTimeout = std::chrono::seconds(20);
+
+struct WsTarget {
+  std::string host;
+  std::string port;
+  std::string target;
+};
+
+/// ws://host[:port][/path]; nullopt for anything else (wss:// is not served yet).
+std::optional<WsTarget> parse_ws_url(std::string_view url) {
+  if (!url.starts_with("ws://")) return std::nullopt;
+  url.remove_prefix(5);
+  const auto slash = url.find('/');
+  std::string_view authority = url.substr(0, slash);
+  WsTarget t;
+  t.target = slash == std::string_view::npos ? "/" : std::string(url.substr(slash));
+  if (const auto at = authority.rfind('@'); at != std::string_view::npos)
+    authority.remove_prefix(at + 1);
+  std::string_view port = "80";
+  if (!authority.empty() && authority.front() == '[') {
+    const auto close = authority.find(']');
+    if (close == std::string_view::npos) return std::nullopt;
+    t.host = std::string(authority.substr(1, close - 1));
+    if (close + 1 < authority.size() && authority[close + 1] == ':')
+      port = authority.substr(close + 2);
+  } else if (const auto colon = authority.rfind(':'); colon != std::string_view::npos) {
+    t.host = std::string(authority.substr(0, colon));
+    port = authority.substr(colon + 1);
+  } else {
+    t.host = std::string(authority);
+  }
+  t.port = std::string(port);
+  if (t.host.empty() || t.port.empty()) return std::nullopt;
+  return t;
+}
+
+}  // namespace
+
+struct WsUpstream::Link {
+  explicit Link(asio::any_io_executor ex) : ws(ex) {}
+  websocket::stream<tcp::socket> ws;
+  std::deque<std::string> out;
+  bool writing = false;
+  bool alive = true;
+};
+
+struct WsUpstream::Pending {
+  explicit Pending(asio::any_io_executor ex) : wake(ex) {}
+  asio::steady_timer wake;
+  std::optional<tl::expected<std::string, std::string>> answer;
+};
+
+WsUpstream::WsUpstream(asio::any_io_executor ex, const Provider& provider, std::size_t max_message,
+                       OnEvent on_event, OnDrop on_drop)
+    : ex_(std::move(ex)),
+      provider_(provider),
+      max_message_(max_message),
+      on_event_(std::move(on_event)),
+      on_drop_(std::move(on_drop)) {}
+
+WsUpstream::~WsUpstream() { close(); }
+
+void WsUpstream::close() {
+  if (!link_) return;
+  link_->alive = false;
+  boost::system::error_code ignored;
+  link_->ws.next_layer().close(ignored);
+  link_.reset();
+}
+
+asio::awaitable<bool> WsUpstream::connect(std::string& error) {
+  const auto target = parse_ws_url(provider_.ws_url);
+  if (!target) {
+    error = "its ws_url is not a ws:// URL this version can open (wss:// is not served yet)";
+    co_return false;
+  }
+  auto link = std::make_shared<Link>(ex_);
+  // The loop runs without Asio's resolver thread (async_resolve answers "operation not
+  // supported"): an address is used as is, a name resolved in place (a blocking lookup, once per
+  // connection).
+  boost::system::error_code ec;
+  std::vector<tcp::endpoint> found;
+  std::uint16_t port = 0;
+  std::from_chars(target->port.data(), target->port.data() + target->port.size(), port);
+  if (auto address = asio::ip::make_address(target->host, ec); !ec) {
+    found.emplace_back(address, port);
+  } else {
+    tcp::resolver resolver(ex_);
+    ec = {};
+    for (const auto& entry : resolver.resolve(target->host, target->port, ec))
+      found.push_back(entry.endpoint());
+  }
+  // A connect that hangs (a black-holed address) ends with the socket after kConnectLimit; from
+  // the handshake on, the websocket's own timeouts apply.
+  asio::steady_timer limit(ex_, kConnectLimit);
+  limit.async_wait([weak = std::weak_ptr<Link>(link)](const boost::system::error_code& e) {
+    if (auto l = weak.lock(); l && !e) {
+      boost::system::error_code ignored;
+      l->ws.next_layer().close(ignored);
+    }
+  });
+  const char* step = "resolve";
+  if (!ec) {
+    step = "connect";
+    co_await asio::async_connect(link->ws.next_layer(), found,
+                                 asio::redirect_error(asio::use_awaitable, ec));
+  }
+  limit.cancel();
+  if (!ec) step = "handshake";
+  if (!ec) {
+    websocket::stream_base::timeout limits{};
+    limits.handshake_timeout = kConnectLimit;
+    limits.idle_timeout = kPingTimeout;
+    limits.keep_alive_pings = true;
+    link->ws.set_option(limits);
+    link->ws.read_message_max(max_message_);
+    link->ws.auto_fragment(false);
+    link->ws.text(true);
+    co_await link->ws.async_handshake(target->host + ":" + target->port, target->target,
+                                      asio::redirect_error(asio::use_awaitable, ec));
+  }
+  if (ec) {
+    error =
+        fmt::format("WebSocket to provider {} failed ({}): {}", provider_.id, step, ec.message());
+    co_return false;
+  }
+  link_ = link;
+  asio::co_spawn(ex_, read_loop(link), asio::detached);
+  co_return true;
+}
+
+asio::awaitable<tl::expected<std::string, std::string>> WsUpstream::call(std::string_view method,
+                                                                         std::string_view params) {
+  // One connection attempt at a time; the others wait for its outcome.
+  asio::steady_timer pause(ex_);
+  while (connecting_) {
+    pause.expires_after(std::chrono::milliseconds(10));
+    boost::system::error_code ignored;
+    co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+  }
+  if (!link_) {
+    connecting_ = true;
+    std::string error;
+    const bool ok = co_await connect(error);
+    connecting_ = false;
+    if (!ok) co_return tl::unexpected(error);
+  }
+  const auto id = next_id_++;
+  Pending pending(ex_);
+  pending_[id] = &pending;
+  char digits[24];
+  const auto end = std::to_chars(digits, digits + sizeof digits, id).ptr;
+  send(jsonrpc::make_call(std::string_view(digits, static_cast<std::size_t>(end - digits)), method,
+                          params));
+  pending.wake.expires_after(std::chrono::milliseconds(provider_.timeout_ms));
+  boost::system::error_code ec;
+  co_await pending.wake.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  pending_.erase(id);
+  if (!pending.answer)
+    co_return tl::unexpected(fmt::format("provider {} did not answer {} within {} ms", provider_.id,
+                                         method, provider_.timeout_ms));
+  co_return std::move(*pending.answer);
+}
+
+void WsUpstream::notify(std::string_view method, std::string_view params) {
+  if (!link_) return;
+  send(jsonrpc::make_call(std::to_string(next_id_++), method, params));
+}
+
+void WsUpstream::send(std::string message) {
+  link_->out.push_back(std::move(message));
+  if (!link_->writing) {
+    link_->writing = true;
+    asio::co_spawn(ex_, write_loop(link_), asio::detached);
+  }
+}
+
+asio::awaitable<void> WsUpstream::write_loop(std::shared_ptr<Link> link) {
+  while (link->alive && !link->out.empty()) {
+    boost::system::error_code ec;
+    co_await link->ws.async_write(asio::buffer(link->out.front()),
+                                  asio::redirect_error(asio::use_awaitable, ec));
+    link->out.pop_front();
+    if (ec) break;
+  }
+  link->writing = false;
+}
+
+asio::awaitable<void> WsUpstream::read_loop(std::shared_ptr<Link> link) {
+  beast::flat_buffer buffer;
+  while (link->alive) {
+    boost::system::error_code ec;
+    co_await link->ws.async_read(buffer, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) break;
+    if (!link->alive) break;
+    dispatch(std::string_view(static_cast<const char*>(buffer.data().data()), buffer.size()));
+    buffer.consume(buffer.size());
+  }
+  if (link_ == link) dropped();
+}
+
+void WsUpstream::dropped() {
+  close();
+  // The calls waiting for an answer end now, without one.
+  for (auto& [id, p] : pending_) p->wake.cancel();
+  if (on_drop_) on_drop_();
+}
+
+void WsUpstream::dispatch(std::string_view message) {
+  // An event: {"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":ID,
+  // "result":R}}. Anything else is an answer to a call of ours, matched by id.
+  static thread_local simdjson::ondemand::parser parser;
+  const simdjson::padded_string text(message);
+  auto doc = parser.iterate(text);
+  std::string_view method;
+  if (!doc.find_field_unordered("method").get_string().get(method) &&
+      method == "eth_subscription") {
+    simdjson::ondemand::object params;
+    if (doc.find_field_unordered("params").get_object().get(params)) return;
+    std::string_view id;
+    if (params.find_field_unordered("subscription").get_string().get(id)) return;
+    std::string copy_of_id(id);  // the string buffer is reused by the next field
+    simdjson::ondemand::value value;
+    simdjson::ondemand::json_type type;
+    if (params.find_field_unordered("result").get(value) || value.type().get(type)) return;
+    std::string_view result;
+    if (type == simdjson::ondemand::json_type::object) {
+      simdjson::ondemand::object o;
+      if (value.get_object().get(o) || o.raw_json().get(result)) return;
+    } else if (type == simdjson::ondemand::json_type::array) {
+      simdjson::ondemand::array a;
+      if (value.get_array().get(a) || a.raw_json().get(result)) return;
+    } else {
+      result = value.raw_json_token();  // a scalar (a transaction hash): its token as sent
+    }
+    while (!result.empty() && (result.back() == ' ' || result.back() == '\n'))
+      result.remove_suffix(1);
+    on_event_(copy_of_id, result);
+    return;
+  }
+  auto parsed = jsonrpc::parse_response(message);
+  if (!parsed) return;
+  for (const auto& reply : parsed->replies) {
+    std::uint64_t id = 0;
+    const auto [ptr, err] = std::from_chars(reply.id.data(), reply.id.data() + reply.id.size(), id);
+    if (err != std::errc()) continue;
+    auto it = pending_.find(id);
+    if (it == pending_.end()) continue;
+    if (reply.result)
+      it->second->answer = std::string(*reply.result);
+    else
+      it->second->answer = tl::unexpected(reply.error ? reply.error->message : "no result");
+    it->second->wake.cancel();
+  }
+}
+
+}  // namespace rpcroute::sidecar

@@ -1,0 +1,63 @@
+#pragma once
+// A provider's WebSocket (its profile `ws_url`), opened on first use and shared by every
+// subscription the sidecar holds on that provider (ws_subscriptions.hpp). Calls are matched to
+// answers by the router's own ids; subscription events go to one callback. Bounded: message size,
+// a ping timeout (Beast's keep-alive pings), a deadline per call. ws:// only for now.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <tl/expected.hpp>
+
+#include "rpcroute/asio_compat.hpp"
+#include "rpcroute/config.hpp"
+
+namespace rpcroute::sidecar {
+
+class WsUpstream {
+ public:
+  /// An event of subscription `id` (the provider's), with its result as raw JSON.
+  using OnEvent = std::function<void(std::string_view id, std::string_view result)>;
+  /// The socket is gone (closed, failed, silent past the ping timeout); the object may be reused.
+  using OnDrop = std::function<void()>;
+
+  WsUpstream(asio::any_io_executor ex, const Provider& provider, std::size_t max_message,
+             OnEvent on_event, OnDrop on_drop);
+  ~WsUpstream();
+  WsUpstream(const WsUpstream&) = delete;
+  WsUpstream& operator=(const WsUpstream&) = delete;
+
+  /// One JSON-RPC call over the socket (connecting first when needed): the result as raw JSON, or
+  /// what went wrong.
+  asio::awaitable<tl::expected<std::string, std::string>> call(std::string_view method,
+                                                               std::string_view params);
+  /// A call whose answer nobody waits for (eth_unsubscribe).
+  void notify(std::string_view method, std::string_view params);
+  [[nodiscard]] const Provider& provider() const { return provider_; }
+  void close();
+
+ private:
+  struct Link;
+  struct Pending;
+  asio::awaitable<bool> connect(std::string& error);
+  asio::awaitable<void> read_loop(std::shared_ptr<Link> link);
+  void dispatch(std::string_view message);
+  void send(std::string message);
+  asio::awaitable<void> write_loop(std::shared_ptr<Link> link);
+  void dropped();
+
+  asio::any_io_executor ex_;
+  const Provider& provider_;
+  std::size_t max_message_;
+  OnEvent on_event_;
+  OnDrop on_drop_;
+  std::shared_ptr<Link> link_;  // the open socket, if any
+  bool connecting_ = false;
+  std::uint64_t next_id_ = 1;
+  std::map<std::uint64_t, Pending*> pending_;
+};
+
+}  // namespace rpcroute::sidecar
