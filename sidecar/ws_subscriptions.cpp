@@ -72,7 +72,7 @@ CallOutcome error_answer(const jsonrpc::Call& call, std::int64_t code, std::stri
 }  // namespace
 
 struct WsSubscriptions::Shared {
-  explicit Shared(asio::any_io_executor ex) : opened(ex) {}
+  explicit Shared(const asio::any_io_executor& ex) : opened(ex) {}
   std::string key;
   ProfileRuntime* rt = nullptr;
   const Chain* chain = nullptr;

@@ -62,7 +62,7 @@ std::optional<WsTarget> parse_ws_url(std::string_view url) {
 }  // namespace
 
 struct WsUpstream::Link {
-  explicit Link(asio::any_io_executor ex) : ws(ex) {}
+  explicit Link(const asio::any_io_executor& ex) : ws(ex) {}
   websocket::stream<tcp::socket> ws;
   std::deque<std::string> out;
   bool writing = false;
