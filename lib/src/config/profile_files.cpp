@@ -86,6 +86,11 @@ Result<Profile> load_profile_file(const std::filesystem::path& path, const EnvLo
   return p;
 }
 
+// In the generated embedded_profiles.cpp: the build tree this binary was built in and its source
+// tree's profiles/, so that a binary run from its build tree finds `-p local` there.
+std::string_view build_tree_dir();
+std::string_view source_profiles_dir();
+
 std::vector<std::filesystem::path> profile_search_path(const EnvLookup& env) {
   std::vector<std::filesystem::path> dirs;
   if (auto v = env("RPCROUTE_PROFILES"); v && !v->empty()) {
@@ -103,6 +108,10 @@ std::vector<std::filesystem::path> profile_search_path(const EnvLookup& env) {
   std::error_code ec;
   auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (!ec) dirs.push_back(exe.parent_path().parent_path() / "share/rpcroute/profiles");
+  // Run from its build tree (scripts/rpcroute, a developer): the source tree's profiles come last,
+  // so `-p local` works in a fresh clone. An installed copy never looks there.
+  if (!ec && exe.string().starts_with(std::string(build_tree_dir()) + "/"))
+    dirs.emplace_back(source_profiles_dir());
   return dirs;
 }
 
