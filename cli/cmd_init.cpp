@@ -5,13 +5,13 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <set>
 #include <string_view>
-#include <cctype>
 
 #include "output.hpp"
 #include "rpcroute/probe.hpp"
@@ -46,9 +46,9 @@ struct KnownChain {
 };
 // The chains of the embedded public profile, and anvil's default.
 constexpr KnownChain kKnownChains[] = {
-    {1, "ethereum", 12'000}, {11155111, "sepolia", 12'000}, {17000, "holesky", 12'000},
+    {1, "ethereum", 12'000}, {11155111, "sepolia", 12'000},  {17000, "holesky", 12'000},
     {8453, "base", 2'000},   {84532, "base-sepolia", 2'000}, {42161, "arbitrum", 250},
-    {10, "optimism", 2'000}, {137, "polygon", 2'000},       {31337, "local", 1'000},
+    {10, "optimism", 2'000}, {137, "polygon", 2'000},        {31337, "local", 1'000},
 };
 
 const KnownChain* known_chain(std::uint64_t id) {
@@ -148,7 +148,8 @@ std::vector<ProbeReport> probe_urls(const std::vector<std::string>& urls,
   return reports;
 }
 
-std::string render(const InitOptions& options, const std::map<std::uint64_t, std::vector<Probed>>& chains,
+std::string render(const InitOptions& options,
+                   const std::map<std::uint64_t, std::vector<Probed>>& chains,
                    const std::vector<std::string>& vars) {
   std::string y = fmt::format(
       "# Written by `rpcroute init`; check it with `rpcroute profiles validate FILE`.\n");
@@ -195,7 +196,8 @@ int run_init(const InitOptions& options) {
   for (std::size_t i = 0; i < reports.size(); ++i) {
     const auto& r = reports[i];
     if (!r.chain_id) {
-      print_error(fmt::format("{} ({}): left out, no chain id: {}", ids[i], redact_url(options.urls[i]),
+      print_error(fmt::format("{} ({}): left out, no chain id: {}", ids[i],
+                              redact_url(options.urls[i]),
                               r.failure.empty() ? "eth_chainId gave no answer" : r.failure));
       continue;
     }

@@ -166,11 +166,10 @@ std::string bash_script(const CLI::App& app) {
     words.insert(words.end(), flags.begin(), flags.end());
     s += fmt::format("    '{}') words='{}' ;;\n", n.path, fmt::join(words, " "));
   }
-  s +=
-      "  esac\n"
-      "  mapfile -t COMPREPLY < <(compgen -W \"$words\" -- \"$cur\")\n"
-      "}\n"
-      "complete -o default -F _rpcroute rpcroute\n";
+  s += "  esac\n"
+       "  mapfile -t COMPREPLY < <(compgen -W \"$words\" -- \"$cur\")\n"
+       "}\n"
+       "complete -o default -F _rpcroute rpcroute\n";
   return s;
 }
 

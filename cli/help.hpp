@@ -13,7 +13,8 @@ namespace rpcroute::cli {
 [[nodiscard]] std::size_t edit_distance(std::string_view a, std::string_view b);
 /// The candidate nearest to `word` when it is near enough to be a typo (at most a third of its
 /// length, at least 1, at most 3 edits), else empty.
-[[nodiscard]] std::string nearest(std::string_view word, const std::vector<std::string>& candidates);
+[[nodiscard]] std::string nearest(std::string_view word,
+                                  const std::vector<std::string>& candidates);
 /// " (did you mean 'call'?)" for the first mistyped subcommand or option in `args` (argv without
 /// the program name) against `app`'s definition, or empty.
 [[nodiscard]] std::string suggestion(CLI::App& app, const std::vector<std::string>& args);
