@@ -135,8 +135,10 @@ int exit_for(const std::vector<CallOutcome>& outs) {
   int code = 0;
   for (const auto& o : outs) {
     if (o.status == CallOutcome::Status::unavailable) return 3;
-    if (o.status == CallOutcome::Status::rpc_error || o.status == CallOutcome::Status::invalid)
-      code = 1;
+    // An invalid request (--raw: no method, a bad id, ...) is a usage error, like invalid JSON;
+    // it outranks a node's JSON-RPC error elsewhere in the batch.
+    if (o.status == CallOutcome::Status::invalid) code = 2;
+    if (o.status == CallOutcome::Status::rpc_error && code == 0) code = 1;
   }
   return code;
 }

@@ -3,10 +3,13 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "output.hpp"
 #include "rpcroute/config.hpp"
 #include "rpcroute/json.hpp"
+#include "rpcroute/methods.hpp"
 #include "setup.hpp"
 
 namespace rpcroute::cli {
@@ -68,6 +71,17 @@ void write_provider_json(json::Writer& w, const Profile& p, const Provider& pr) 
     w.null();
   w.key("timeout_ms");
   w.value(pr.timeout_ms);
+  // What an attempt of each method class really gets (issue 21): the provider's timeout when set.
+  w.key("effective_timeouts_ms");
+  w.begin_object();
+  for (auto [name, c] : {std::pair{"cheap", TimeoutClass::cheap},
+                         std::pair{"standard", TimeoutClass::standard},
+                         std::pair{"heavy", TimeoutClass::heavy},
+                         std::pair{"trace", TimeoutClass::trace}}) {
+    w.key(name);
+    w.value(pr.timeout_set ? pr.timeout_ms : timeout_class_ms(c));
+  }
+  w.end_object();
   if (pr.rate_limit) {
     w.key("rate_limit");
     w.begin_object();
@@ -148,6 +162,16 @@ void write_profile_json(const Profile& p) {
   write_stdout(w.take() + "\n");
 }
 
+/// "5 s/10 s/20 s/60 s" (the method classes' defaults), or the provider's one timeout for all.
+std::string effective_timeouts(const Provider& pr) {
+  if (pr.timeout_set) return format_ms(static_cast<double>(pr.timeout_ms)) + " (all)";
+  std::vector<std::string> each;
+  for (auto c : {TimeoutClass::cheap, TimeoutClass::standard, TimeoutClass::heavy,
+                 TimeoutClass::trace})
+    each.push_back(format_ms(static_cast<double>(timeout_class_ms(c))));
+  return fmt::format("{}", fmt::join(each, "/"));
+}
+
 void write_profile_text(const Profile& p) {
   fmt::print("profile {}{}  ({})\n", p.name,
              p.title.empty() || p.title == p.name ? "" : " — " + p.title, p.source);
@@ -158,14 +182,17 @@ void write_profile_text(const Profile& p) {
   for (const auto& c : p.chains) {
     fmt::print("\nchain {} (id {}, block time {}, max lag {} blocks)\n", c.name, c.chain_id,
                format_ms(static_cast<double>(c.block_time_ms)), c.max_lag_blocks);
-    Table t({"  ID", "URL", "PRIORITY", "WEIGHT", "ARCHIVAL", "TIMEOUT", "HEADERS"});
+    // Per attempt, as routing applies them: the provider's timeout_ms when the profile sets it,
+    // else each method class's default (method overrides are listed below).
+    Table t({"  ID", "URL", "PRIORITY", "WEIGHT", "ARCHIVAL", "TIMEOUT CHEAP/STD/HEAVY/TRACE",
+             "HEADERS"});
     for (const auto& pr : c.providers) {
       std::string headers;
       for (const auto& h : pr.headers)
         headers += fmt::format("{}{}: ***", headers.empty() ? "" : ", ", h.name);
       t.add({"  " + pr.id, p.scrub(redact_url(pr.url)), std::to_string(pr.priority),
              fmt::format("{:g}", pr.weight), pr.archival ? (*pr.archival ? "yes" : "no") : "?",
-             format_ms(static_cast<double>(pr.timeout_ms)), headers.empty() ? "-" : headers});
+             effective_timeouts(pr), headers.empty() ? "-" : headers});
     }
     write_stdout(t.render());
   }

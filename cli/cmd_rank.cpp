@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <memory>
+#include <vector>
 
 #include "options.hpp"
 #include "output.hpp"
@@ -78,6 +80,13 @@ std::string tier_text(const Candidate& c, std::int64_t now) {
   return t;
 }
 
+/// Strategies that draw their order per request: one plan is one draw, so it is listed by the
+/// chance of coming first instead (within its tier), which matches the P(FIRST) column.
+bool drawn_per_request(Strategy s) {
+  return s == Strategy::load_balanced || s == Strategy::random || s == Strategy::weighted ||
+         s == Strategy::latency_weighted;
+}
+
 }  // namespace
 
 int run_rank(const RankOptions& options) {
@@ -109,10 +118,20 @@ int run_rank(const RankOptions& options) {
 
   fmt::print("{} on {} ({}), strategy {}\n", options.method, chain.name, chain.chain_id,
              strategy_name(plan.strategy));
+  std::vector<Candidate> shown = plan.candidates;
+  if (drawn_per_request(plan.strategy)) {
+    std::stable_sort(shown.begin(), shown.end(), [](const Candidate& a, const Candidate& b) {
+      if (a.tier != b.tier) return a.tier < b.tier;
+      if (a.first_probability != b.first_probability)
+        return a.first_probability > b.first_probability;
+      return a.position < b.position;
+    });
+    fmt::print("the order is drawn per request; listed by the chance of being tried first\n");
+  }
   Table t({"#", "PROVIDER", "TIER", "BREAKER", metric_header(plan.strategy), "P(FIRST)", "SAMPLES",
            "P50", "SUCCESS"});
-  for (std::size_t i = 0; i < plan.candidates.size(); ++i) {
-    const auto& c = plan.candidates[i];
+  for (std::size_t i = 0; i < shown.size(); ++i) {
+    const auto& c = shown[i];
     t.add({std::to_string(i + 1), c.provider->id, tier_text(c, now),
            std::string(breaker_state_name(c.breaker)), metric_text(plan.strategy, c),
            fmt::format("{:.1f}%", c.first_probability * 100), std::to_string(c.stats.calls),
@@ -132,8 +151,8 @@ int run_rank(const RankOptions& options) {
   }
   if (options.explain) {
     fmt::print("\n");
-    for (std::size_t i = 0; i < plan.candidates.size(); ++i) {
-      fmt::print("{}\n", explain_candidate(plan.strategy, plan.candidates[i], i + 1, now));
+    for (std::size_t i = 0; i < shown.size(); ++i) {
+      fmt::print("{}\n", explain_candidate(plan.strategy, shown[i], i + 1, now));
     }
     for (const auto& e : plan.excluded) fmt::print("{} is excluded: {}.\n", e.provider, e.reason);
   }

@@ -22,9 +22,9 @@ void setup_serve(CLI::App& app, int& exit_code) {
   auto opts = std::make_shared<ServeOptions>();
   auto* sub = app.add_subcommand(
       "serve",
-      "Run the localhost sidecar: point your app's RPC URL at http://127.0.0.1:8545/rpc/CHAIN");
+      "Run the localhost sidecar: point your app's RPC URL at http://127.0.0.1:8645/rpc/CHAIN");
   sub->add_option("--listen,-l", opts->listen,
-                  "Address and port (default 127.0.0.1:8545; port 0 picks one)");
+                  "Address and port (default 127.0.0.1:8645, a port no local node uses; 0 picks one)");
   sub->add_option("--profile,-p", opts->profiles,
                   "Profile name or path; repeat to serve several (the first is the default; others "
                   "on the search path "

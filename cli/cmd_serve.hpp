@@ -6,7 +6,7 @@
 namespace rpcroute::cli {
 
 struct ServeOptions {
-  std::string listen = "127.0.0.1:8545";
+  std::string listen = "127.0.0.1:8645";
   std::vector<std::string> profiles;
   std::string state;
   bool no_state = false;

@@ -5,14 +5,17 @@
 #include <csignal>
 #include <cstdio>
 #include <system_error>
+#include <vector>
 
 #include "cmd_bench.hpp"
 #include "cmd_call.hpp"
+#include "cmd_init.hpp"
 #include "cmd_probe.hpp"
 #include "cmd_profiles.hpp"
 #include "cmd_rank.hpp"
 #include "cmd_serve.hpp"
 #include "cmd_state.hpp"
+#include "help.hpp"
 #include "output.hpp"
 
 int main(int argc, char** argv) {
@@ -35,6 +38,8 @@ int main(int argc, char** argv) {
   rpcroute::cli::setup_probe(app, exit_code);
   rpcroute::cli::setup_rank(app, exit_code);
   rpcroute::cli::setup_serve(app, exit_code);
+  rpcroute::cli::setup_init(app, exit_code);
+  rpcroute::cli::setup_completion(app, exit_code);  // last: it completes every command above
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -44,8 +49,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return rpcroute::cli::finish_output(app.exit(e));
   } catch (const CLI::ParseError& e) {
-    // One line, like every other usage error.
-    rpcroute::cli::print_error(fmt::format("{} (see 'rpcroute --help')", e.what()));
+    // One line, like every other usage error, with the nearest command or option to a typo.
+    const std::vector<std::string> args(argv + 1, argv + argc);
+    rpcroute::cli::print_error(fmt::format("{}{} (see 'rpcroute --help')", e.what(),
+                                           rpcroute::cli::suggestion(app, args)));
     return 2;
   } catch (const std::system_error& e) {
     // fmt::print throws when a write fails: on stdout, that is lost output, not an internal error.

@@ -3,9 +3,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "policy.hpp"
 #include "rpcroute/json.hpp"
 #include "rpcroute/plan_report.hpp"
+#include "rpcroute/poller.hpp"
 
 namespace rpcroute::sidecar {
 
@@ -27,7 +30,9 @@ Handlers::Handlers(const ServerConfig& config, std::vector<Profile> profiles, En
   for (auto& p : profiles) {
     if (default_profile_.empty()) default_profile_ = p.name;
     auto name = p.name;
-    profiles_.emplace(std::move(name), make_runtime(std::move(p)));
+    auto rt = make_runtime(std::move(p));
+    rt->polled = config_.background_probes;  // Server::start_pollers watches these
+    profiles_.emplace(std::move(name), std::move(rt));
   }
 }
 
@@ -169,7 +174,7 @@ void Handlers::answer_get(const Route& route, Reply& reply, EdgeLoad edge) {
   w.begin_object();
   if (route.kind == RouteKind::status) {
     write_status(w, edge, now);
-  } else if (!write_health(w)) {
+  } else if (!write_health(w, now)) {
     reply.status = http::status::service_unavailable;
   }
   w.end_object();
@@ -189,37 +194,76 @@ void Handlers::write_status(json::Writer& w, EdgeLoad edge, std::int64_t now) {
     }
   }
   w.end_array();
+  // What /healthz judges, provider by provider, with the reason each one not up is not.
+  w.key("health");
+  w.begin_array();
+  for (auto& [name, rt] : profiles_) {
+    for (const auto& chain : rt->profile.chains) write_chain_health(w, *rt, chain, now, true);
+  }
+  w.end_array();
   w.key("in_flight");
   w.value(metrics_.in_flight());
   w.key("request_bytes_in_flight");
   w.value(static_cast<std::int64_t>(edge.request_bytes));
 }
 
-bool Handlers::write_health(json::Writer& w) {
+bool Handlers::write_health(json::Writer& w, std::int64_t now) {
   bool all_ok = true;
   w.key("chains");
   w.begin_array();
   for (auto& [name, rt] : profiles_) {
-    for (const auto& chain : rt->profile.chains) {
-      auto plan = rt->router->plan(chain, "eth_blockNumber", "[]", {});
-      w.begin_object();
-      w.key("profile");
-      w.value(name);
-      w.key("chain");
-      w.value(chain.name);
-      // Open breakers let trials through when nothing else is usable; they are not usable.
-      const auto usable =
-          plan.breaker_trial ? 0 : static_cast<std::int64_t>(plan.candidates.size());
-      w.key("usable");
-      w.value(usable);
-      w.end_object();
-      all_ok = all_ok && usable > 0;
-    }
+    for (const auto& chain : rt->profile.chains)
+      all_ok = write_chain_health(w, *rt, chain, now, false) > 0 && all_ok;
   }
   w.end_array();
   w.key("status");
   w.value(all_ok ? "ok" : "degraded");
   return all_ok;
+}
+
+std::int64_t Handlers::write_chain_health(json::Writer& w, const ProfileRuntime& rt,
+                                          const Chain& chain, std::int64_t now, bool detail) {
+  // Up: eligible for a plain read (not excluded: wrong chain, cordoned, lagging, ...) and alive by
+  // its own record. Open breakers are planned as trials when nothing else is; they are not up.
+  const auto plan = rt.router->plan(chain, "eth_blockNumber", "[]", {});
+  w.begin_object();
+  w.key("profile");
+  w.value(rt.profile.name);
+  w.key("chain");
+  w.value(chain.name);
+  if (detail) {
+    w.key("providers");
+    w.begin_array();
+  }
+  std::int64_t up = 0;
+  for (const auto& p : chain.providers) {
+    std::string why;
+    const auto ex = std::find_if(plan.excluded.begin(), plan.excluded.end(),
+                                 [&](const Exclusion& e) { return e.provider == p.id; });
+    if (ex != plan.excluded.end()) {
+      why = "excluded: " + ex->reason;
+    } else {
+      const auto* state = store_.provider(provider_key(rt.profile.name, chain.name, p));
+      why = liveness_problem(state, chain, p, now, rt.polled);
+    }
+    if (why.empty()) ++up;
+    if (!detail) continue;
+    w.begin_object();
+    w.key("provider");
+    w.value(p.id);
+    w.key("up");
+    w.value(why.empty());
+    if (!why.empty()) {
+      w.key("why");
+      w.value(why);
+    }
+    w.end_object();
+  }
+  if (detail) w.end_array();
+  w.key("usable");
+  w.value(up);
+  w.end_object();
+  return up;
 }
 
 }  // namespace rpcroute::sidecar

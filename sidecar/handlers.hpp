@@ -32,6 +32,7 @@ namespace rpcroute::sidecar {
 struct ProfileRuntime {
   Profile profile;
   std::unique_ptr<Router> router;
+  bool polled = false;  // the background polls watch its providers (/healthz wants fresh answers)
 };
 
 /// A JSON-RPC request on its way to the router: what prepare() found, what finish_rpc() needs.
@@ -88,7 +89,11 @@ class Handlers {
   bool authorized(const Request& req, const Route& route, Reply& reply);
   void answer_get(const Route& route, Reply& reply, EdgeLoad edge);
   void write_status(json::Writer& w, EdgeLoad edge, std::int64_t now);
-  bool write_health(json::Writer& w);  // false: some chain has no usable provider
+  bool write_health(json::Writer& w, std::int64_t now);  // false: some chain has no provider up
+  /// One chain's providers that are up (poller.hpp, liveness_problem), with why each other is not
+  /// when `detail` (/status); the count of those up.
+  std::int64_t write_chain_health(json::Writer& w, const ProfileRuntime& rt, const Chain& chain,
+                                  std::int64_t now, bool detail);
   /// The profile, chain and provider of an RPC route, and its body parsed into `job`.
   bool prepare_rpc(const std::string& body, const Route& route, Reply& reply, RpcJob& job);
   bool find_chain(const RpcTarget& target, Reply& reply, RpcJob& job);

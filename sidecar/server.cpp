@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <set>
 
 #include "connection.hpp"
 #include "response_head.hpp"
@@ -135,6 +136,33 @@ void Server::start_pollers() {
         asio::co_spawn(io_, recover_provider(target, draining_), asio::detached);
       }
     }
+  }
+  asio::co_spawn(io_, warn_wrong_chains(), asio::detached);
+}
+
+asio::awaitable<void> Server::warn_wrong_chains() {
+  asio::steady_timer timer(io_);
+  std::set<const Chain*> settled;  // warned, or some provider on the right chain
+  for (int tick = 0; tick < 120 && !draining_; ++tick) {
+    timer.expires_after(std::chrono::milliseconds(500));
+    boost::system::error_code ec;
+    co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    bool all_settled = true;
+    for (const auto& [name, rt] : handlers_.profiles()) {
+      for (const auto& chain : rt->profile.chains) {
+        if (settled.count(&chain)) continue;
+        const auto warning = wrong_chain_warning(store_, rt->profile, chain);
+        if (!warning.empty()) {
+          log(fmt::format("rpcroute: warning: {}", warning));
+          settled.insert(&chain);
+        } else if (chain_id_confirmed(store_, rt->profile, chain)) {
+          settled.insert(&chain);
+        } else {
+          all_settled = false;
+        }
+      }
+    }
+    if (all_settled) co_return;
   }
 }
 

@@ -57,6 +57,9 @@ class Server {
   static constexpr int kSweepMs = 100;
   /// The head poller and recovery probe of every provider (rpcroute/poller.hpp), until draining.
   void start_pollers();
+  /// Once the first probes are in (within a minute): a warning for each chain whose every
+  /// provider is on another chain than the profile's.
+  asio::awaitable<void> warn_wrong_chains();
   /// Saves pending state changes. `wait` false (on the loop): one non-blocking try at the lock;
   /// false when another process holds it (retried every kFlushRetryMs).
   bool flush_state(bool wait);

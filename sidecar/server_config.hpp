@@ -11,7 +11,7 @@ namespace rpcroute::sidecar {
 
 struct ServerConfig {
   std::string host = "127.0.0.1";
-  std::uint16_t port = 8545;
+  std::uint16_t port = 8645;
   bool allow_remote = false;
   std::string token;                       // bearer token; required when allow_remote
   std::vector<std::string> allow_origins;  // extra browser origins ("*" allows any)

@@ -529,6 +529,19 @@ open_f1_breaker() {
   assert_equal "$(fake_requests f3)" 0 "f3 requests"
 }
 
+@test "--raw with an invalid request prints its -32600 answer, exits 2 and sends nothing upstream" {
+  three_fakes
+  run --separate-stderr rpcroute_stdin '{"jsonrpc":"2.0","id":7}' call --profile "$P" --raw
+  assert_status 2
+  assert_jq '.error.code == -32600 and .id == 7'
+  assert_equal "$(fake_requests f1)" 0 "f1 requests"
+  # In a batch with a valid call: the valid one is answered, the exit is still 2.
+  run --separate-stderr rpcroute_stdin '[{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"},{"jsonrpc":"2.0","id":2}]' \
+    call --profile "$P" --raw
+  assert_status 2
+  assert_jq '.[0].result != null and .[1].error.code == -32600'
+}
+
 @test "--raw passes a node's JSON-RPC error through with the request id" {
   start_fake f1 --mode rpc_error --code 3 --message "execution reverted"
   write_profile "$P" f1

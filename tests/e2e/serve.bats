@@ -1262,13 +1262,16 @@ f1_samples_are() { # N
 # ---------------------------------------------------------------------------------------------------
 # 9. /healthz, /status, /metrics
 
-@test "/healthz 200 while a provider is usable, 503 once every provider's breaker is open; /status shows why" {
+@test "/healthz 503 before any provider answered and once every provider's breaker is open; /status shows why" {
   dead_port d1
   dead_port d2
   write_profile "$P" d1 d2 --extra 'health: {circuit_breaker: {failure_threshold: 1, recovery_timeout_ms: 60000}}'
   start_sidecar -p "$P" --no-probe
+  # Nothing has answered yet (issue 21): not healthy, whatever the breakers say.
   sc_req GET /healthz
-  assert_code 200
+  assert_code 503
+  sc_req GET /status
+  assert_body_jq '[.health[0].providers[].why] == ["has not answered yet", "has not answered yet"]'
   sc_post /rpc/local "$BN"
   assert_code 503
   assert_body_jq '.error.code == -32050 and (.error.data.attempts | length == 2)'

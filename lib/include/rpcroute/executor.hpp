@@ -75,6 +75,9 @@ class Executor {
   struct Run;
   /// Answers a call that needs no provider (invalid, eth_chainId); false when it needs one.
   bool answer_locally(const Run& run, const jsonrpc::Call& call, CallOutcome& out) const;
+  /// Every provider of the chain was seen on another chain: eth_chainId is then planned like any
+  /// call (and refused with the wrong ids), not answered with the profile's id.
+  [[nodiscard]] bool every_provider_elsewhere(const Chain& chain) const;
   /// The quota wait before a call whose every provider is over its quota, or nullopt.
   [[nodiscard]] std::optional<std::int64_t> quota_wait(const Plan& plan,
                                                        std::int64_t deadline_us) const;

@@ -40,6 +40,32 @@ struct PollTarget {
 inline constexpr std::int64_t kRecoveryFirstMs = 250;
 inline constexpr std::int64_t kRecoveryMaxMs = 1'000;
 [[nodiscard]] std::int64_t recovery_backoff_ms(std::int64_t wait_ms);
+/// While a provider that answered its last poll is waiting for the next, the poller looks this often
+/// whether traffic saw it fail since: if so it polls at once (probe on failure), and a poll that
+/// fails after a success is retried this soon, so that /healthz turns within a couple of seconds.
+inline constexpr std::int64_t kWatchSliceMs = 250;
+
+/// How long a provider's last success vouches for it on /healthz: three poll intervals and a
+/// poll's timeout (5 s on a chain of 1 s blocks, 41 s on one of 12 s blocks).
+[[nodiscard]] std::int64_t liveness_window_ms(const Chain& chain, const Provider& provider);
+/// Why a provider does not count as up for /healthz, or empty when it does: its breaker closed
+/// (half-open is not up until a probe succeeds), its last exchange a success and, when `fresh`
+/// (the background polls keep a live provider's success fresh), that success within
+/// liveness_window_ms.
+[[nodiscard]] std::string liveness_problem(const ProviderState* state, const Chain& chain,
+                                           const Provider& provider, std::int64_t now_ms,
+                                           bool fresh);
+
+/// When every provider of the chain was seen on another chain than the profile's: the warning
+/// `serve` prints once the first probes are in ("every provider of chain 'x' is on another
+/// chain ..."); else empty.
+[[nodiscard]] std::string wrong_chain_warning(const HealthView& view, const Profile& profile,
+                                              const Chain& chain);
+
+/// Some provider of the chain was seen on the profile's chain id.
+[[nodiscard]] bool chain_id_confirmed(const HealthView& view, const Profile& profile,
+                                      const Chain& chain);
+
 /// Every provider of the chain has its breaker open at `now_ms`.
 [[nodiscard]] bool no_provider_usable(const HealthView& view, const Profile& profile,
                                       const Chain& chain, std::int64_t now_ms);

@@ -1,5 +1,7 @@
 #include "rpcroute/poller.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <string_view>
@@ -29,6 +31,54 @@ std::int64_t poll_backoff_ms(std::int64_t wait_ms, std::int64_t interval_ms,
 
 std::int64_t recovery_backoff_ms(std::int64_t wait_ms) {
   return std::min(wait_ms * 2, kRecoveryMaxMs);
+}
+
+std::int64_t liveness_window_ms(const Chain& chain, const Provider& provider) {
+  const auto interval = poll_interval_ms(chain);
+  return 3 * interval + poll_timeout_ms(provider, interval);
+}
+
+std::string liveness_problem(const ProviderState* state, const Chain& chain,
+                             const Provider& provider, std::int64_t now_ms, bool fresh) {
+  if (state == nullptr || state->last_ok_ms == 0) return "has not answered yet";
+  const auto breaker = state->breaker.effective_state(now_ms);
+  if (breaker == BreakerState::open) {
+    return fmt::format("breaker open ({}), half-opens in {} ms", state->breaker.reason,
+                       state->breaker.retry_in_ms(now_ms));
+  }
+  if (breaker == BreakerState::half_open)
+    return fmt::format("breaker half-open ({}): not up until a probe succeeds",
+                       state->breaker.reason);
+  if (state->last_failed_ms > state->last_ok_ms)
+    return fmt::format("its last exchange failed ({}), {} ms ago", state->breaker.reason,
+                       std::max<std::int64_t>(0, now_ms - state->last_failed_ms));
+  const auto window = liveness_window_ms(chain, provider);
+  if (fresh && now_ms - state->last_ok_ms > window)
+    return fmt::format("no answer for {} ms (more than {} ms)", now_ms - state->last_ok_ms,
+                       window);
+  return {};
+}
+
+std::string wrong_chain_warning(const HealthView& view, const Profile& profile,
+                                const Chain& chain) {
+  std::vector<std::string> seen;
+  for (const auto& p : chain.providers) {
+    const ProviderState* ps = view.provider(provider_key(profile.name, chain.name, p));
+    if (ps == nullptr || ps->probe.chain_id == 0 || ps->probe.chain_id == chain.chain_id) return {};
+    seen.push_back(fmt::format("{} is on {}", p.id, ps->probe.chain_id));
+  }
+  if (seen.empty()) return {};
+  return fmt::format(
+      "every provider of chain '{}' is on another chain than the profile's {} ({}): its requests "
+      "will be refused and /healthz is 503 until the profile or the providers are fixed",
+      chain.name, chain.chain_id, fmt::join(seen, ", "));
+}
+
+bool chain_id_confirmed(const HealthView& view, const Profile& profile, const Chain& chain) {
+  return std::any_of(chain.providers.begin(), chain.providers.end(), [&](const Provider& p) {
+    const ProviderState* ps = view.provider(provider_key(profile.name, chain.name, p));
+    return ps != nullptr && ps->probe.chain_id == chain.chain_id;
+  });
 }
 
 bool no_provider_usable(const HealthView& view, const Profile& profile, const Chain& chain,
@@ -61,6 +111,22 @@ asio::awaitable<void> sleep_ms(asio::steady_timer& timer, std::int64_t ms) {
   boost::system::error_code ec;
   co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
 }
+
+// Sleeps `ms`, in slices of kWatchSliceMs when `watch`: wakes early once traffic saw the provider
+// fail after `since_ms` (its last poll), so that the failure is confirmed or cleared at once.
+asio::awaitable<void> sleep_watching(asio::steady_timer& timer, std::int64_t ms, bool watch,
+                                     const HealthView& view, const std::string& key,
+                                     std::int64_t since_ms, const bool& stop) {
+  if (!watch) {
+    co_await sleep_ms(timer, ms);
+    co_return;
+  }
+  for (std::int64_t left = ms; left > 0 && !stop; left -= kWatchSliceMs) {
+    co_await sleep_ms(timer, std::min(left, kWatchSliceMs));
+    const ProviderState* state = view.provider(key);
+    if (state != nullptr && state->last_failed_ms > since_ms) co_return;
+  }
+}
 }  // namespace
 
 asio::awaitable<void> poll_provider(PollTarget t, const bool& stop) {
@@ -73,9 +139,12 @@ asio::awaitable<void> poll_provider(PollTarget t, const bool& stop) {
   // a busy machine), each poll is a full probe again — else a provider that comes up on the wrong
   // chain would never be excluded.
   bool chain_known = first.chain_id.has_value();
+  bool was_up = first.reachable;
   std::int64_t wait = first.reachable ? interval : interval * 2;
+  const auto key = provider_key(t.profile.name, t.chain.name, t.provider);
+  std::int64_t polled_ms = t.clock.now_ms();
   while (!stop) {
-    co_await sleep_ms(timer, wait);
+    co_await sleep_watching(timer, wait, was_up, t.store, key, polled_ms, stop);
     if (stop) break;
     bool answered = false;
     if (chain_known) {
@@ -86,7 +155,14 @@ asio::awaitable<void> poll_provider(PollTarget t, const bool& stop) {
       chain_known = again.chain_id.has_value();
       answered = again.reachable;
     }
-    wait = answered ? interval : poll_backoff_ms(wait, interval, t.profile.health);
+    polled_ms = t.clock.now_ms();
+    // Probe on failure: a provider that was up and failed is asked again soon, not after a whole
+    // interval; one that stays down backs off.
+    if (answered)
+      wait = interval;
+    else
+      wait = was_up ? kWatchSliceMs : poll_backoff_ms(wait, interval, t.profile.health);
+    was_up = answered;
   }
 }
 

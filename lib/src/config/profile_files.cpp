@@ -86,6 +86,11 @@ Result<Profile> load_profile_file(const std::filesystem::path& path, const EnvLo
   return p;
 }
 
+// In the generated embedded_profiles.cpp: the build tree this binary was built in and its source
+// tree's profiles/, so that a binary run from its build tree finds `-p local` there.
+std::string_view build_tree_dir();
+std::string_view source_profiles_dir();
+
 std::vector<std::filesystem::path> profile_search_path(const EnvLookup& env) {
   std::vector<std::filesystem::path> dirs;
   if (auto v = env("RPCROUTE_PROFILES"); v && !v->empty()) {
@@ -103,6 +108,12 @@ std::vector<std::filesystem::path> profile_search_path(const EnvLookup& env) {
   std::error_code ec;
   auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (!ec) dirs.push_back(exe.parent_path().parent_path() / "share/rpcroute/profiles");
+  // Run from its build tree (scripts/rpcroute, a developer): the source tree's profiles come last,
+  // so `-p local` works in a fresh clone. An installed copy never looks there.
+  // Only the rpcroute binary itself (not the unit tests, which expect the search path alone).
+  if (!ec && exe.filename() == "rpcroute" &&
+      exe.string().starts_with(std::string(build_tree_dir()) + "/"))
+    dirs.emplace_back(source_profiles_dir());
   return dirs;
 }
 
@@ -112,8 +123,11 @@ std::vector<ProfileLocation> list_profiles(const EnvLookup& env) {
   for (const auto& dir : profile_search_path(env)) {
     std::error_code ec;
     std::vector<std::filesystem::path> files;
+    const bool source_tree = dir == source_profiles_dir();
     for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
       auto ext = entry.path().extension();
+      // The source tree's copy of an embedded profile is that profile: listed as embedded.
+      if (source_tree && !embedded_profile(entry.path().stem().string()).empty()) continue;
       if (ext == ".yaml" || ext == ".yml") files.push_back(entry.path());
     }
     std::sort(files.begin(), files.end());
@@ -135,6 +149,7 @@ Result<Profile> find_profile(std::string_view name_or_path, const EnvLookup& env
     return load_profile_file(path, env);
   }
   for (const auto& dir : profile_search_path(env)) {
+    if (dir == source_profiles_dir() && !embedded_profile(name_or_path).empty()) continue;
     for (const char* ext : {".yaml", ".yml"}) {
       auto path = dir / (std::string(name_or_path) + ext);
       std::error_code ec;

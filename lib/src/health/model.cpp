@@ -164,6 +164,9 @@ void apply_event(State& state, const Event& event, const HealthConfig& health) {
         if constexpr (std::is_same_v<T, AttemptEvent>) {
           auto& ps = provider_entry(state, e.key);
           ps.last_used_ms = std::max(ps.last_used_ms, e.t_ms);
+          if (e.cls == OutcomeClass::success) ps.last_ok_ms = std::max(ps.last_ok_ms, e.t_ms);
+          if (e.cls == OutcomeClass::provider_failure)
+            ps.last_failed_ms = std::max(ps.last_failed_ms, e.t_ms);
           if (e.trial) {
             breaker_on_trial(ps.breaker, e.cls, e.t_ms, clip(e.reason), health.circuit_breaker,
                              e.jitter);

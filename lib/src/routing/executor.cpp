@@ -119,7 +119,7 @@ bool Executor::answer_locally(const Run& run, const jsonrpc::Call& call, CallOut
     o.response = jsonrpc::make_error(call.reply_id(), jsonrpc::kInvalidRequest, message);
     return true;
   }
-  if (call.method == "eth_chainId") {
+  if (call.method == "eth_chainId" && !every_provider_elsewhere(run.chain)) {
     o.status = CallOutcome::Status::local;
     o.result = jsonrpc::to_quantity(run.chain.chain_id);
     o.response = call.has_id() ? jsonrpc::make_result(call.id, o.result) : std::string();
@@ -141,6 +141,16 @@ bool Executor::answer_locally(const Run& run, const jsonrpc::Call& call, CallOut
     return true;
   }
   return false;
+}
+
+bool Executor::every_provider_elsewhere(const Chain& chain) const {
+  // Only for eth_chainId: a lookup per provider, the keys built once by the planner.
+  for (const auto& p : chain.providers) {
+    const ProviderState* ps = store_.provider(planner_.provider_key_for(chain, p));
+    if (ps == nullptr || ps->probe.chain_id == 0 || ps->probe.chain_id == chain.chain_id)
+      return false;
+  }
+  return !chain.providers.empty();
 }
 
 std::optional<std::int64_t> Executor::quota_wait(const Plan& plan, std::int64_t deadline_us) const {

@@ -87,6 +87,10 @@ std::string serialize_state(const State& state, std::int64_t now_ms, std::uint64
     w.end_object();
     w.key("last_used_ms");
     w.value(ps.last_used_ms);
+    w.key("last_ok_ms");
+    w.value(ps.last_ok_ms);
+    w.key("last_failed_ms");
+    w.value(ps.last_failed_ms);
     if (ps.probe.t_ms > 0) {
       auto opt = [&](const char* key, const std::optional<bool>& v) {
         put_key(w, key);
@@ -287,6 +291,8 @@ ProviderState parse_provider(dom::object po, std::size_t& dropped) {
     ps.height.t_ms = get_int(ho, "t_ms");
   }
   ps.last_used_ms = get_int(po, "last_used_ms");
+  ps.last_ok_ms = get_int(po, "last_ok_ms");
+  ps.last_failed_ms = get_int(po, "last_failed_ms");
   if (has(po, "probe")) {
     auto pr = get_obj(po, "probe");
     ps.probe.t_ms = get_int(pr, "t_ms");

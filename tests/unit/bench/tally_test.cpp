@@ -44,7 +44,15 @@ TEST_CASE("bench params: the default mix asks the same question on every chain",
   CHECK(bench::params_for("eth_getTransactionCount", std::nullopt) ==
         R"(["0x0000000000000000000000000000000000000000","latest"])");
   // Any other method gets no params.
-  CHECK(bench::params_for("eth_feeHistory", 100) == "[]");
+  CHECK(bench::params_for("eth_feeHistory", 100) == R"(["0x4","latest",[25,75]])");
+  // eth_call and friends get a harmless call at latest, never empty params (issue 21).
+  CHECK(bench::params_for("eth_call", 100) ==
+        R"([{"to":"0x0000000000000000000000000000000000000000","data":"0x"},"latest"])");
+  CHECK(bench::params_for("eth_estimateGas", 100) ==
+        R"([{"from":"0x0000000000000000000000000000000000000000","to":"0x0000000000000000000000000000000000000000","value":"0x0"}])");
+  CHECK(bench::params_for("eth_getCode", 100) == R"(["0x0000000000000000000000000000000000000000","latest"])");
+  CHECK(bench::params_for("eth_getBlockReceipts", 100) == R"(["latest"])");
+  CHECK(bench::params_for("net_version", 100) == "[]");
   for (auto m : bench::kDefaultMix) CHECK_FALSE(bench::params_for(m, 7).empty());
 }
 

@@ -134,3 +134,80 @@ TEST_CASE("poller: a failed poll opens the breaker; a recovery trial that succee
   CHECK(f.state()->height.block == 101);
   CHECK_FALSE(no_provider_usable(f.store, f.profile, f.chain, f.clock.now_ms()));
 }
+
+TEST_CASE("liveness: up only with a closed breaker and a recent last exchange that succeeded", "[poller]") {
+  Chain chain;
+  chain.block_time_ms = 1'000;  // window: 3 polls of 1 s and a 2 s poll timeout
+  Provider p;
+  p.timeout_ms = 10'000;
+  CHECK(liveness_window_ms(chain, p) == 5'000);
+  chain.block_time_ms = 12'000;
+  CHECK(liveness_window_ms(chain, p) == 41'000);
+  chain.block_time_ms = 1'000;
+
+  const std::int64_t now = 1'000'000;
+  CHECK(liveness_problem(nullptr, chain, p, now, true) == "has not answered yet");
+  ProviderState s;
+  CHECK(liveness_problem(&s, chain, p, now, true) == "has not answered yet");
+  s.last_ok_ms = now - 1'000;
+  CHECK(liveness_problem(&s, chain, p, now, true).empty());
+  // Its last exchange failed: not up, whatever the breaker's count.
+  s.last_failed_ms = now - 500;
+  s.breaker.reason = "connect";
+  CHECK(liveness_problem(&s, chain, p, now, true).starts_with("its last exchange failed (connect)"));
+  s.last_ok_ms = now - 100;
+  CHECK(liveness_problem(&s, chain, p, now, true).empty());
+  // Too long ago: not up while the polls should keep it fresh; up without them (--no-probe).
+  CHECK(liveness_problem(&s, chain, p, now + 5'101, true).starts_with("no answer for 5201 ms"));
+  CHECK(liveness_problem(&s, chain, p, now + 5'101, false).empty());
+  // Open, then half-open: not up until a probe closes the breaker.
+  s.breaker.state = BreakerState::open;
+  s.breaker.opened_ms = now;
+  s.breaker.recovery_ms = 1'000;
+  CHECK(liveness_problem(&s, chain, p, now + 10, true).starts_with("breaker open (connect)"));
+  CHECK(liveness_problem(&s, chain, p, now + 1'000, true).starts_with("breaker half-open"));
+  s.breaker = Breaker{};
+  CHECK(liveness_problem(&s, chain, p, now + 1'000, true).empty());
+}
+
+TEST_CASE("liveness: a success and a failure are remembered by the provider state", "[poller]") {
+  PollFixture f;
+  f.transport.on("http://a.test", test::FakeTransport::results("\"0x64\""));
+  CHECK(f.poll());
+  const auto ok_at = f.clock.now_ms();
+  CHECK(f.state()->last_ok_ms == ok_at);
+  CHECK(f.state()->last_failed_ms == 0);
+  f.clock.advance(100);
+  f.transport.on("http://a.test", test::FakeTransport::status(503));
+  CHECK_FALSE(f.poll());
+  CHECK(f.state()->last_ok_ms == ok_at);
+  CHECK(f.state()->last_failed_ms == ok_at + 100);
+}
+
+TEST_CASE("wrong chain: a warning only when every provider was seen on another chain", "[poller]") {
+  Profile profile;
+  profile.name = "p";
+  Chain chain;
+  chain.name = "local";
+  chain.chain_id = 31337;
+  chain.providers.resize(2);
+  chain.providers[0].id = "a";
+  chain.providers[1].id = "b";
+  State state;
+  const StateView view(state);
+  auto seen = [&](const Provider& p, std::uint64_t id) {
+    state.providers[provider_key(profile.name, chain.name, p)].probe.chain_id = id;
+  };
+  CHECK(wrong_chain_warning(view, profile, chain).empty());  // nothing known
+  seen(chain.providers[0], 1);
+  CHECK(wrong_chain_warning(view, profile, chain).empty());  // b unknown
+  CHECK_FALSE(chain_id_confirmed(view, profile, chain));
+  seen(chain.providers[1], 31337);
+  CHECK(wrong_chain_warning(view, profile, chain).empty());
+  CHECK(chain_id_confirmed(view, profile, chain));
+  seen(chain.providers[1], 5);
+  CHECK(wrong_chain_warning(view, profile, chain) ==
+        "every provider of chain 'local' is on another chain than the profile's 31337 (a is on 1, "
+        "b is on 5): its requests will be refused and /healthz is 503 until the profile or the "
+        "providers are fixed");
+}

@@ -74,6 +74,8 @@ void check_equal(const State& a, const State& b) {
     CHECK(pa.height.block == pb.height.block);
     CHECK(pa.height.t_ms == pb.height.t_ms);
     CHECK(pa.last_used_ms == pb.last_used_ms);
+    CHECK(pa.last_ok_ms == pb.last_ok_ms);
+    CHECK(pa.last_failed_ms == pb.last_failed_ms);
     REQUIRE(pa.methods.size() == pb.methods.size());
     for (const auto& [method, sa] : pa.methods) {
       INFO("method " << method);
@@ -120,6 +122,8 @@ State rich_state() {
   a.rate_limited_until_ms = kNow + 30'000;
   a.height = Height{18'000'000'000'000'000'000ULL, kNow - 10};
   a.last_used_ms = kNow - 5;
+  a.last_ok_ms = kNow - 7;
+  a.last_failed_ms = kNow - 6;
   a.methods["eth_call"] = {Sample{kNow - 3, 1'500, Outcome::success},
                            Sample{kNow - 2, 900'000, Outcome::timeout},
                            Sample{kNow - 1, 20, Outcome::rpc_error}};

@@ -78,6 +78,10 @@ struct ProviderState {
   std::int64_t rate_limited_until_ms = 0;
   Height height;
   std::int64_t last_used_ms = 0;
+  // The last exchange that succeeded and the last that failed as the provider's fault: what
+  // /healthz judges liveness by (its last word, and how recent a success vouches for it).
+  std::int64_t last_ok_ms = 0;
+  std::int64_t last_failed_ms = 0;
   ProbeFindings probe;
   Bucket quota;
   LagMark lag;
