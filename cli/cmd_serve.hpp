@@ -24,6 +24,7 @@ struct ServeOptions {
   std::string read_timeout = "10s";
   std::string idle_timeout = "60s";
   bool no_probe = false;
+  bool no_dashboard = false;
   std::string port_file;
 };
 

@@ -28,6 +28,7 @@ struct ServerConfig {
   bool verbose = false;                    // a log line per request
   bool json_logs = false;
   bool background_probes = true;
+  bool dashboard = true;  // GET / (the page), /dashboard/state and /dashboard/events
   // The fences around the fast paths, so that each can be switched off and measured (tests/perf
   // ablation). Server's constructor also turns each off when its variable is "0" in the
   // environment, read once there: RPCROUTE_FAST_HTTP1, RPCROUTE_PLAIN_JSON.
