@@ -13,6 +13,7 @@
 #include "cmd_rank.hpp"
 #include "cmd_serve.hpp"
 #include "cmd_state.hpp"
+#include "cmd_top.hpp"
 #include "output.hpp"
 
 int main(int argc, char** argv) {
@@ -35,6 +36,7 @@ int main(int argc, char** argv) {
   rpcroute::cli::setup_probe(app, exit_code);
   rpcroute::cli::setup_rank(app, exit_code);
   rpcroute::cli::setup_serve(app, exit_code);
+  rpcroute::cli::setup_top(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
