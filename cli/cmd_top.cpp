@@ -183,7 +183,7 @@ std::string render_chain(simdjson::dom::element c) {
     const double p50 = number_of(p["p50_ms"], -1);
     const double success = number_of(p["success_rate"], -1);
     std::string excluded = text_of(p["excluded"]);
-    if (excluded.size() > 60) excluded = excluded.substr(0, 57) + "...";
+    if (excluded.size() > 50) excluded = excluded.substr(0, 47) + "...";
     t.add({text_of(p["provider"]), tier == "-" ? tier : tier + " " + text_of(p["tier_name"]),
            breaker_text(p), text_of(p["lag"]), p50 < 0 ? "-" : format_ms(p50),
            share < 0 ? "-" : fmt::format("{:.0f}%", share * 100),

@@ -169,6 +169,7 @@ class Dashboard {
   static constexpr int kStreamTickMs = 200;
   static constexpr int kStreamWriteMs = 5'000;
   static constexpr int kHeartbeatMs = 15'000;
+  static constexpr int kStreamSocketBuffer = 64 * 1024;
   [[nodiscard]] std::size_t streams() const { return streams_; }
   [[nodiscard]] std::uint64_t dropped_streams() const { return dropped_streams_; }
 

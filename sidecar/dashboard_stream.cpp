@@ -46,6 +46,10 @@ asio::awaitable<void> Dashboard::stream(asio::ip::tcp::socket& socket, Connectio
   std::uint64_t cursor =
       std::max(ring_.first_seq(),
                ring_.next_seq() > kBacklog ? ring_.next_seq() - kBacklog : std::uint64_t{1});
+  // The kernel's buffer for this reader is bounded too (autotuning would let it grow to megabytes):
+  // a reader that stops reading reaches the write deadline after at most a tick's chunk and this.
+  boost::system::error_code ignored;
+  socket.set_option(asio::socket_base::send_buffer_size(kStreamSocketBuffer), ignored);
   asio::steady_timer timer(socket.get_executor());
   auto last_write = steady_us();
   boost::system::error_code ec;

@@ -41,11 +41,11 @@ void write_health(json::Writer& w, const ProviderState* st, std::uint64_t head, 
                 st ? std::string_view(st->breaker.reason) : std::string_view());
   w.key("rate_limited_until_ms");
   w.value(st != nullptr && st->rate_limited(now) ? st->rate_limited_until_ms : 0);
-  const bool has_height = st != nullptr && st->height.block > 0;
+  const bool has_height = st != nullptr && st->height.t_ms > 0;  // block 0 is a height (anvil)
   w.key("height");
   value_or_null(w, has_height, has_height ? st->height.block : 0);
   w.key("lag");
-  value_or_null(w, has_height && head > 0,
+  value_or_null(w, has_height,
                 has_height ? static_cast<std::int64_t>(head) -
                                  static_cast<std::int64_t>(std::min(st->height.block, head))
                            : 0);
@@ -81,6 +81,12 @@ void write_chain_view(json::Writer& w, Router& router, const Chain& chain, const
   opts.with_stats = true;
   const Plan plan = router.plan(chain, "eth_blockNumber", "[]", opts);
   const std::uint64_t head = best_known_height(view, profile, chain, now);
+  // 0 is both "nothing fresh" and a dev chain's genesis: known when some provider has a height.
+  bool head_known = head > 0;
+  for (const auto& p : chain.providers) {
+    const ProviderState* st = view.provider(provider_key(profile.name, chain.name, p));
+    head_known = head_known || (st != nullptr && st->height.t_ms > 0);
+  }
   w.begin_object();
   w.key("profile");
   w.value(profile.name);
@@ -91,7 +97,7 @@ void write_chain_view(json::Writer& w, Router& router, const Chain& chain, const
   w.key("strategy");
   w.value(strategy_name(plan.strategy));
   w.key("head");
-  value_or_null(w, head > 0, head);
+  value_or_null(w, head_known, head);
   w.key("plan");
   write_plan_json(w, profile, chain, "eth_blockNumber", plan, now, true);
   const std::uint64_t firsts = dash ? dash->chain_firsts(profile.name, chain.name) : 0;
