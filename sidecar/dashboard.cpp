@@ -181,14 +181,14 @@ void write_decision_json(json::Writer& w, const Decision& d) {
   w.key("t");
   w.value(d.at_ms);
   w.key("profile");
-  w.value(d.profile.view());
+  w.value(d.profile.printable());
   w.key("chain");
-  w.value(d.chain.view());
+  w.value(d.chain.printable());
   w.key("method");
-  w.value(d.method.view());
+  w.value(d.method.printable());
   w.key("provider");
   if (d.provider.size > 0)
-    w.value(d.provider.view());
+    w.value(d.provider.printable());
   else
     w.null();
   w.key("status");
@@ -204,7 +204,7 @@ void write_decision_json(json::Writer& w, const Decision& d) {
     const auto& a = d.attempts[i];
     w.begin_object();
     w.key("provider");
-    w.value(a.provider.view());
+    w.value(a.provider.printable());
     w.key("outcome");
     w.value(outcome_name(a.outcome));
     w.key("class");

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <span>
 #include <string>
@@ -23,8 +24,9 @@ namespace rpcroute::sidecar {
 
 struct Connection;
 
-/// A name copied into a fixed buffer: printable ASCII only (anything else becomes '?'), cut at N-1
-/// bytes. A method name is the client's text: it must neither grow a slot nor break the JSON.
+/// A name copied into a fixed buffer, cut at N-1 bytes: a method name is the client's text and
+/// must not grow a slot. Copied as is (one memcpy on the request path); printable() is what the
+/// feed shows of it.
 template <std::size_t N>
 struct ShortName {
   std::array<char, N> text{};
@@ -33,12 +35,19 @@ struct ShortName {
   void assign(std::string_view s) {
     static_assert(N < 256);
     size = static_cast<std::uint8_t>(std::min(s.size(), N - 1));
-    for (std::size_t i = 0; i < size; ++i) {
-      const auto c = static_cast<unsigned char>(s[i]);
-      text[i] = c >= 0x20 && c < 0x7f ? static_cast<char>(c) : '?';
-    }
+    std::memcpy(text.data(), s.data(), size);
   }
   [[nodiscard]] std::string_view view() const { return {text.data(), size}; }
+  /// Printable ASCII only (anything else becomes '?'): it can neither break the JSON nor drive
+  /// a terminal.
+  [[nodiscard]] std::string printable() const {
+    std::string out(view());
+    for (char& c : out) {
+      const auto u = static_cast<unsigned char>(c);
+      if (u < 0x20 || u >= 0x7f) c = '?';
+    }
+    return out;
+  }
 };
 
 /// One routed call as the feed shows it.

@@ -55,7 +55,8 @@ TEST_CASE("dashboard: names are cut and kept printable", "[sidecar][dashboard]")
   n.assign("eth_blockNumber");
   CHECK(n.view() == "eth_blo");
   n.assign("a\"b\n\x1b\xc3\xa9");
-  CHECK(n.view() == "a\"b????");
+  CHECK(n.view() == "a\"b\n\x1b\xc3\xa9");  // copied as is ...
+  CHECK(n.printable() == "a\"b????");       // ... shown printable
   n.assign("");
   CHECK(n.view().empty());
 }
