@@ -75,6 +75,8 @@ void setup_serve(CLI::App& app, int& exit_code) {
       ->check(whole_number(1, 1LL << 20));
   sub->add_flag("--no-probe", opts->no_probe,
                 "No background polling of providers, nor recovery probes of open breakers");
+  sub->add_flag("--no-dashboard", opts->no_dashboard,
+                "No live dashboard: GET / and /dashboard/* are not served");
   sub->add_option("--port-file", opts->port_file,
                   "Write the bound port to this file once listening");
   sub->callback([opts, &exit_code] { exit_code = run_serve(*opts); });
@@ -154,6 +156,7 @@ std::optional<sidecar::ServerConfig> server_config(const ServeOptions& options) 
   config.verbose = options.verbose;
   config.json_logs = options.log_format == "json";
   config.background_probes = !options.no_probe;
+  config.dashboard = !options.no_dashboard;
   if (auto s = strategy_flag(options.strategy); !s) {
     print_error(s.error().message);
     return std::nullopt;

@@ -26,6 +26,7 @@ struct ServeOptions {
   std::string ws_ping_timeout = "30s";
   std::size_t ws_max_buffer_kb = 4096;
   bool no_probe = false;
+  bool no_dashboard = false;
   std::string port_file;
 };
 

@@ -16,6 +16,7 @@
 #include "cmd_serve.hpp"
 #include "cmd_state.hpp"
 #include "help.hpp"
+#include "cmd_top.hpp"
 #include "output.hpp"
 
 int main(int argc, char** argv) {
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
   rpcroute::cli::setup_probe(app, exit_code);
   rpcroute::cli::setup_rank(app, exit_code);
   rpcroute::cli::setup_serve(app, exit_code);
+  rpcroute::cli::setup_top(app, exit_code);
   rpcroute::cli::setup_init(app, exit_code);
   rpcroute::cli::setup_completion(app, exit_code);  // last: it completes every command above
   try {

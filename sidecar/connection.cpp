@@ -233,6 +233,16 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
         answer_internal_error(s, e.what());
       }
 
+      if (s.reply.event_stream) {  // GET /dashboard/events: the stream keeps the connection
+        metrics_.on_http(200);
+        metrics_.in_flight(-1);
+        conn.busy = false;
+        release_buffers(s, body_budget_);
+        if (config_.verbose) log_request(s, "event stream");
+        co_await handlers_.dashboard().stream(socket, conn, std::move(s.reply.header_lines),
+                                              draining_, clock_.now_ms());
+        break;
+      }
       // The status line and headers are written by hand next to the body (one gathered send):
       // what Beast's serializer would produce (response_head.hpp), at a fraction of its cost.
       const bool keep_alive = s.req.keep_alive && !draining_ && !s.answered_early;

@@ -80,13 +80,17 @@ bool Handlers::prepare(const Request& req, Reply& reply, RpcJob& job, EdgeLoad e
     reply.body = json_error_body(route.problem, "routes", route_shapes_json());
     return false;
   }
-  if (route.kind != RouteKind::rpc) {
+  if (route.kind != RouteKind::rpc || dashboard_root(route, req)) {
     if (req.method != http::verb::get && req.method != http::verb::head) {
       error(reply, http::status::method_not_allowed, "use GET");
       reply.header("Allow", "GET");
       return false;
     }
-    answer_get(route, reply, edge);
+    if (route.kind == RouteKind::rpc || route.kind == RouteKind::dashboard_page ||
+        route.kind == RouteKind::dashboard_state || route.kind == RouteKind::dashboard_events)
+      answer_dashboard(route, req, reply);
+    else
+      answer_get(route, reply, edge);
     return false;
   }
   if (req.method != http::verb::post) {

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dashboard.hpp"
 #include "metrics.hpp"
 #include "reply.hpp"
 #include "request.hpp"
@@ -44,6 +45,7 @@ struct RpcJob {
   RouteOptions options;
   char request_id_text[40];
   std::string_view request_id;  // into request_id_text
+  std::int64_t started_us = 0;  // steady_us() when prepared: the feed's total time
 };
 
 /// The edge right now, for /metrics and /status.
@@ -73,6 +75,8 @@ class Handlers {
 
   /// The Host (DNS rebinding) check; off only for a remote listen address (Server::listen).
   void check_host(bool on) { check_host_ = on; }
+  /// The live dashboard's memory (dashboard.hpp): the connection hands it an events stream.
+  [[nodiscard]] Dashboard& dashboard() { return dashboard_; }
   /// The profiles served so far (those named in URLs join on first use).
   [[nodiscard]] const std::map<std::string, std::unique_ptr<ProfileRuntime>, std::less<>>&
   profiles() const {
@@ -94,12 +98,18 @@ class Handlers {
   /// when `detail` (/status); the count of those up.
   std::int64_t write_chain_health(json::Writer& w, const ProfileRuntime& rt, const Chain& chain,
                                   std::int64_t now, bool detail);
+  // dashboard_routes.cpp: the page, its state and its stream (off with --no-dashboard).
+  void answer_dashboard(const Route& route, const Request& req, Reply& reply);
+  void write_dashboard_state(json::Writer& w, std::int64_t now);
+  /// GET / is the page; the root's POST stays JSON-RPC.
+  [[nodiscard]] bool dashboard_root(const Route& route, const Request& req) const;
   /// The profile, chain and provider of an RPC route, and its body parsed into `job`.
   bool prepare_rpc(const std::string& body, const Route& route, Reply& reply, RpcJob& job);
   bool find_chain(const RpcTarget& target, Reply& reply, RpcJob& job);
   void next_request_id(RpcJob& job);
   ProfileRuntime* runtime(const std::string& name);  // empty: the default profile
   std::unique_ptr<ProfileRuntime> make_runtime(Profile profile);
+  void record_decisions(const RpcJob& job, const std::vector<CallOutcome>& outs);
   void write_rpc_body(const RpcJob& job, std::vector<CallOutcome>& outs, Reply& reply);
   static constexpr std::size_t kMaxUnloadable = 256;  // unknown profile names remembered
 
@@ -119,6 +129,7 @@ class Handlers {
   std::set<std::string, std::less<>> unloadable_;
   std::uint64_t request_counter_ = 0;
   std::uint64_t request_prefix_ = 0;
+  Dashboard dashboard_;
 };
 
 }  // namespace rpcroute::sidecar

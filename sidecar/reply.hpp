@@ -22,6 +22,7 @@ struct Reply {
   std::string rpc_method;
   std::string provider;
   std::size_t attempts = 0;
+  bool event_stream = false;  // GET /dashboard/events: the connection hands itself to the stream
 
   void reset() {
     status = boost::beast::http::status::ok;
@@ -31,6 +32,7 @@ struct Reply {
     rpc_method.clear();
     provider.clear();
     attempts = 0;
+    event_stream = false;
   }
   void header(std::string_view name, std::string_view value) {
     const auto at = header_lines.size();

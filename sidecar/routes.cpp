@@ -27,7 +27,8 @@ Route not_found(std::string problem) {
 std::string_view route_shapes_json() {
   return R"(["POST /","POST /rpc/:chain","POST /rpc/:strategy/:chain","POST /rpc/provider/:provider_id/:chain",)"
          R"("POST /rpc/profile/:profile/:chain","POST /rpc/profile/:profile/:strategy/:chain",)"
-         R"("GET /healthz","GET /status","GET /metrics","GET (WebSocket) /ws/rpc/... or any POST route"])";
+         R"("GET /healthz","GET /status","GET /metrics","GET /","GET /dashboard",)"
+         R"("GET /dashboard/state","GET /dashboard/events","GET (WebSocket) /ws/rpc/... or any POST route"])";
 }
 
 Route parse_route(std::string_view target) {
@@ -76,6 +77,17 @@ Route parse_route(std::string_view target) {
       r.kind = RouteKind::status;
     else if (parts[0] == "metrics")
       r.kind = RouteKind::metrics;
+    else if (parts[0] == "dashboard")
+      r.kind = RouteKind::dashboard_page;
+    else
+      return not_found(fmt::format("no route '{}'", target));
+    return r;
+  }
+  if (parts.size() == 2 && parts[0] == "dashboard") {
+    if (parts[1] == "state")
+      r.kind = RouteKind::dashboard_state;
+    else if (parts[1] == "events")
+      r.kind = RouteKind::dashboard_events;
     else
       return not_found(fmt::format("no route '{}'", target));
     return r;

@@ -16,7 +16,16 @@ struct RpcTarget {
   std::optional<std::string> provider;
 };
 
-enum class RouteKind { rpc, healthz, status, metrics, not_found };
+enum class RouteKind {
+  rpc,
+  healthz,
+  status,
+  metrics,
+  dashboard_page,
+  dashboard_state,
+  dashboard_events,
+  not_found
+};
 
 struct Route {
   RouteKind kind = RouteKind::not_found;
@@ -27,7 +36,7 @@ struct Route {
 /// Parses a request target (path and optional query; the query is ignored):
 ///   /  /rpc/:chain  /rpc/:strategy/:chain  /rpc/provider/:id/:chain
 ///   /rpc/profile/:profile/:chain  /rpc/profile/:profile/:strategy/:chain
-///   /healthz  /status  /metrics
+///   /healthz  /status  /metrics  /dashboard  /dashboard/state  /dashboard/events
 /// /ws and /ws/rpc/... are the RPC routes again (WebSocket clients are often pointed at /ws).
 [[nodiscard]] Route parse_route(std::string_view target);
 

@@ -35,6 +35,7 @@ bool Handlers::prepare_rpc(const std::string& body, const Route& route, Reply& r
   options.provider = route.target.provider;
   options.keep_result = false;  // only responses are written: large results become them in place
   next_request_id(job);
+  job.started_us = config_.dashboard ? steady_us() : 0;
   return true;
 }
 
@@ -176,6 +177,7 @@ void Handlers::finish_rpc(RpcJob& job, std::vector<CallOutcome>& outs, Reply& re
     metrics_.on_call(job.rt->profile.name, job.chain->name, job.parsed.calls[i].method, outs[i]);
     count(tally, outs[i]);
   }
+  if (config_.dashboard) record_decisions(job, outs);
   write_rpc_body(job, outs, reply);
   if (reply.body.empty()) reply.status = http::status::no_content;  // notifications only
   if (tally.routed > 0 && tally.unavailable == tally.routed) {
@@ -186,6 +188,17 @@ void Handlers::finish_rpc(RpcJob& job, std::vector<CallOutcome>& outs, Reply& re
   if (config_.verbose) reply.provider = tally.providers;
   reply.attempts = tally.attempts;
   put_rpcroute_headers(reply.header_lines, tally, job.request_id);
+}
+
+void Handlers::record_decisions(const RpcJob& job, const std::vector<CallOutcome>& outs) {
+  // One slot per call in the dashboard's ring (no allocation); invalid calls were never routed.
+  const double total_ms = static_cast<double>(steady_us() - job.started_us) / 1000.0;
+  const auto now = clock_.now_ms();
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    if (outs[i].status == CallOutcome::Status::invalid) continue;
+    dashboard_.record(job.rt->profile.name, job.chain->name, job.parsed.calls[i].method, outs[i],
+                      now, total_ms);
+  }
 }
 
 void Handlers::write_rpc_body(const RpcJob& job, std::vector<CallOutcome>& outs, Reply& reply) {
