@@ -35,13 +35,14 @@ ServerConfig with_fence_environment(ServerConfig config) {
 }  // namespace
 
 Server::Server(asio::io_context& io, ServerConfig config, std::vector<Profile> profiles,
-               Engine& engine, StateStore& store, const Clock& clock)
+               Engine& engine, StateStore& store, const Clock& clock, shared::SharedStore* shared)
     : io_(io),
       config_(with_fence_environment(std::move(config))),
       engine_(engine),
       store_(store),
+      shared_(shared),
       clock_(clock),
-      handlers_(config_, std::move(profiles), engine, store, clock, rng_, metrics_),
+      handlers_(config_, std::move(profiles), engine, store, clock, rng_, metrics_, shared),
       acceptor_(io) {
   body_budget_.cap = config_.max_inflight_bytes;
 }
@@ -129,7 +130,8 @@ void Server::start_pollers() {
   for (const auto& [name, rt] : handlers_.profiles()) {
     for (const auto& chain : rt->profile.chains) {
       for (const auto& provider : chain.providers) {
-        const PollTarget target{engine_, store_, clock_, rng_, rt->profile, chain, provider};
+        const PollTarget target{engine_, handlers_.health(), clock_, rng_, rt->profile, chain,
+                                provider};
         asio::co_spawn(io_, poll_provider(target, draining_), asio::detached);
         asio::co_spawn(io_, recover_provider(target, draining_), asio::detached);
       }
@@ -215,6 +217,7 @@ asio::awaitable<void> Server::run() {
     c->socket->close(ec);
   }
   flush_state(true);  // nothing left to serve: may wait for the lock (a bounded wait)
+  if (shared_ != nullptr) shared_->stop();
 }
 
 void Server::shutdown() {
