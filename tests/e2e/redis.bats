@@ -223,7 +223,8 @@ serve_shared() { # NAME [SERVE ARGS...]
     t0=$(now_ms)
     bn_via h1 >/dev/null
     t1=$(now_ms)
-    ((t1 - t0 < 1000)) || { echo "an answer took $((t1 - t0)) ms with Redis paused" >&2; kill -CONT "$(node_pid redis)"; return 1; }
+    # A request never waits on Redis; the bound leaves room for a loaded CI machine's curl.
+    ((t1 - t0 < 2500)) || { echo "an answer took $((t1 - t0)) ms with Redis paused" >&2; kill -CONT "$(node_pid redis)"; return 1; }
   done
   wait_shared h1 down 2 || { kill -CONT "$(node_pid redis)"; return 1; }
   [[ $(metric_of h1 'rpcroute_shared_state_up') == 0 ]]
@@ -279,7 +280,7 @@ serve_shared() { # NAME [SERVE ARGS...]
   ! status_of h2 | grep -F "$secret"
   ! grep -F "$secret" "$SC_LOG"
   # A rediss:// URL is refused plainly (this hiredis has no TLS).
-  run rpcroute call --profile "$P" --no-state --shared-state "rediss://127.0.0.1:1/0" eth_blockNumber
+  TEST_REDIS_PW=x run rpcroute call --profile "$P" --no-state --shared-state "rediss://127.0.0.1:1/0" eth_blockNumber
   assert_status 2
   [[ $stderr == *TLS* || $output == *TLS* ]]
 }

@@ -63,10 +63,13 @@ struct RedisLink::Pending {
 /// at a time. Kept alive by its pending waits, so that a wait that completes after hiredis freed
 /// the context (cleanup) finds it and does nothing.
 struct RedisLink::Watch : std::enable_shared_from_this<Watch> {
-  Watch(asio::io_context& io, redisAsyncContext* context, int fd) : sd(io, fd), ac(context) {}
+  Watch(asio::io_context& io, redisAsyncContext* context, int fd, RedisLink* owner)
+      : sd(io, fd), ac(context), link(owner), alive(owner->alive_) {}
 
   asio::posix::stream_descriptor sd;
   redisAsyncContext* ac;  // null once hiredis freed it
+  RedisLink* link;
+  std::weak_ptr<bool> alive;  // the link's
   bool want_read = false;
   bool want_write = false;
   bool read_armed = false;
@@ -104,6 +107,9 @@ struct RedisLink::Watch : std::enable_shared_from_this<Watch> {
   static void del_write(void* p) { of(p)->want_write = false; }
   static void cleanup(void* p) {
     auto* w = of(p);
+    // hiredis frees the context: asked by close() (the link let go of it first), or on its own —
+    // a failed connect (no disconnect callback then), an error, the server closing.
+    if (auto a = w->alive.lock(); a && *a && w->link->ac_ == w->ac) w->link->lost(w->ac);
     w->ac = nullptr;
     w->want_read = w->want_write = false;
     boost::system::error_code ignored;
@@ -134,7 +140,7 @@ bool RedisLink::open(std::string& why) {
     return false;
   }
   ac->data = this;
-  auto watch = std::make_shared<Watch>(io_, ac, ac->c.fd);
+  auto watch = std::make_shared<Watch>(io_, ac, ac->c.fd, this);
   watch->self = watch;
   ac->ev.data = watch.get();
   ac->ev.addRead = &Watch::add_read;
@@ -198,17 +204,20 @@ void RedisLink::on_reply(redisAsyncContext* ac, void* reply, void* privdata) {
 }
 
 void RedisLink::on_disconnect(const redisAsyncContext* ac, int status) {
-  auto* link = static_cast<RedisLink*>(ac->data);
-  if (link == nullptr || link->ac_ != ac) return;  // close() asked for it
-  // hiredis frees the context after this callback.
-  link->ac_ = nullptr;
-  link->sent_us_.clear();
+  // The context's cleanup (Watch::cleanup, called first) has told the owner already.
+  (void)ac;
+  (void)status;
+}
+
+void RedisLink::lost(redisAsyncContext* ac) {
+  ac_ = nullptr;
+  sent_us_.clear();
   const std::string why =
-      status == REDIS_OK ? "closed" : (ac->errstr[0] != '\0' ? ac->errstr : "lost");
-  if (link->on_lost_) {
+      ac->err != 0 && ac->errstr != nullptr && ac->errstr[0] != '\0' ? ac->errstr : "closed";
+  if (on_lost_) {
     // Not from inside hiredis: the owner may open a new link at once.
-    asio::post(link->io_, [alive = std::weak_ptr<bool>(link->alive_), link, why] {
-      if (auto a = alive.lock(); a && *a) link->on_lost_(why);
+    asio::post(io_, [alive = std::weak_ptr<bool>(alive_), this, why] {
+      if (auto a = alive.lock(); a && *a) on_lost_(why);
     });
   }
 }

@@ -65,6 +65,7 @@ class RedisLink {
   struct Watch;
   static void on_reply(redisAsyncContext* ac, void* reply, void* privdata);
   static void on_disconnect(const redisAsyncContext* ac, int status);
+  void lost(redisAsyncContext* ac);  // hiredis freed the live context
 
   asio::io_context& io_;
   const Clock& clock_;
