@@ -244,7 +244,10 @@ void SharedStore::lease_trials() {
   // learn the outcome from the winner's transition.
   const auto now = clock_.now_ms();
   const auto lease_ms = std::max<std::int64_t>(2'000, 4 * options_.refresh_ms);
-  for (auto& [key, w] : providers_) {
+  for (auto& entry : providers_) {
+    // Not a structured binding: the callback captures the key (clang 14 refuses a binding there).
+    const std::string& key = entry.first;
+    Watched& w = entry.second;
     const ProviderState* ps = local_.provider(key);
     if (ps == nullptr || ps->breaker.state != BreakerState::open) continue;
     const auto deadline = ps->breaker.opened_ms + ps->breaker.recovery_ms;
