@@ -39,6 +39,9 @@ void setup_call(CLI::App& app, int& exit_code) {
   sub->add_option("--state", opts->state,
                   "State file (default: $RPCROUTE_STATE or $XDG_STATE_HOME/rpcroute/state.json)");
   sub->add_flag("--no-state", opts->no_state, "Neither read nor write the state file");
+  sub->add_option("--shared-state", opts->shared_state,
+                  "Share what is learned through Redis: redis://HOST:PORT/DB (default: the "
+                  "profile's shared_state)");
   sub->add_flag("--json", opts->json,
                 "Print an envelope with result or error plus routing metadata");
   sub->add_flag("-v,--verbose", opts->verbose, "Print routing metadata on stderr");
@@ -290,13 +293,14 @@ int run_call(const CallOptions& options) {
   if (!route) return code_of(ExitCode::usage);
   const auto body = read_body(options);
   if (!body) return code_of(ExitCode::usage);
-  if (!setup.open_state(resolve_state_path(options.state, options.no_state)))
+  if (!setup.open_state(resolve_state_path(options.state, options.no_state)) ||
+      !setup.open_shared(options.shared_state))
     return code_of(ExitCode::usage);
 
   EventLoop::Completion<std::vector<CallOutcome>> outs;
   {
     EventLoop loop;
-    Router router(setup.profile, loop.engine(), *setup.store, setup.clock, setup.rng);
+    Router router(setup.profile, loop.engine(), setup.health(), setup.clock, setup.rng);
     // Until idle: a broadcast's other sends are still recorded after the first success returned.
     outs = loop.run(router.route(chain, body->calls, *route), EventLoop::Until::idle);
   }

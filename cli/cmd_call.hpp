@@ -16,6 +16,7 @@ struct CallOptions {
   int max_attempts = 0;
   std::string state;
   bool no_state = false;
+  std::string shared_state;
   bool json = false;
   bool verbose = false;
   bool raw = false;

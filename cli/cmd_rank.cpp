@@ -34,6 +34,9 @@ void setup_rank(CLI::App& app, int& exit_code) {
                   "State file (default: $RPCROUTE_STATE or $XDG_STATE_HOME/rpcroute/state.json)");
   sub->add_flag("--no-state", opts->no_state,
                 "Rank without the state file (no latency data, breakers or heights)");
+  sub->add_option("--shared-state", opts->shared_state,
+                  "Read what other hosts share through Redis: redis://HOST:PORT/DB (default: the "
+                  "profile's shared_state)");
   sub->add_flag("--json", opts->json, "Print as JSON");
   sub->add_flag("--explain", opts->explain,
                 "One plain sentence per provider saying why it is where it is");
@@ -100,11 +103,12 @@ int run_rank(const RankOptions& options) {
   } else {
     route.strategy = *s;
   }
-  if (!setup.open_state(resolve_state_path(options.state, options.no_state)))
+  if (!setup.open_state(resolve_state_path(options.state, options.no_state)) ||
+      !setup.open_shared(options.shared_state))
     return code_of(ExitCode::usage);
   // The router plans without sending anything; the loop is there only for its Engine.
   EventLoop loop;
-  Router router(setup.profile, loop.engine(), *setup.store, setup.clock, setup.rng);
+  Router router(setup.profile, loop.engine(), setup.health(), setup.clock, setup.rng);
   const auto params = params_json(options.params);
   const Plan plan = router.plan(chain, options.method, params, route);
   const auto now = setup.clock.now_ms();

@@ -13,6 +13,7 @@ struct RankOptions {
   std::string strategy;
   std::string state;
   bool no_state = false;
+  std::string shared_state;
   bool json = false;
   bool explain = false;
 };

@@ -32,6 +32,9 @@ void setup_serve(CLI::App& app, int& exit_code) {
   sub->add_option("--state", opts->state,
                   "State file (default: $RPCROUTE_STATE or $XDG_STATE_HOME/rpcroute/state.json)");
   sub->add_flag("--no-state", opts->no_state, "Keep state in memory only");
+  sub->add_option("--shared-state", opts->shared_state,
+                  "Share what is learned with other hosts through Redis: redis://HOST:PORT/DB "
+                  "(password: $RPCROUTE_REDIS_PASSWORD; default: the profile's shared_state)");
   sub->add_option("--strategy,-s", opts->strategy,
                   "Strategy for routes without a strategy segment (default: the profile's)");
   sub->add_option("--log-format", opts->log_format, "Request log format: text or json")
@@ -210,7 +213,13 @@ int run_serve(const ServeOptions& options) {
   // Nothing here resolves names through Asio (curl does its own): the loop's one thread is enough.
   EventLoop loop;
   asio::io_context& io = loop.io();
-  sidecar::Server server(io, *config, std::move(*profiles), loop.engine(), store, setup.clock);
+  auto shared = open_shared_state(io, setup, profiles->front(), options.shared_state);
+  if (!shared) return code_of(ExitCode::usage);
+  if (*shared) {
+    for (const auto& p : *profiles) (*shared)->watch(p);
+  }
+  sidecar::Server server(io, *config, std::move(*profiles), loop.engine(), store, setup.clock,
+                         shared->get());
   auto port = server.listen();
   if (!port) return usage_error(port.error().message);
   if (!options.port_file.empty()) write_port_file(options.port_file, *port);
@@ -218,6 +227,7 @@ int run_serve(const ServeOptions& options) {
              config->host.find(':') != std::string::npos ? "[" + config->host + "]" : config->host,
              *port, names.front().empty() ? std::string(kDefaultProfile) : names.front(),
              store.path() ? store.path()->string() : "in memory");
+  if (*shared) (*shared)->start();
 
   asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code& ec, int) {

@@ -10,6 +10,7 @@ struct ServeOptions {
   std::vector<std::string> profiles;
   std::string state;
   bool no_state = false;
+  std::string shared_state;  // redis://... (issue 20); else the profile's shared_state
   std::string strategy;
   std::string log_format = "text";
   bool verbose = false;

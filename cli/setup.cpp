@@ -116,8 +116,38 @@ void Setup::save_state(StateWrite how) {
     print_warning(fmt::format("state not saved: {}", saved.error().message));
 }
 
+std::optional<std::unique_ptr<shared::SharedStore>> open_shared_state(asio::io_context& io,
+                                                                      Setup& setup,
+                                                                      const Profile& profile,
+                                                                      const std::string& flag,
+                                                                      bool announce) {
+  auto options = shared::shared_options(profile, flag, process_env());
+  if (!options) {
+    print_error(options.error().message);
+    return std::nullopt;
+  }
+  if (!*options) return std::unique_ptr<shared::SharedStore>{};
+  (*options)->announce = announce;
+  return std::make_unique<shared::SharedStore>(
+      io, *setup.store, setup.clock, std::move(**options),
+      [](const std::string& m) { fmt::print(stderr, "{}\n", m); });
+}
+
+bool Setup::open_shared(const std::string& flag) {
+  shared_io = std::make_unique<asio::io_context>(1);
+  auto opened = open_shared_state(*shared_io, *this, profile, flag, false);
+  if (!opened) return false;
+  shared = std::move(*opened);
+  if (shared) {
+    shared->watch(profile);
+    shared->warm_up(kSharedWarmUpMs);
+  }
+  return true;
+}
+
 int Setup::finish(int code) {
   const bool delivered = finish_stdout();
+  if (shared) shared->flush_now(kSharedWarmUpMs);
   save_state();
   return delivered || code != 0 ? code : code_of(ExitCode::internal);
 }

@@ -4,6 +4,7 @@
 #include <exception>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -15,6 +16,7 @@
 #include "rpcroute/clock.hpp"
 #include "rpcroute/config.hpp"
 #include "rpcroute/error.hpp"
+#include "rpcroute/shared/store.hpp"
 #include "rpcroute/state.hpp"
 #include "rpcroute/transport.hpp"
 
@@ -75,12 +77,33 @@ class Setup {
   /// success into exit 4.
   [[nodiscard]] int finish(int code);
 
+  /// The store routing reads and records into: the shared one when open_shared() made it, else
+  /// the state store.
+  [[nodiscard]] HealthStore& health() {
+    return shared ? static_cast<HealthStore&>(*shared) : static_cast<HealthStore&>(*store);
+  }
+  /// One-shot commands: when --shared-state or the profile's shared_state asks for it, the
+  /// Redis-backed store over the state store, on a loop of its own (the command's comes and goes),
+  /// warmed up (what other hosts learned, within kSharedWarmUpMs) before the command routes;
+  /// finish() writes back what it learned. False: the URL was refused (the error is printed).
+  [[nodiscard]] bool open_shared(const std::string& flag);
+  static constexpr std::int64_t kSharedWarmUpMs = 300;
+
   Profile profile;
   const Chain* chain = nullptr;  // into profile
   SystemClock clock;
   Random rng;
   std::optional<StateStore> store;
+  std::unique_ptr<asio::io_context> shared_io;  // before `shared`, which uses it
+  std::unique_ptr<shared::SharedStore> shared;
 };
+
+/// The Redis-backed store over `setup.store` for `serve` (not started): nullptr when neither
+/// `flag` nor the profile's shared_state asks for one; nullopt when the URL is refused (the error
+/// is printed). Its messages go to stderr.
+[[nodiscard]] std::optional<std::unique_ptr<shared::SharedStore>> open_shared_state(
+    asio::io_context& io, Setup& setup, const Profile& profile, const std::string& flag,
+    bool announce = true);
 
 /// A command's event loop and its HTTP client. One thread does everything (curl's callbacks,
 /// timers, signals), so the loop is told so: no locks in its scheduler or reactor.

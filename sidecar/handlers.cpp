@@ -17,6 +17,8 @@ namespace http = boost::beast::http;
 namespace {
 void log(const std::string& line) { fmt::print(stderr, "{}\n", line); }
 
+void write_shared_status(json::Writer& w, const shared::SharedStatus& s);
+
 void error(Reply& reply, http::status status, std::string_view message) {
   reply.status = status;
   reply.body = json_error_body(message);
@@ -24,8 +26,15 @@ void error(Reply& reply, http::status status, std::string_view message) {
 }  // namespace
 
 Handlers::Handlers(const ServerConfig& config, std::vector<Profile> profiles, Engine& engine,
-                   StateStore& store, const Clock& clock, Random& rng, Metrics& metrics)
-    : config_(config), engine_(engine), store_(store), clock_(clock), rng_(rng), metrics_(metrics) {
+                   StateStore& store, const Clock& clock, Random& rng, Metrics& metrics,
+                   shared::SharedStore* shared)
+    : config_(config),
+      engine_(engine),
+      store_(store),
+      shared_(shared),
+      clock_(clock),
+      rng_(rng),
+      metrics_(metrics) {
   request_prefix_ = Random().engine()() & 0xffffffffULL;
   for (auto& p : profiles) {
     if (default_profile_.empty()) default_profile_ = p.name;
@@ -39,7 +48,8 @@ Handlers::Handlers(const ServerConfig& config, std::vector<Profile> profiles, En
 std::unique_ptr<ProfileRuntime> Handlers::make_runtime(Profile profile) {
   auto rt = std::make_unique<ProfileRuntime>();
   rt->profile = std::move(profile);
-  rt->router = std::make_unique<Router>(rt->profile, engine_, store_, clock_, rng_);
+  rt->router = std::make_unique<Router>(rt->profile, engine_, health(), clock_, rng_);
+  if (shared_ != nullptr) shared_->watch(rt->profile);
   return rt;
 }
 
@@ -171,6 +181,7 @@ void Handlers::answer_get(const Route& route, Reply& reply, EdgeLoad edge) {
     for (auto& [name, rt] : profiles_) list.push_back(&rt->profile);
     metrics_.edge(edge.connections, edge.request_bytes);
     reply.body = metrics_.render(list, store_.state(), now);
+    if (shared_ != nullptr) reply.body += Metrics::render_shared(shared_->status());
     reply.content_type = "text/plain; version=0.0.4";
     return;
   }
@@ -209,9 +220,36 @@ void Handlers::write_status(json::Writer& w, EdgeLoad edge, std::int64_t now) {
   w.value(metrics_.in_flight());
   w.key("request_bytes_in_flight");
   w.value(static_cast<std::int64_t>(edge.request_bytes));
+  if (shared_ != nullptr) write_shared_status(w, shared_->status());
 }
 
+namespace {
+/// /status: the shared state's link, as `rpcroute_shared_state_*` in /metrics.
+void write_shared_status(json::Writer& w, const shared::SharedStatus& s) {
+  w.key("shared_state");
+  w.begin_object();
+  w.key("redis");
+  w.value(s.url);
+  w.key("state");
+  w.value(shared::link_state_name(s.state));
+  w.key("since_ms");
+  w.value(s.since_ms);
+  w.key("fallbacks");
+  w.value(static_cast<std::int64_t>(s.fallbacks));
+  w.key("syncs");
+  w.value(static_cast<std::int64_t>(s.syncs));
+  w.key("adopted");
+  w.value(static_cast<std::int64_t>(s.adopted));
+  w.key("write_errors");
+  w.value(static_cast<std::int64_t>(s.write_errors));
+  w.key("last_error");
+  w.value(s.last_error);
+  w.end_object();
+}
+}  // namespace
+
 bool Handlers::write_health(json::Writer& w, std::int64_t now) {
+
   bool all_ok = true;
   w.key("chains");
   w.begin_array();

@@ -57,7 +57,8 @@ struct EdgeLoad {
 class Handlers {
  public:
   Handlers(const ServerConfig& config, std::vector<Profile> profiles, Engine& engine,
-           StateStore& store, const Clock& clock, Random& rng, Metrics& metrics);
+           StateStore& store, const Clock& clock, Random& rng, Metrics& metrics,
+           shared::SharedStore* shared = nullptr);
 
   /// Answers into `reply` whatever needs no provider (checks, GET routes, bad bodies); true when
   /// the request is JSON-RPC to route, described by `job`.
@@ -77,6 +78,11 @@ class Handlers {
   void check_host(bool on) { check_host_ = on; }
   /// The live dashboard's memory (dashboard.hpp): the connection hands it an events stream.
   [[nodiscard]] Dashboard& dashboard() { return dashboard_; }
+  /// What routing reads and records into: the shared store when there is one.
+  [[nodiscard]] HealthStore& health() {
+    return shared_ != nullptr ? static_cast<HealthStore&>(*shared_)
+                              : static_cast<HealthStore&>(store_);
+  }
   /// The profiles served so far (those named in URLs join on first use).
   [[nodiscard]] const std::map<std::string, std::unique_ptr<ProfileRuntime>, std::less<>>&
   profiles() const {
@@ -116,6 +122,7 @@ class Handlers {
   const ServerConfig& config_;
   Engine& engine_;
   StateStore& store_;
+  shared::SharedStore* shared_;  // null: the state file alone
   const Clock& clock_;
   Random& rng_;
   Metrics& metrics_;

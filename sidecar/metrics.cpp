@@ -99,6 +99,24 @@ void Metrics::on_call(const std::string& profile, const std::string& chain, std:
   }
 }
 
+std::string Metrics::render_shared(const shared::SharedStatus& s) {
+  return fmt::format(
+      "# HELP rpcroute_shared_state_up 1 while Redis (shared state) answers; 0: local state "
+      "only.\n# TYPE rpcroute_shared_state_up gauge\nrpcroute_shared_state_up {}\n"
+      "# HELP rpcroute_shared_state_fallbacks_total Times Redis went away and routing fell back "
+      "to local state.\n# TYPE rpcroute_shared_state_fallbacks_total counter\n"
+      "rpcroute_shared_state_fallbacks_total {}\n"
+      "# HELP rpcroute_shared_state_syncs_total Refresh rounds Redis answered.\n# TYPE "
+      "rpcroute_shared_state_syncs_total counter\nrpcroute_shared_state_syncs_total {}\n"
+      "# HELP rpcroute_shared_state_adopted_total Changes of other hosts folded into the local "
+      "state.\n# TYPE rpcroute_shared_state_adopted_total counter\n"
+      "rpcroute_shared_state_adopted_total {}\n"
+      "# HELP rpcroute_shared_state_write_errors_total Writes Redis refused (a full Redis).\n"
+      "# TYPE rpcroute_shared_state_write_errors_total counter\n"
+      "rpcroute_shared_state_write_errors_total {}\n",
+      s.state == shared::LinkState::up ? 1 : 0, s.fallbacks, s.syncs, s.adopted, s.write_errors);
+}
+
 std::string Metrics::render(const std::vector<const Profile*>& profiles, const State& state,
                             std::int64_t now_ms) const {
   std::string out;

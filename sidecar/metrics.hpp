@@ -9,6 +9,7 @@
 
 #include "rpcroute/config.hpp"
 #include "rpcroute/router.hpp"
+#include "rpcroute/shared/store.hpp"
 #include "rpcroute/state.hpp"
 
 namespace rpcroute::sidecar {
@@ -34,6 +35,8 @@ class Metrics {
     request_bytes_ = request_bytes;
   }
 
+  /// The shared state's link (issue 20): up or not, fallbacks, refreshes, refused writes.
+  [[nodiscard]] static std::string render_shared(const shared::SharedStatus& s);
   /// Everything, with breaker, rate-limit and height gauges read from the state.
   [[nodiscard]] std::string render(const std::vector<const Profile*>& profiles, const State& state,
                                    std::int64_t now_ms) const;

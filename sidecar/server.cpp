@@ -36,13 +36,14 @@ ServerConfig with_fence_environment(ServerConfig config) {
 }  // namespace
 
 Server::Server(asio::io_context& io, ServerConfig config, std::vector<Profile> profiles,
-               Engine& engine, StateStore& store, const Clock& clock)
+               Engine& engine, StateStore& store, const Clock& clock, shared::SharedStore* shared)
     : io_(io),
       config_(with_fence_environment(std::move(config))),
       engine_(engine),
       store_(store),
+      shared_(shared),
       clock_(clock),
-      handlers_(config_, std::move(profiles), engine, store, clock, rng_, metrics_),
+      handlers_(config_, std::move(profiles), engine, store, clock, rng_, metrics_, shared),
       websockets_(config_, handlers_, metrics_),
       acceptor_(io) {
   body_budget_.cap = config_.max_inflight_bytes;
@@ -131,7 +132,8 @@ void Server::start_pollers() {
   for (const auto& [name, rt] : handlers_.profiles()) {
     for (const auto& chain : rt->profile.chains) {
       for (const auto& provider : chain.providers) {
-        const PollTarget target{engine_, store_, clock_, rng_, rt->profile, chain, provider};
+        const PollTarget target{engine_, handlers_.health(), clock_, rng_, rt->profile, chain,
+                                provider};
         asio::co_spawn(io_, poll_provider(target, draining_), asio::detached);
         asio::co_spawn(io_, recover_provider(target, draining_), asio::detached);
       }
@@ -247,6 +249,7 @@ asio::awaitable<void> Server::run() {
   }
   websockets_.close_all();
   flush_state(true);  // nothing left to serve: may wait for the lock (a bounded wait)
+  if (shared_ != nullptr) shared_->stop();
 }
 
 void Server::shutdown() {

@@ -30,8 +30,9 @@ struct ConnectionState;
 class Server {
  public:
   /// Also reads the fences' environment variables (apply_fence_environment), once.
+  /// `shared`: the Redis-backed store over `store` (issue 20), when one is configured.
   Server(asio::io_context& io, ServerConfig config, std::vector<Profile> profiles, Engine& engine,
-         StateStore& store, const Clock& clock);
+         StateStore& store, const Clock& clock, shared::SharedStore* shared = nullptr);
   ~Server();
 
   /// Binds and listens. The port is known afterwards (port 0 picks one).
@@ -94,6 +95,7 @@ class Server {
   ServerConfig config_;
   Engine& engine_;
   StateStore& store_;
+  shared::SharedStore* shared_;
   const Clock& clock_;
   Random rng_;
   Metrics metrics_;

@@ -156,6 +156,15 @@ struct StrategyParams {
   LatencyWeightedParams latency_weighted;
 };
 
+/// `shared_state:` (issue 20): sidecars and commands on many hosts share what they learn through
+/// Redis. Empty `redis`: the state file alone (the default).
+struct SharedStateConfig {
+  std::string redis;  // redis://[user[:password]@]host[:port][/db]; may hold a secret
+  std::string prefix = "rpcroute:";
+  std::string user;      // an ACL user (Redis 6+); else the URL's
+  std::string password;  // usually ${ENV}; else the URL's
+};
+
 /// A loaded, validated, immutable profile.
 struct Profile {
   std::string
@@ -167,6 +176,7 @@ struct Profile {
   Routing routing;
   HealthConfig health;
   StrategyParams strategies;
+  SharedStateConfig shared_state;
   std::vector<std::string> secrets;  // substituted values; scrubbed from any text we print
   // Each provider URL's path and query ("/v2/KEY?x=1"): scrubbed too, as an upstream that echoes
   // its request line shows them whole, key-looking or not.

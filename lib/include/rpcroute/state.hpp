@@ -126,6 +126,9 @@ class StateStore final : public HealthStore {
   [[nodiscard]] const State& state() const { return state_; }
   [[nodiscard]] const std::optional<std::filesystem::path>& path() const { return path_; }
   [[nodiscard]] bool dirty() const { return pending_.count > 0; }
+  /// Called with the live state each time a save replaced it with the file's (the Redis-backed
+  /// store puts back what other hosts taught).
+  void set_reload_hook(std::function<void(State&)> hook) { reload_hook_ = std::move(hook); }
 
  private:
   /// The files as this process last read or wrote them, so that append() can tell whether anyone
@@ -157,6 +160,7 @@ class StateStore final : public HealthStore {
   PendingEvents pending_;
   Seen seen_;
   bool warned_dropped_ = false;
+  std::function<void(State&)> reload_hook_;
 };
 
 }  // namespace rpcroute

@@ -33,7 +33,8 @@ class ProfileSchema : public detail::YamlReader {
   Profile load(std::string_view text) {
     const YAML::Node root = parse(text);
     if (!root.IsMap()) throw error(root, "a profile must be a mapping with a 'chains' key");
-    check_keys(root, {"name", "description", "chains", "routing", "health", "strategies"},
+    check_keys(root,
+               {"name", "description", "chains", "routing", "health", "strategies", "shared_state"},
                "profile");
 
     Profile p;
@@ -46,6 +47,7 @@ class ProfileSchema : public detail::YamlReader {
     if (auto h = root["health"]) read_health(h, p.health);
     read_chains(root, p.chains);
     if (auto r = root["routing"]) read_routing(r, p);
+    if (auto s = root["shared_state"]) read_shared_state(s, p.shared_state);
     p.secrets = take_secrets();
     p.url_paths = std::move(url_paths_);
     return p;
@@ -105,6 +107,26 @@ class ProfileSchema : public detail::YamlReader {
     if (b.max_recovery_timeout_ms < b.recovery_timeout_ms) {
       throw error(cb, "max_recovery_timeout_ms must not be below recovery_timeout_ms");
     }
+  }
+
+  /// `shared_state:` — the Redis URL's credentials and the password are secrets (scrubbed).
+  void read_shared_state(const YAML::Node& s, SharedStateConfig& out) {
+    require_map(s, "shared_state");
+    check_keys(s, {"redis", "prefix", "user", "password"}, "shared_state");
+    auto url = s["redis"];
+    if (!url) throw error(s, "shared_state needs 'redis' (redis://host:port/db)");
+    out.redis = substitute(url, scalar(url, "redis"), false);
+    if (!out.redis.starts_with("redis://") && !out.redis.starts_with("rediss://"))
+      throw error(url, "shared_state.redis must be a redis:// URL");
+    // Its user info only: a path of "/0" is no secret, and scrubbing it would garble output.
+    for (auto& c : url_credentials(out.redis)) add_secret(std::move(c));
+    if (auto pre = opt_string(s, "prefix")) {
+      if (pre->empty() || pre->size() > 64 || !name_chars(*pre, "_-.:{}"))
+        throw error(s["prefix"], "shared_state.prefix: 1-64 letters, digits or _-.:{}");
+      out.prefix = *pre;
+    }
+    if (auto u = s["user"]) out.user = substitute(u, scalar(u, "user"), false);
+    if (auto pw = s["password"]) out.password = substitute(pw, scalar(pw, "password"), true);
   }
 
   void read_chains(const YAML::Node& root, std::vector<Chain>& out) {

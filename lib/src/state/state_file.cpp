@@ -295,6 +295,7 @@ Result<void> StateStore::save_locked() {
   hold_snapshot(written->fd.release(), written->id.dev, written->id.ino, next);
   state_ = std::move(merged);
   pending_ = PendingEvents{};
+  if (reload_hook_) reload_hook_(state_);
   return {};
 }
 

@@ -1,0 +1,99 @@
+#pragma once
+// Shared state through Redis (issue 20): the key layout, the values' text form, the merge rules
+// that fold what other hosts learned into the local copy, and the Lua scripts that merge on the
+// Redis side. Pure functions, unit-tested without a server (the scripts against a real one).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "rpcroute/config.hpp"
+#include "rpcroute/error.hpp"
+#include "rpcroute/health/model.hpp"
+
+namespace rpcroute::shared {
+
+/// redis://[user[:password]@]host[:port][/db] (rediss:// is TLS).
+struct RedisUrl {
+  std::string host;
+  int port = 6379;
+  int db = 0;
+  std::string user;
+  std::string password;
+  bool tls = false;
+};
+[[nodiscard]] Result<RedisUrl> parse_redis_url(std::string_view url);
+/// The URL as it may be shown: no user info, no password ("redis://127.0.0.1:6379/0").
+[[nodiscard]] std::string display_url(const RedisUrl& url);
+
+// Keys under a prefix ("rpcroute:" by default, so that one Redis serves several teams):
+//   PREFIX p:PROVIDER_KEY   hash: bt b br (breaker), rl (rate-limited until), ht h (height)
+//   PREFIX q:PROVIDER_KEY   hash: tokens t (the quota bucket, drawn by kBucketScript)
+//   PREFIX c:CHAIN_KEY      hash: b t g (the high-water mark and its reset generation)
+//   PREFIX f:FILTER_KEY     string "PROVIDER_ID T" (filter-id affinity)
+//   PREFIX trial:PROVIDER_KEY  string: which host probes a half-open provider now
+//   PREFIX ev               pub/sub channel: "b KEY" (breaker), "c KEY" (mark), "f KEY ID T"
+[[nodiscard]] std::string provider_hash(std::string_view prefix, std::string_view provider_key);
+[[nodiscard]] std::string quota_hash(std::string_view prefix, std::string_view provider_key);
+[[nodiscard]] std::string chain_hash(std::string_view prefix, std::string_view chain_key);
+[[nodiscard]] std::string filter_string(std::string_view prefix, std::string_view filter_key);
+[[nodiscard]] std::string trial_string(std::string_view prefix, std::string_view provider_key);
+[[nodiscard]] std::string channel(std::string_view prefix);
+
+// Time to live of each kind of key: nothing in Redis outlives its use.
+inline constexpr std::int64_t kProviderTtlMs = 24LL * 3600 * 1000;
+inline constexpr std::int64_t kChainTtlMs = 7LL * 24 * 3600 * 1000;
+inline constexpr std::int64_t kFilterTtlMs = kFilterRetentionMs;
+/// A bucket idle for this long is full again whatever it held: the key may go.
+[[nodiscard]] std::int64_t quota_ttl_ms(const Quota& quota);
+
+/// A breaker as shared: "STATE OPENED_MS RECOVERY_MS REOPENS" (state 0 closed, 1 open, 2
+/// half-open). Counters are local (each host counts its own failures); the reason travels apart.
+[[nodiscard]] std::string encode_breaker(const Breaker& b);
+[[nodiscard]] bool decode_breaker(std::string_view text, Breaker& out);
+/// "BLOCK T_MS".
+[[nodiscard]] std::string encode_height(const Height& h);
+[[nodiscard]] bool decode_height(std::string_view text, Height& out);
+
+/// One provider's shared fields as read back (HMGET bt b br rl ht h).
+struct RemoteProvider {
+  std::int64_t breaker_t = 0;  // when its last transition happened; 0: none shared
+  Breaker breaker;
+  std::int64_t rate_limited_until_ms = 0;
+  Height height;
+};
+
+// Merge rules: what another host learned replaces the local copy only when it is newer (breaker
+// transitions, heights) or larger (rate-limit deadlines, the high-water mark). Each returns whether
+// the local copy changed.
+
+/// Adopts the remote breaker when its transition is newer than the last one known here
+/// (`known_t`, updated). The local failure counts start again: they belong to the old state.
+bool adopt_breaker(Breaker& local, std::int64_t& known_t, const Breaker& remote,
+                   std::int64_t remote_t);
+/// The later deadline.
+bool adopt_rate_limit(std::int64_t& local, std::int64_t remote);
+/// The newer observation (as apply_event's HeightEvent).
+bool adopt_height(Height& local, const Height& remote);
+/// The high-water mark: raised to a higher remote mark; replaced, even by a lower one, when the
+/// remote generation is newer (a host reset it: the chain restarted). `known_gen` is updated.
+bool adopt_high_water(Height& local, std::uint64_t& known_gen, const Height& remote,
+                      std::uint64_t remote_gen);
+/// The local bucket after a draw answered by kBucketScript: the shared level minus what this host
+/// drew since it sent the draw, never below -burst (as apply_event's QuotaEvent).
+[[nodiscard]] Bucket adopt_bucket(double remote_tokens, std::int64_t remote_t, double drawn_since,
+                                  const Quota& quota);
+
+// The Lua scripts (run with EVALSHA after SCRIPT LOAD at connect). Numbers travel as decimal text.
+
+/// KEYS[1] quota hash; ARGV take now_ms rps burst ttl_ms. Refills to max(now, t), takes, floors at
+/// -burst, as apply_event's QuotaEvent. Returns {tokens as text, t}.
+extern const std::string_view kBucketScript;
+/// KEYS[1] provider hash; ARGV ttl_ms bt b br rl ht h (empty: not sent). Breaker and height: the
+/// newer wins; rl: the larger. Returns 1.
+extern const std::string_view kProviderScript;
+/// KEYS[1] chain hash; ARGV block t reset ttl_ms. Raises the mark; a reset replaces it and bumps
+/// the generation. Returns {block, t, generation}.
+extern const std::string_view kHighWaterScript;
+
+}  // namespace rpcroute::shared

@@ -1,0 +1,322 @@
+// One refresh round of the Redis-backed store: what this host learned goes out (merged by the Lua
+// scripts of codec.cpp), what all hosts learned comes back and is folded into the local copy by
+// the merge rules; trial leases for half-open breakers; the pub/sub notices.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+
+#include "redis_link.hpp"
+#include "rpcroute/shared/store.hpp"
+
+namespace rpcroute::shared {
+
+namespace {
+
+template <class T>
+std::optional<T> number(const std::optional<std::string>& text) {
+  if (!text || text->empty()) return std::nullopt;
+  T v{};
+  auto [ptr, ec] = std::from_chars(text->data(), text->data() + text->size(), v);
+  if (ec != std::errc{} || ptr != text->data() + text->size()) return std::nullopt;
+  return v;
+}
+
+std::optional<double> decimal(const std::optional<std::string>& text) {
+  if (!text || text->empty()) return std::nullopt;
+  char* end = nullptr;
+  const double v = std::strtod(text->c_str(), &end);
+  if (end != text->c_str() + text->size()) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
+void SharedStore::eval(int which, std::vector<std::string_view> args,
+                       std::function<void(const Reply&)> fn) {
+  const auto& sha = shas_[which];
+  args.insert(args.begin(), {sha.empty() ? "EVAL" : "EVALSHA",
+                             sha.empty() ? script(which) : std::string_view(sha)});
+  commands_->command(args, std::move(fn));
+}
+
+void SharedStore::check_write(const Reply& r) {
+  if (r.kind != Reply::Kind::error) return;
+  ++status_.write_errors;
+  status_.last_error = scrub(r.text);
+  if (logged_write_error_) return;
+  logged_write_error_ = true;
+  log_(
+      fmt::format("rpcroute: warning: shared state: Redis at {} refuses writes ({}); reading "
+                  "what others share, routing goes on",
+                  status_.url, status_.last_error));
+}
+
+void SharedStore::flush() {
+  for (auto& [key, w] : providers_) {
+    if (w.breaker_dirty || w.rate_limited_until_ms > 0 || w.height) write_provider(key, w);
+    if (w.quota && w.quota->rps > 0) draw_quota(key, w);
+  }
+  for (auto& [key, c] : chains_) {
+    if (c.pending) write_chain(key, c);
+  }
+}
+
+void SharedStore::refresh() {
+  for (const auto& [key, w] : providers_) read_provider(key);
+  for (const auto& [key, c] : chains_) read_chain(key);
+  commands_->command({"PING"}, [this](const Reply& r) {
+    if (r.ok()) {
+      ++status_.syncs;
+      ++rounds_answered_;
+    }
+  });
+}
+
+void SharedStore::write_provider(const std::string& key, Watched& w) {
+  const ProviderState* ps = local_.provider(key);
+  const auto ttl = std::to_string(kProviderTtlMs);
+  std::string bt, b, rl, ht, h;
+  std::string_view br;
+  if (w.breaker_dirty && ps != nullptr) {
+    bt = std::to_string(w.breaker_t);
+    b = encode_breaker(ps->breaker);
+    br = clip(ps->breaker.reason);
+  }
+  if (w.rate_limited_until_ms > 0) rl = std::to_string(w.rate_limited_until_ms);
+  if (w.height) {
+    ht = std::to_string(w.height->t_ms);
+    h = encode_height(*w.height);
+  }
+  const auto hash = provider_hash(options_.prefix, key);
+  eval(1, {"1", hash, ttl, bt, b, br, rl, ht, h}, [this](const Reply& r) { check_write(r); });
+  if (w.breaker_dirty) {
+    // After the write on the same connection: whoever hears the notice reads the new breaker.
+    commands_->command({"PUBLISH", channel(options_.prefix), "b\n" + key}, [](const Reply&) {});
+  }
+  w.breaker_dirty = false;
+  w.rate_limited_until_ms = 0;
+  w.height.reset();
+}
+
+void SharedStore::write_chain(const std::string& key, WatchedChain& c) {
+  const auto& e = *c.pending;
+  const auto block = std::to_string(e.height.block);
+  const auto t = std::to_string(e.height.t_ms);
+  const auto ttl = std::to_string(kChainTtlMs);
+  eval(2, {"1", chain_hash(options_.prefix, key), block, t, e.reset ? "1" : "0", ttl},
+       [this, key](const Reply& r) {
+         check_write(r);
+         if (r.kind == Reply::Kind::array) adopt_chain(key, r);
+       });
+  commands_->command({"PUBLISH", channel(options_.prefix), "c\n" + key}, [](const Reply&) {});
+  c.pending.reset();
+}
+
+void SharedStore::write_filter(const std::string& key, const FilterPin& pin) {
+  const auto value = fmt::format("{}\n{}", pin.provider, pin.t_ms);
+  commands_->command(
+      {"SET", filter_string(options_.prefix, key), value, "PX", std::to_string(kFilterTtlMs)},
+      [this](const Reply& r) { check_write(r); });
+  commands_->command({"PUBLISH", channel(options_.prefix), "f\n" + key + "\n" + value},
+                     [](const Reply&) {});
+}
+
+void SharedStore::draw_quota(const std::string& key, Watched& w) {
+  const auto take = fmt::format("{}", w.drawn);
+  w.drawn = 0;
+  const auto now = std::to_string(clock_.now_ms());
+  const auto rps = fmt::format("{}", w.quota->rps);
+  const auto burst = fmt::format("{}", w.quota->burst);
+  const auto ttl = std::to_string(quota_ttl_ms(*w.quota));
+  eval(0, {"1", quota_hash(options_.prefix, key), take, now, rps, burst, ttl},
+       [this, key](const Reply& r) {
+         check_write(r);
+         if (r.kind != Reply::Kind::array || r.items.size() != 2) return;
+         auto tokens = decimal(r.items[0]);
+         auto t = number<std::int64_t>(r.items[1]);
+         auto it = providers_.find(key);
+         if (!tokens || !t || it == providers_.end() || !it->second.quota) return;
+         auto& w = it->second;
+         // Draws made since this one was sent are this host's own: still to come off.
+         w.remote_bucket = adopt_bucket(*tokens, *t, 0, *w.quota);
+         auto& ps = local_provider(local_.state(), key, w);
+         ps.quota = adopt_bucket(*tokens, *t, w.drawn, *w.quota);
+       });
+}
+
+void SharedStore::read_provider(const std::string& key) {
+  commands_->command(
+      {"HMGET", provider_hash(options_.prefix, key), "bt", "b", "br", "rl", "ht", "h"},
+      [this, key](const Reply& r) { adopt_provider(key, r); });
+}
+
+ProviderState& SharedStore::local_provider(State& state, const std::string& key, const Watched& w) {
+  if (auto it = state.providers.find(key); it != state.providers.end()) return it->second;
+  // Created from its key as any event creates it; a zero height changes nothing else.
+  apply_event(state, HeightEvent{key, Height{}}, w.health);
+  return state.providers.find(key)->second;
+}
+
+void SharedStore::adopt_provider(const std::string& key, const Reply& r) {
+  auto it = providers_.find(key);
+  if (r.kind != Reply::Kind::array || r.items.size() != 6 || it == providers_.end()) return;
+  auto& w = it->second;
+  const auto& v = r.items;
+  ProviderState* ps = nullptr;
+  auto entry = [&]() -> ProviderState& {
+    if (ps == nullptr) ps = &local_provider(local_.state(), key, w);
+    return *ps;
+  };
+  Breaker remote;
+  const auto bt = number<std::int64_t>(v[0]);
+  if (bt && v[1] && decode_breaker(*v[1], remote) && *bt > w.breaker_t) {
+    remote.reason = v[2] ? valid_utf8(clip(*v[2])) : std::string();
+    w.remote_breaker_t = *bt;
+    w.remote_breaker = remote;
+    if (adopt_breaker(entry().breaker, w.breaker_t, remote, *bt)) ++status_.adopted;
+  }
+  if (auto rl = number<std::int64_t>(v[3]); rl && *rl > entry().rate_limited_until_ms) {
+    w.remote_rate_limited_until_ms = std::max(w.remote_rate_limited_until_ms, *rl);
+    if (adopt_rate_limit(entry().rate_limited_until_ms, *rl)) ++status_.adopted;
+  }
+  Height h;
+  if (v[5] && decode_height(*v[5], h) && h.t_ms > 0) {
+    if (h.t_ms > w.remote_height.t_ms) w.remote_height = h;
+    if (adopt_height(entry().height, h)) ++status_.adopted;
+  }
+}
+
+void SharedStore::read_chain(const std::string& key) {
+  commands_->command({"HMGET", chain_hash(options_.prefix, key), "b", "t", "g"},
+                     [this, key](const Reply& r) { adopt_chain(key, r); });
+}
+
+void SharedStore::adopt_chain(const std::string& key, const Reply& r) {
+  auto it = chains_.find(key);
+  if (r.kind != Reply::Kind::array || r.items.size() != 3 || it == chains_.end()) return;
+  const auto block = number<std::uint64_t>(r.items[0]);
+  const auto t = number<std::int64_t>(r.items[1]);
+  const auto g = number<std::uint64_t>(r.items[2]).value_or(0);
+  if (!block || !t) return;
+  auto& c = it->second;
+  const Height remote{*block, *t};
+  if (g > c.remote_generation || remote.block > c.remote.block) {
+    c.remote = remote;
+    c.remote_generation = std::max(c.remote_generation, g);
+  }
+  auto& hw = local_.state().chains[key].high_water;
+  if (adopt_high_water(hw, c.generation, remote, g)) ++status_.adopted;
+}
+
+void SharedStore::on_message(const Reply& r) {
+  // ["message", channel, payload]; the subscribe confirmation is ["subscribe", channel, 1].
+  if (r.kind != Reply::Kind::array || r.items.size() != 3 || !r.items[0] || !r.items[2] ||
+      *r.items[0] != "message")
+    return;
+  const std::string& text = *r.items[2];
+  if (text.size() < 3 || text[1] != '\n') return;
+  const auto rest = std::string_view(text).substr(2);
+  if (text[0] == 'b' && up()) {
+    if (auto it = providers_.find(rest); it != providers_.end()) read_provider(it->first);
+  } else if (text[0] == 'c' && up()) {
+    if (auto it = chains_.find(rest); it != chains_.end()) read_chain(it->first);
+  } else if (text[0] == 'f') {
+    // KEY \n PROVIDER \n T
+    const auto a = rest.find('\n');
+    const auto b = a == std::string_view::npos ? a : rest.find('\n', a + 1);
+    if (b == std::string_view::npos) return;
+    const auto key = rest.substr(0, a);
+    const auto t = number<std::int64_t>(std::string(rest.substr(b + 1)));
+    if (!t || !storable_filter_key(key)) return;
+    FilterPin pin{std::string(rest.substr(a + 1, b - a - 1)), *t};
+    if (remote_filters_.size() >= kMaxFilters) remote_filters_.erase(remote_filters_.begin());
+    remote_filters_[std::string(key)] = pin;
+    apply_event(local_.state(), FilterEvent{std::string(key), std::move(pin)}, HealthConfig{});
+    ++status_.adopted;
+  }
+}
+
+void SharedStore::lease_trials() {
+  // All hosts share one breaker, so they would all half-open at the same instant, each sending its
+  // trial: the first to take the lease probes; the others push their half-open back by a lease and
+  // learn the outcome from the winner's transition.
+  const auto now = clock_.now_ms();
+  const auto lease_ms = std::max<std::int64_t>(2'000, 4 * options_.refresh_ms);
+  for (auto& entry : providers_) {
+    // Not a structured binding: the callback captures the key (clang 14 refuses a binding there).
+    const std::string& key = entry.first;
+    Watched& w = entry.second;
+    const ProviderState* ps = local_.provider(key);
+    if (ps == nullptr || ps->breaker.state != BreakerState::open) continue;
+    const auto deadline = ps->breaker.opened_ms + ps->breaker.recovery_ms;
+    if (deadline - now > 2 * options_.refresh_ms || w.trial_for_ms == deadline) continue;
+    w.trial_for_ms = deadline;
+    commands_->command(
+        {"SET", trial_string(options_.prefix, key), host_id_, "NX", "PX", std::to_string(lease_ms)},
+        [this, key, deadline, lease_ms](const Reply& r) {
+          if (r.kind != Reply::Kind::nil) return;  // ours (or an error: probe as alone)
+          auto it = providers_.find(key);
+          auto& providers = local_.state().providers;
+          auto found = providers.find(key);
+          if (it == providers_.end() || found == providers.end()) return;
+          auto& b = found->second.breaker;
+          if (b.state != BreakerState::open || b.opened_ms + b.recovery_ms != deadline) return;
+          b.recovery_ms += lease_ms;
+          it->second.trial_for_ms = deadline + lease_ms;
+        });
+  }
+}
+
+void SharedStore::reapply(State& state) {
+  for (auto& [key, w] : providers_) {
+    const bool breaker = w.remote_breaker_t > 0 && w.remote_breaker_t == w.breaker_t;
+    if (!breaker && w.remote_rate_limited_until_ms == 0 && w.remote_height.t_ms == 0 &&
+        !w.remote_bucket)
+      continue;
+    auto& ps = local_provider(state, key, w);
+    if (breaker) {
+      auto known = w.remote_breaker_t - 1;
+      adopt_breaker(ps.breaker, known, w.remote_breaker, w.remote_breaker_t);
+    }
+    adopt_rate_limit(ps.rate_limited_until_ms, w.remote_rate_limited_until_ms);
+    adopt_height(ps.height, w.remote_height);
+    if (w.remote_bucket && w.quota)
+      ps.quota = adopt_bucket(w.remote_bucket->tokens, w.remote_bucket->t_ms, w.drawn, *w.quota);
+  }
+  for (auto& [key, c] : chains_) {
+    if (c.remote.t_ms == 0) continue;
+    auto known = c.generation;
+    adopt_high_water(state.chains[key].high_water, known, c.remote, c.remote_generation);
+  }
+  for (const auto& [key, pin] : remote_filters_) {
+    if (state.filters.find(key) == state.filters.end())
+      apply_event(state, FilterEvent{key, pin}, HealthConfig{});
+  }
+}
+
+void SharedStore::run_until(const std::function<bool()>& done, std::int64_t budget_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(budget_ms);
+  while (!done() && std::chrono::steady_clock::now() < deadline) {
+    io_.run_one_until(deadline);
+    if (io_.stopped()) io_.restart();
+  }
+}
+
+void SharedStore::warm_up(std::int64_t budget_ms) {
+  const auto target = rounds_answered_ + 1;
+  start();
+  run_until([this, target] { return rounds_answered_ >= target || !running_links(); }, budget_ms);
+  stop();
+}
+
+void SharedStore::flush_now(std::int64_t budget_ms) {
+  if (status_.state == LinkState::down) return;  // the warm-up found it away: not again
+  const auto target = rounds_answered_ + 1;
+  start();  // once up, went_up() flushes what was recorded and reads back: one round
+  run_until([this, target] { return rounds_answered_ >= target || !running_links(); }, budget_ms);
+  stop();
+}
+
+}  // namespace rpcroute::shared

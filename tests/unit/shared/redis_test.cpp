@@ -1,0 +1,294 @@
+// The Lua scripts and the Redis-backed store against a real redis-server on a loopback port.
+#include <fmt/format.h>
+#include <hiredis/hiredis.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <csignal>
+#include <memory>
+
+#include "../support/redis_server.hpp"
+#include "rpcroute/shared/codec.hpp"
+#include "rpcroute/shared/store.hpp"
+
+using namespace rpcroute;
+using namespace rpcroute::shared;
+
+namespace {
+
+struct Sync {
+  explicit Sync(const test::RedisServer& server) : c(server.connect()) {
+    if (c == nullptr) throw std::runtime_error("no connection to the test redis-server");
+  }
+  ~Sync() { redisFree(c); }
+  Sync(const Sync&) = delete;
+  Sync& operator=(const Sync&) = delete;
+
+  /// The command's reply as text: a string, an integer, "nil", "ERR ...", or "[a,b]".
+  std::string run(const std::vector<std::string>& args) {
+    std::vector<const char*> argv;
+    std::vector<std::size_t> lens;
+    for (const auto& a : args) {
+      argv.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    auto* r = static_cast<redisReply*>(
+        redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data()));
+    if (r == nullptr) return "no reply";
+    std::string out = text(r);
+    freeReplyObject(r);
+    return out;
+  }
+  static std::string text(const redisReply* r) {
+    switch (r->type) {
+      case REDIS_REPLY_INTEGER:
+        return std::to_string(r->integer);
+      case REDIS_REPLY_NIL:
+        return "nil";
+      case REDIS_REPLY_ARRAY: {
+        std::string out = "[";
+        for (std::size_t i = 0; i < r->elements; ++i) out += (i ? "," : "") + text(r->element[i]);
+        return out + "]";
+      }
+      default:
+        return std::string(r->str, r->len);
+    }
+  }
+  redisContext* c;
+};
+
+std::string eval(Sync& s, std::string_view script, std::vector<std::string> args) {
+  args.insert(args.begin(), {"EVAL", std::string(script)});
+  return s.run(args);
+}
+
+}  // namespace
+
+TEST_CASE("the bucket script draws as apply_event's QuotaEvent does", "[shared][redis]") {
+  test::RedisServer server;
+  Sync s(server);
+  const Quota q{10, 5};
+  State local;
+  const HealthConfig health;
+  // The same draws through the script and through the model: the same levels.
+  struct Draw {
+    double take;
+    std::int64_t t;
+  };
+  for (const Draw d :
+       {Draw{1, 1000}, Draw{3, 1000}, Draw{4, 1100}, Draw{0, 1200}, Draw{2, 3000}, Draw{1, 2500}}) {
+    auto r = eval(s, kBucketScript,
+                  {"1", "q:k", fmt::format("{}", d.take), std::to_string(d.t), "10", "5", "60000"});
+    apply_event(local, QuotaEvent{"k", d.t, d.take, q}, health);
+    const auto& b = local.providers["k"].quota;
+    INFO(r);
+    CHECK(r == fmt::format("[{:.6f},{}]", d.take > 0 ? b.tokens : bucket_level(b, q, d.t),
+                           std::max<std::int64_t>(d.t, b.t_ms)));
+  }
+  // Overdrawn by many hosts at once: the floor is -burst.
+  auto r = eval(s, kBucketScript, {"1", "q:k", "100", "3000", "10", "5", "60000"});
+  CHECK(r == "[-5.000000,3000]");
+  CHECK(std::stoll(s.run({"PTTL", "q:k"})) > 50'000);
+}
+
+TEST_CASE("the provider script keeps the newer breaker and height, the later deadline",
+          "[shared][redis]") {
+  test::RedisServer server;
+  Sync s(server);
+  auto write = [&](std::string bt, std::string b, std::string rl, std::string ht) {
+    return eval(s, kProviderScript,
+                {"1", "p:k", "60000", bt, b, "reason", rl, ht, ht.empty() ? "" : "7 " + ht});
+  };
+  CHECK(write("200", "1 200 1000 0", "5000", "300") == "1");
+  CHECK(write("100", "0 0 0 0", "4000", "250") == "1");  // older: nothing changes
+  CHECK(s.run({"HMGET", "p:k", "bt", "b", "rl", "ht", "h"}) == "[200,1 200 1000 0,5000,300,7 300]");
+  CHECK(write("", "", "9000", "") == "1");  // only a deadline
+  CHECK(s.run({"HMGET", "p:k", "bt", "rl"}) == "[200,9000]");
+  CHECK(write("400", "0 0 0 0", "", "400") == "1");
+  CHECK(s.run({"HMGET", "p:k", "b", "h"}) == "[0 0 0 0,7 400]");
+  CHECK(std::stoll(s.run({"PTTL", "p:k"})) > 50'000);
+}
+
+TEST_CASE("the high-water script raises, never lowers, and a reset bumps the generation",
+          "[shared][redis]") {
+  test::RedisServer server;
+  Sync s(server);
+  auto hw = [&](std::string b, std::string t, std::string reset) {
+    return eval(s, kHighWaterScript, {"1", "c:k", b, t, reset, "60000"});
+  };
+  CHECK(hw("100", "1000", "0") == "[100,1000,0]");
+  CHECK(hw("90", "2000", "0") == "[100,1000,0]");
+  CHECK(hw("120", "2000", "0") == "[120,2000,0]");
+  CHECK(hw("5", "3000", "1") == "[5,3000,1]");
+  CHECK(hw("6", "3100", "0") == "[6,3100,1]");
+}
+
+namespace {
+
+/// Runs `io` until `done` or `ms` passed.
+bool run_until(asio::io_context& io, const std::function<bool()>& done, int ms = 3000) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (!done() && std::chrono::steady_clock::now() < deadline) {
+    io.run_for(std::chrono::milliseconds(10));
+    if (io.stopped()) io.restart();
+  }
+  return done();
+}
+
+Profile two_provider_profile() {
+  Profile p;
+  p.name = "team";
+  Chain c;
+  c.name = "main";
+  c.chain_id = 1;
+  for (const char* id : {"a", "b"}) {
+    Provider pr;
+    pr.id = id;
+    pr.url = std::string("http://127.0.0.1/") + id;
+    pr.fingerprint = url_fingerprint(pr.url);
+    c.providers.push_back(pr);
+  }
+  c.providers[0].rate_limit = Quota{100, 10};
+  p.chains.push_back(c);
+  p.health.circuit_breaker.failure_threshold = 1;
+  return p;
+}
+
+struct Host {
+  Host(asio::io_context& io, const Clock& clock, const std::string& url)
+      : local(std::nullopt, clock, [](const std::string&) {}) {
+    SharedOptions o;
+    o.url = *parse_redis_url(url);
+    o.refresh_ms = 50;
+    o.budget_ms = 300;
+    o.retry_ms = 100;
+    o.announce = false;
+    store = std::make_unique<SharedStore>(io, local, clock, o,
+                                          [this](const std::string& m) { logs.push_back(m); });
+  }
+  StateStore local;
+  std::unique_ptr<SharedStore> store;
+  std::vector<std::string> logs;
+};
+
+}  // namespace
+
+TEST_CASE("two stores on one Redis share breakers, deadlines, heights and the mark",
+          "[shared][redis]") {
+  test::RedisServer server;
+  asio::io_context io;
+  SystemClock clock;
+  const auto profile = two_provider_profile();
+  const auto& chain = profile.chains[0];
+  const auto ka = provider_key(profile.name, chain.name, chain.providers[0]);
+  const auto ck = chain_key(profile.name, chain);
+  Host a(io, clock, server.url());
+  Host b(io, clock, server.url());
+  for (auto* h : {&a, &b}) {
+    h->store->watch(profile);
+    h->store->start();
+  }
+  REQUIRE(run_until(io, [&] {
+    return a.store->status().state == LinkState::up && b.store->status().state == LinkState::up;
+  }));
+  const auto now = clock.now_ms();
+  a.store->record(AttemptEvent{ka, now, OutcomeClass::provider_failure, "refused"}, profile.health);
+  REQUIRE(a.store->provider(ka)->breaker.state == BreakerState::open);
+  // Seen by the other host through the notice, well within a second.
+  CHECK(run_until(
+      io,
+      [&] {
+        auto* p = b.store->provider(ka);
+        return p != nullptr && p->breaker.state == BreakerState::open;
+      },
+      1000));
+  CHECK(b.store->provider(ka)->breaker.opened_ms == a.store->provider(ka)->breaker.opened_ms);
+
+  a.store->record(AttemptEvent{ka, now, OutcomeClass::rate_limited, "429", 60'000}, profile.health);
+  a.store->record(HeightEvent{ka, Height{500, now}}, profile.health);
+  a.store->record(HighWaterEvent{ck, Height{500, now}}, profile.health);
+  CHECK(run_until(io, [&] {
+    auto* p = b.store->provider(ka);
+    auto* c = b.store->chain(ck);
+    return p != nullptr && p->rate_limited_until_ms == now + 60'000 && p->height.block == 500 &&
+           c != nullptr && c->high_water.block == 500;
+  }));
+  // B's own lower observation does not lower the shared mark.
+  b.store->record(HighWaterEvent{ck, Height{499, now + 1}}, profile.health);
+  run_until(
+      io, [] { return false; }, 200);
+  CHECK(a.store->chain(ck)->high_water.block == 500);
+  CHECK(b.store->chain(ck)->high_water.block == 500);
+  CHECK(a.store->status().adopted + b.store->status().adopted > 0);
+}
+
+TEST_CASE("two stores draw from one quota bucket", "[shared][redis]") {
+  test::RedisServer server;
+  asio::io_context io;
+  SystemClock clock;
+  const auto profile = two_provider_profile();
+  const auto& chain = profile.chains[0];
+  const auto ka = provider_key(profile.name, chain.name, chain.providers[0]);
+  const Quota q = *chain.providers[0].rate_limit;
+  Host a(io, clock, server.url());
+  Host b(io, clock, server.url());
+  for (auto* h : {&a, &b}) {
+    h->store->watch(profile);
+    h->store->start();
+  }
+  REQUIRE(run_until(io, [&] {
+    return a.store->status().state == LinkState::up && b.store->status().state == LinkState::up;
+  }));
+  // A drains the bucket; B has drawn nothing but learns it is empty.
+  for (int i = 0; i < 10; ++i)
+    a.store->record(QuotaEvent{ka, clock.now_ms(), 1, q}, profile.health);
+  CHECK(run_until(
+      io,
+      [&] {
+        auto* p = b.store->provider(ka);
+        return p != nullptr && p->quota.t_ms > 0 && bucket_level(p->quota, q, clock.now_ms()) < 2;
+      },
+      1000));
+}
+
+TEST_CASE("Redis away: local state within the budget, logged once, merged back on return",
+          "[shared][redis]") {
+  auto server = std::make_unique<test::RedisServer>();
+  asio::io_context io;
+  SystemClock clock;
+  const auto profile = two_provider_profile();
+  const auto& chain = profile.chains[0];
+  const auto kb = provider_key(profile.name, chain.name, chain.providers[1]);
+  Host a(io, clock, server->url());
+  a.store->watch(profile);
+  a.store->start();
+  REQUIRE(run_until(io, [&] { return a.store->status().state == LinkState::up; }));
+
+  // Paused: no answer within the budget is down.
+  server->signal(SIGSTOP);
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(run_until(
+      io, [&] { return a.store->status().state == LinkState::down; }, 2000));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(1000));
+  CHECK(a.store->status().fallbacks == 1);
+  // Learning goes on locally, at once.
+  a.store->record(AttemptEvent{kb, clock.now_ms(), OutcomeClass::provider_failure, "refused"},
+                  profile.health);
+  CHECK(a.store->provider(kb)->breaker.state == BreakerState::open);
+  run_until(
+      io, [] { return false; }, 400);  // retries while down are not logged again
+  CHECK(a.logs.size() == 1);
+  CHECK(a.logs[0].find("unreachable") != std::string::npos);
+
+  server->signal(SIGCONT);
+  REQUIRE(run_until(
+      io, [&] { return a.store->status().state == LinkState::up; }, 3000));
+  // What was learned meanwhile reached Redis.
+  Sync s(*server);
+  CHECK(run_until(
+      io,
+      [&] {
+        return s.run({"HGET", provider_hash("rpcroute:", kb), "b"}).starts_with("1 ");
+      },
+      1000));
+}
