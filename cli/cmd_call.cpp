@@ -125,8 +125,10 @@ void print_verbose(const CallOutcome& o, const Chain& chain) {
   if (o.broadcast)
     fmt::print(stderr, "  broadcast to every eligible provider; the first success was returned\n");
   if (o.hedge != CallOutcome::Hedge::none)
-    fmt::print(stderr, "  hedged: the first attempt was slow, the next provider was asked too; "
-               "answered by: {}\n", hedge_name(o.hedge));
+    fmt::print(stderr,
+               "  hedged: the first attempt was slow, the next provider was asked too; "
+               "answered by: {}\n",
+               hedge_name(o.hedge));
 }
 
 void print_unavailable(const CallOutcome& o, std::string_view method, const Chain& chain) {

@@ -135,8 +135,8 @@ class Executor {
   LocalTraffic& traffic_;
   bool hedges_ = false;  // some chain or method override hedges (profile_hedges)
   std::map<const HedgeConfig*, HedgeBudget> hedge_budgets_;  // by the settings that hedge
-  int background_ = 0;                         // broadcast sends still in flight
-  std::optional<asio::steady_timer> drained_;  // woken when background_ reaches 0
+  int background_ = 0;                                       // broadcast sends still in flight
+  std::optional<asio::steady_timer> drained_;                // woken when background_ reaches 0
 };
 
 }  // namespace rpcroute

@@ -144,8 +144,7 @@ class ProfileSchema : public detail::YamlReader {
     MethodOverride o;
     o.pattern = scalar(key, "method name");
     require_map(v, "method override");
-    check_keys(v,
-               {"strategy", "providers", "timeout_ms", "broadcast", "max_response_mb", "hedge"},
+    check_keys(v, {"strategy", "providers", "timeout_ms", "broadcast", "max_response_mb", "hedge"},
                "method override");
     if (auto s = v["strategy"]) o.policy.strategy = strategy(s);
     if (auto t = opt_int(v, "timeout_ms", 1)) o.policy.timeout_ms = *t;

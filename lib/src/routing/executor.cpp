@@ -72,9 +72,11 @@ asio::awaitable<std::vector<CallOutcome>> Executor::route(const Chain& chain,
     if (call.valid()) timeout_ms = std::max(timeout_ms, default_method_timeout_ms(call.method));
   }
   if (options.timeout_ms) timeout_ms = *options.timeout_ms;
-  Run run{chain, options,
+  Run run{chain,
+          options,
           options.max_attempts.value_or(profile_.routing.max_attempts.value_or(INT_MAX)),
-          timeout_ms, clock_.mono_us() + timeout_ms * 1000,
+          timeout_ms,
+          clock_.mono_us() + timeout_ms * 1000,
           options.hedge.value_or(hedges_)};
 
   for (std::size_t i = 0; i < calls.size(); ++i) {
