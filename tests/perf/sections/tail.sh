@@ -73,11 +73,11 @@ EOF
     local pv="tail_${mode}_pid"
     stop_pid "${!pv}"
     local fig extra errors
-    fig=$(jq -c '[.. | objects | select(has("p99"))] | first' "$work/tail_$mode.json")
+    fig=$(jq -c '.methods[0].providers[0]' "$work/tail_$mode.json")
     extra=$(curl -sf "$fast_url/_stats" | jq -r --argjson n "$n" '.requests / $n * 100 | . * 10 | round / 10')
-    errors=$(jq -r '[.. | objects | select(has("errors")) | .errors | numbers] | add // 0' "$work/tail_$mode.json")
+    errors=$(jq -r '.requests - .ok' <<<"$fig")
     local p50 p90 p99 max
-    p50=$(jq -r '.p50' <<<"$fig"); p90=$(jq -r '.p90' <<<"$fig"); p99=$(jq -r '.p99' <<<"$fig"); max=$(jq -r '.max // "n/a"' <<<"$fig")
+    p50=$(jq -r '.p50_ms' <<<"$fig"); p90=$(jq -r '.p90_ms' <<<"$fig"); p99=$(jq -r '.p99_ms' <<<"$fig"); max=$(jq -r '.max_ms // "n/a"' <<<"$fig")
     echo "| $mode | $p50 ms | $p90 ms | $p99 ms | $max ms | $extra % | $errors |" >>"$out/tail.md"
     if [[ $mode == off ]]; then p99_off=$p99; else p99_on=$p99 extra_on=$extra; fi
   done
