@@ -47,6 +47,11 @@ void setup_call(CLI::App& app, int& exit_code) {
   sub->add_flag("-v,--verbose", opts->verbose, "Print routing metadata on stderr");
   sub->add_flag("--raw", opts->raw,
                 "Read a whole JSON-RPC request or batch from stdin and print the whole response");
+  auto* hedge = sub->add_flag("--hedge", opts->hedge,
+                              "Hedge replay-safe reads: ask the next provider too when the first "
+                              "is slow (the profile's hedge settings, else the defaults)");
+  sub->add_flag("--no-hedge", opts->no_hedge, "Never hedge, whatever the profile says")
+      ->excludes(hedge);
   sub->callback([opts, &exit_code] { exit_code = run_call(*opts); });
 }
 
@@ -76,6 +81,10 @@ void write_meta(json::Writer& w, const CallOutcome& o, const Chain& chain) {
   if (o.broadcast) {
     w.key("broadcast");
     w.value(true);
+  }
+  if (o.hedge != CallOutcome::Hedge::none) {  // which attempt answered: first, hedge, neither
+    w.key("hedge");
+    w.value(hedge_name(o.hedge));
   }
   w.key("attempts");
   w.begin_array();
@@ -118,6 +127,11 @@ void print_verbose(const CallOutcome& o, const Chain& chain) {
   }
   if (o.broadcast)
     fmt::print(stderr, "  broadcast to every eligible provider; the first success was returned\n");
+  if (o.hedge != CallOutcome::Hedge::none)
+    fmt::print(stderr,
+               "  hedged: the first attempt was slow, the next provider was asked too; "
+               "answered by: {}\n",
+               hedge_name(o.hedge));
 }
 
 void print_unavailable(const CallOutcome& o, std::string_view method, const Chain& chain) {
@@ -170,6 +184,8 @@ std::optional<RouteOptions> route_options(const CallOptions& options, const Chai
     }
   }
   if (options.max_attempts > 0) route.max_attempts = options.max_attempts;
+  if (options.hedge) route.hedge = true;
+  if (options.no_hedge) route.hedge = false;
   return route;
 }
 

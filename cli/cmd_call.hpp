@@ -20,6 +20,8 @@ struct CallOptions {
   bool json = false;
   bool verbose = false;
   bool raw = false;
+  bool hedge = false;     // --hedge
+  bool no_hedge = false;  // --no-hedge
 };
 
 void setup_call(CLI::App& app, int& exit_code);

@@ -75,6 +75,8 @@ void Metrics::on_call(const std::string& profile, const std::string& chain, std:
     c.status = status.data();
   }
   ++*c.count;
+  if (out.hedge != CallOutcome::Hedge::none)
+    ++slot(hedges_, std::string_view(profile), std::string_view(chain), hedge_name(out.hedge));
   for (const auto& a : out.attempts) {
     const auto outcome = outcome_name(a.result.outcome);
     auto& l = last_attempt_;
@@ -198,6 +200,15 @@ std::string Metrics::render(const std::vector<const Profile*>& profiles, const S
                  "# TYPE rpcroute_websocket_upstream_subscriptions gauge\n"
                  "rpcroute_websocket_upstream_subscriptions {}\n",
                  websocket_upstream_subs_);
+  fmt::format_to(it,
+                 "# HELP rpcroute_hedges_total Hedged reads: a second provider was asked; by which "
+                 "attempt answered (first, hedge, neither).\n");
+  fmt::format_to(it, "# TYPE rpcroute_hedges_total counter\n");
+  for (const auto& [k, v] : hedges_) {
+    const auto& [profile, chain, won] = k;
+    fmt::format_to(it, "rpcroute_hedges_total{{profile=\"{}\",chain=\"{}\",won=\"{}\"}} {}\n",
+                   label(profile), label(chain), won, v);
+  }
 
   fmt::format_to(it,
                  "# HELP rpcroute_breaker_state Circuit breaker per provider: 0 closed, 1 "

@@ -73,6 +73,7 @@ class Metrics {
   std::map<CallKey, std::uint64_t, LabelLess> calls_;
   std::map<AttemptKey, std::uint64_t, LabelLess> attempts_;
   std::map<ProviderKey, Histogram, LabelLess> latency_;
+  std::map<ProviderKey, std::uint64_t, LabelLess> hedges_;  // profile chain winner
   std::map<int, std::uint64_t> http_;
   std::int64_t in_flight_ = 0;
   std::size_t connections_ = 0;

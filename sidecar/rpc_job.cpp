@@ -106,11 +106,16 @@ struct Tally {
   std::size_t routed = 0;  // calls that reached the routing (not invalid, not answered locally)
   std::int64_t retry_after = -1;
   Strategy strategy = Strategy::load_balanced;
+  std::string hedges;  // the hedged calls' winners, comma-separated ("hedge", "first,neither")
 };
 
 void count(Tally& t, const CallOutcome& o) {
   t.attempts += o.attempts.size();
   t.latency = std::max(t.latency, o.upstream_latency_ms);
+  if (o.hedge != CallOutcome::Hedge::none) {
+    if (!t.hedges.empty()) t.hedges += ',';
+    t.hedges += hedge_name(o.hedge);
+  }
   if (!o.provider.empty() && t.providers.find(o.provider) == std::string::npos) {
     t.providers += t.providers.empty() ? o.provider : "," + o.provider;
   }
@@ -147,8 +152,8 @@ void put_rpcroute_headers(std::string& lines, const Tally& t, std::string_view r
       t.providers.empty() ? "-"sv : std::string_view(t.providers);
   const std::string_view strategy_text = strategy_name(t.strategy);
   const auto at = lines.size();
-  lines.resize(at + 600 + provider_list.size() + strategy_text.size() +
-               request_id.size());  // fixed parts < 200
+  lines.resize(at + 600 + provider_list.size() + strategy_text.size() + request_id.size() +
+               t.hedges.size());  // fixed parts < 250
   char* p = lines.data() + at;
   auto put = [&p](std::string_view piece) {
     std::memcpy(p, piece.data(), piece.size());
@@ -165,6 +170,11 @@ void put_rpcroute_headers(std::string& lines, const Tally& t, std::string_view r
   put("\r\nX-Rpcroute-Cache: MISS\r\nX-Rpcroute-Request-Id: "sv);
   put(request_id);
   put("\r\n"sv);
+  if (!t.hedges.empty()) {  // issue 19: a hedge fired, and which attempt answered
+    put("X-Rpcroute-Hedge: "sv);
+    put(t.hedges);
+    put("\r\n"sv);
+  }
   lines.resize(static_cast<std::size_t>(p - lines.data()));
 }
 

@@ -90,6 +90,18 @@ struct Provider {
   std::string fingerprint;           // short hash of the URL; keys state without storing the URL
 };
 
+/// Hedged reads (issue 19): when the first attempt of a replay-safe read has not answered after
+/// that provider's `quantile` latency for the method (clamped to [min_ms, max_ms]), the next
+/// candidate is asked too and the first good answer wins. Extra requests are capped at
+/// `max_extra` of the hedgeable requests (a token bucket; see HedgeBudget).
+struct HedgeConfig {
+  bool enabled = true;  // `hedge: false` under a method override turns a chain's hedging off
+  double quantile = 0.9;
+  std::int64_t min_ms = 50;
+  std::int64_t max_ms = 2'000;
+  double max_extra = 0.1;
+};
+
 struct Chain {
   std::string name;
   std::uint64_t chain_id = 0;
@@ -97,6 +109,7 @@ struct Chain {
   std::uint64_t max_lag_blocks = 2;
   std::uint64_t archival_threshold = 128;
   std::int64_t lag_trip_ms = 30'000;
+  std::optional<HedgeConfig> hedge;  // off unless the profile or `call --hedge` asks
   std::vector<Provider> providers;
 
   [[nodiscard]] const Provider* find_provider(std::string_view id) const;
@@ -108,6 +121,7 @@ struct MethodPolicy {
   std::optional<std::int64_t> timeout_ms;
   std::optional<std::uint64_t> max_response_bytes;  // max_response_mb: wins over the provider's
   bool broadcast = false;
+  std::optional<HedgeConfig> hedge;  // wins over the chain's
 };
 
 struct MethodOverride {

@@ -1,5 +1,6 @@
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -10,6 +11,7 @@
 #include "rpcroute/clock.hpp"
 #include "rpcroute/config.hpp"
 #include "rpcroute/health/store.hpp"
+#include "rpcroute/hedge.hpp"
 #include "rpcroute/jsonrpc.hpp"
 #include "rpcroute/outcome.hpp"
 #include "rpcroute/planner.hpp"
@@ -46,7 +48,14 @@ struct CallOutcome {
   /// high-water mark so that it never goes backwards.
   std::optional<std::uint64_t> raised_from;
   bool broadcast = false;  // sent to every eligible provider at once
+  /// A hedge fired (issue 19): the next candidate was asked while the first attempt was slow, and
+  /// which of the two gave the answer (neither: both failed, or the call went on elsewhere).
+  enum class Hedge : std::uint8_t { none, first_won, hedge_won, neither };
+  Hedge hedge = Hedge::none;
 };
+
+/// "first", "hedge", "neither" ("" for none): headers, --json meta and /metrics say it so.
+[[nodiscard]] std::string_view hedge_name(CallOutcome::Hedge h);
 
 /// Runs the calls of one request through their plans: batches calls bound for the same provider,
 /// sends through the transport, classifies, records what happened to health, and fails over as
@@ -86,6 +95,19 @@ class Executor {
   bool next_round(Run& run, std::vector<Item>& items, Round& round);
   [[nodiscard]] HttpRequest start_round(const Run& run, Round& round);
   void settle_round(const Run& run, Round& round, HttpResponse answer);
+  /// settle_round's two halves: classify an answer (not cancelled), then record what it teaches
+  /// and, when `judge_calls`, judge its calls (a hedge's answer that came too late is only
+  /// recorded).
+  [[nodiscard]] Exchange classify_round(const Run& run, const Round& round, HttpResponse answer);
+  void settle_exchange(const Run& run, Round& round, Exchange& ex, bool judge_calls);
+  /// An attempt that was abandoned: it leaves the traffic counts, nothing is recorded.
+  void forget_round(const Round& round);
+  /// The hedge settings for this round, or null when it is not hedged (hedge.cpp).
+  [[nodiscard]] const HedgeConfig* hedge_for(const Run& run, const Round& round) const;
+  /// The round's attempt, and a second one on the next candidate if the first is slow; the
+  /// first good answer is settled, the other attempt cancelled and forgotten (hedge.cpp).
+  [[nodiscard]] asio::awaitable<void> hedged_round(const Run& run, Round& first,
+                                                   HttpRequest request, const HedgeConfig& config);
   void settle_item(const Run& run, const Round& round, Exchange& ex, std::size_t g,
                    std::int64_t now);
   void deliver(const Run& run, const Round& round, Exchange& ex, std::size_t g, std::int64_t now);
@@ -114,8 +136,10 @@ class Executor {
   const Clock& clock_;
   Random& rng_;
   LocalTraffic& traffic_;
-  int background_ = 0;                         // broadcast sends still in flight
-  std::optional<asio::steady_timer> drained_;  // woken when background_ reaches 0
+  bool hedges_ = false;  // some chain or method override hedges (profile_hedges)
+  std::map<const HedgeConfig*, HedgeBudget> hedge_budgets_;  // by the settings that hedge
+  int background_ = 0;                                       // broadcast sends still in flight
+  std::optional<asio::steady_timer> drained_;                // woken when background_ reaches 0
 };
 
 }  // namespace rpcroute

@@ -102,6 +102,9 @@ struct RouteOptions {
   /// end unavailable ("cancelled"), with nothing recorded against a provider (the sidecar's client
   /// left).
   Cancellation* cancel = nullptr;
+  /// `call --hedge` (true: hedge with the profile's settings, else the defaults) / `--no-hedge`
+  /// (false); unset: as the profile says.
+  std::optional<bool> hedge;
 };
 
 struct RuleInput;

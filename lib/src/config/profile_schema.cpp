@@ -166,11 +166,12 @@ class ProfileSchema : public detail::YamlReader {
     MethodOverride o;
     o.pattern = scalar(key, "method name");
     require_map(v, "method override");
-    check_keys(v, {"strategy", "providers", "timeout_ms", "broadcast", "max_response_mb"},
+    check_keys(v, {"strategy", "providers", "timeout_ms", "broadcast", "max_response_mb", "hedge"},
                "method override");
     if (auto s = v["strategy"]) o.policy.strategy = strategy(s);
     if (auto t = opt_int(v, "timeout_ms", 1)) o.policy.timeout_ms = *t;
     if (auto b = v["broadcast"]) o.policy.broadcast = boolean(b);
+    if (auto h = v["hedge"]) o.policy.hedge = read_hedge(h);
     if (auto m = opt_int(v, "max_response_mb", 1))
       o.policy.max_response_bytes = response_cap(v, *m);
     if (auto ps = v["providers"]) {
@@ -185,6 +186,23 @@ class ProfileSchema : public detail::YamlReader {
     return o;
   }
 
+  /// `hedge: true|false` or `hedge: { quantile, min_ms, max_ms, max_extra }`.
+  HedgeConfig read_hedge(const YAML::Node& h) const {
+    HedgeConfig o;
+    if (h.IsScalar()) {
+      o.enabled = boolean(h);
+      return o;
+    }
+    require_map(h, "hedge");
+    check_keys(h, {"quantile", "min_ms", "max_ms", "max_extra"}, "hedge");
+    o.quantile = opt_double(h, "quantile", 0.01, 1).value_or(o.quantile);
+    o.min_ms = opt_int(h, "min_ms", 1).value_or(o.min_ms);
+    o.max_ms = opt_int(h, "max_ms", 1).value_or(std::max(o.max_ms, o.min_ms));
+    o.max_extra = opt_double(h, "max_extra", 0, 1).value_or(o.max_extra);
+    if (o.max_ms < o.min_ms) throw error(h, "hedge.max_ms must not be below hedge.min_ms");
+    return o;
+  }
+
   Chain read_chain(const YAML::Node& key, const YAML::Node& n) {
     Chain c;
     c.name = scalar(key, "chain name");
@@ -195,7 +213,7 @@ class ProfileSchema : public detail::YamlReader {
     require_map(n, fmt::format("chains.{}", c.name));
     check_keys(n,
                {"chain_id", "block_time_ms", "max_lag_blocks", "archival_threshold", "lag_trip_ms",
-                "providers"},
+                "hedge", "providers"},
                fmt::format("chain '{}'", c.name));
     auto cid = opt_int(n, "chain_id", 1);
     if (!cid) throw error(n, fmt::format("chain '{}' needs a 'chain_id'", c.name));
@@ -205,6 +223,7 @@ class ProfileSchema : public detail::YamlReader {
     c.archival_threshold =
         static_cast<std::uint64_t>(opt_int(n, "archival_threshold", 0).value_or(128));
     c.lag_trip_ms = opt_int(n, "lag_trip_ms", 0).value_or(c.lag_trip_ms);
+    if (auto h = n["hedge"]) c.hedge = read_hedge(h);
     auto ps = n["providers"];
     if (!ps) throw error(n, fmt::format("chain '{}' needs a 'providers' list", c.name));
     if (!ps.IsSequence() || ps.size() == 0) throw error(ps, "'providers' must be a non-empty list");

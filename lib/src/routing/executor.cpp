@@ -54,7 +54,8 @@ Executor::Executor(const Profile& profile, Planner& planner, Transport& transpor
       store_(store),
       clock_(clock),
       rng_(rng),
-      traffic_(traffic) {}
+      traffic_(traffic),
+      hedges_(profile_hedges(profile)) {}
 
 asio::awaitable<std::vector<CallOutcome>> Executor::route(const Chain& chain,
                                                           std::span<const jsonrpc::Call> calls,
@@ -71,9 +72,12 @@ asio::awaitable<std::vector<CallOutcome>> Executor::route(const Chain& chain,
     if (call.valid()) timeout_ms = std::max(timeout_ms, default_method_timeout_ms(call.method));
   }
   if (options.timeout_ms) timeout_ms = *options.timeout_ms;
-  Run run{chain, options,
+  Run run{chain,
+          options,
           options.max_attempts.value_or(profile_.routing.max_attempts.value_or(INT_MAX)),
-          timeout_ms, clock_.mono_us() + timeout_ms * 1000};
+          timeout_ms,
+          clock_.mono_us() + timeout_ms * 1000,
+          options.hedge.value_or(hedges_)};
 
   for (std::size_t i = 0; i < calls.size(); ++i) {
     const auto& call = calls[i];
@@ -103,6 +107,10 @@ asio::awaitable<std::vector<CallOutcome>> Executor::route(const Chain& chain,
     if (round.group.empty()) continue;  // the deadline ended them
     // Named locals: g++ 12 destroys temporaries inside a co_await expression twice.
     HttpRequest request = start_round(run, round);
+    if (const HedgeConfig* hedge = hedge_for(run, round)) {
+      co_await hedged_round(run, round, std::move(request), *hedge);
+      continue;
+    }
     HttpResponse answer = co_await transport_.perform(std::move(request));
     settle_round(run, round, std::move(answer));
   }
@@ -239,18 +247,29 @@ HttpRequest Executor::start_round(const Run& run, Round& round) {
 }
 
 void Executor::settle_round(const Run& run, Round& round, HttpResponse answer) {
-  const Provider& provider = *round.cand.provider;
-  const std::string_view key = round.cand.key;
   // Abandoned, not failed: nothing is learned or held against the provider (next_round ends the
   // calls).
   if (answer.error == TransportError::cancelled) {
-    if (round.trial) --traffic_.half_open_trials[std::string(key)];
+    if (round.trial) --traffic_.half_open_trials[std::string(round.cand.key)];
     return;
   }
+  Exchange ex = classify_round(run, round, std::move(answer));
+  settle_exchange(run, round, ex, true);
+}
+
+Exchange Executor::classify_round(const Run& run, const Round& round, HttpResponse answer) {
   const std::span<const UpstreamCall> calls(round.upstream.data(), round.upstream.size());
   Exchange ex = classify_exchange(std::move(answer), round.ids, clock_.now_ms(), profile_, calls);
   if (connection_suspect(ex)) transport_.close_connection(ex.http.connection);
-  refuse_doubtful_heads(store_, profile_, run.chain, provider, key, calls, ex, clock_.now_ms());
+  refuse_doubtful_heads(store_, profile_, run.chain, *round.cand.provider, round.cand.key, calls,
+                        ex, clock_.now_ms());
+  return ex;
+}
+
+void Executor::settle_exchange(const Run& run, Round& round, Exchange& ex, bool judge_calls) {
+  const Provider& provider = *round.cand.provider;
+  const std::string_view key = round.cand.key;
+  const std::span<const UpstreamCall> calls(round.upstream.data(), round.upstream.size());
   if (round.trial) --traffic_.half_open_trials[std::string(key)];
   traffic_.attempts.finish(&provider, round.started_ms);
   const auto now = clock_.now_ms();
@@ -262,8 +281,13 @@ void Executor::settle_round(const Run& run, Round& round, HttpResponse answer) {
     Item& item = *round.group[g];
     item.out.attempts.push_back(
         {provider.id, scrubbed(ex.per_call[g]), ex.http.status, latency_ms});
-    settle_item(run, round, ex, g, now);
+    if (judge_calls) settle_item(run, round, ex, g, now);
   }
+}
+
+void Executor::forget_round(const Round& round) {
+  if (round.trial) --traffic_.half_open_trials[std::string(round.cand.key)];
+  traffic_.attempts.finish(round.cand.provider, round.started_ms);
 }
 
 void Executor::settle_item(const Run& run, const Round& round, Exchange& ex, std::size_t g,

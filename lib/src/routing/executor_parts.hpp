@@ -31,6 +31,7 @@ struct Executor::Run {
   int max_attempts = 0;
   std::int64_t timeout_ms = 0;   // the overall deadline's length (for the message)
   std::int64_t deadline_us = 0;  // on the clock's monotonic time
+  bool hedging = false;          // some call may be hedged: hedge_for() looks further
 };
 
 /// One attempt: the calls bound for one provider, sent as one batch.

@@ -69,9 +69,14 @@ class FakeTransport final : public Transport {
     if (wait_ms > 0) {
       if (clock_ != nullptr) clock_->advance(wait_ms);
       asio::steady_timer timer(io_, std::chrono::milliseconds(clock_ != nullptr ? 0 : wait_ms));
-      co_await timer.async_wait(asio::use_awaitable);
+      // Like the real clients: a cancellation ends the wait at once.
+      if (request.cancel != nullptr) request.cancel->on_request([&timer] { timer.cancel(); });
+      boost::system::error_code ec;
+      co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      if (request.cancel != nullptr) request.cancel->clear_hook();
     }
     if (request.cancel != nullptr && request.cancel->requested()) {
+      ++cancelled;
       HttpResponse r;
       r.error = TransportError::cancelled;
       co_return r;
@@ -170,6 +175,7 @@ class FakeTransport final : public Transport {
 
   std::vector<Sent> log;
   std::size_t closed = 0;
+  std::size_t cancelled = 0;  // requests that ended cancelled
 
  private:
   struct Route {
