@@ -74,10 +74,9 @@ void write_provider_json(json::Writer& w, const Profile& p, const Provider& pr) 
   // What an attempt of each method class really gets (issue 21): the provider's timeout when set.
   w.key("effective_timeouts_ms");
   w.begin_object();
-  for (auto [name, c] : {std::pair{"cheap", TimeoutClass::cheap},
-                         std::pair{"standard", TimeoutClass::standard},
-                         std::pair{"heavy", TimeoutClass::heavy},
-                         std::pair{"trace", TimeoutClass::trace}}) {
+  for (auto [name, c] :
+       {std::pair{"cheap", TimeoutClass::cheap}, std::pair{"standard", TimeoutClass::standard},
+        std::pair{"heavy", TimeoutClass::heavy}, std::pair{"trace", TimeoutClass::trace}}) {
     w.key(name);
     w.value(pr.timeout_set ? pr.timeout_ms : timeout_class_ms(c));
   }
@@ -166,8 +165,8 @@ void write_profile_json(const Profile& p) {
 std::string effective_timeouts(const Provider& pr) {
   if (pr.timeout_set) return format_ms(static_cast<double>(pr.timeout_ms)) + " (all)";
   std::vector<std::string> each;
-  for (auto c : {TimeoutClass::cheap, TimeoutClass::standard, TimeoutClass::heavy,
-                 TimeoutClass::trace})
+  for (auto c :
+       {TimeoutClass::cheap, TimeoutClass::standard, TimeoutClass::heavy, TimeoutClass::trace})
     each.push_back(format_ms(static_cast<double>(timeout_class_ms(c))));
   return fmt::format("{}", fmt::join(each, "/"));
 }

@@ -23,8 +23,9 @@ void setup_serve(CLI::App& app, int& exit_code) {
   auto* sub = app.add_subcommand(
       "serve",
       "Run the localhost sidecar: point your app's RPC URL at http://127.0.0.1:8645/rpc/CHAIN");
-  sub->add_option("--listen,-l", opts->listen,
-                  "Address and port (default 127.0.0.1:8645, a port no local node uses; 0 picks one)");
+  sub->add_option(
+      "--listen,-l", opts->listen,
+      "Address and port (default 127.0.0.1:8645, a port no local node uses; 0 picks one)");
   sub->add_option("--profile,-p", opts->profiles,
                   "Profile name or path; repeat to serve several (the first is the default; others "
                   "on the search path "

@@ -15,8 +15,8 @@
 #include "cmd_rank.hpp"
 #include "cmd_serve.hpp"
 #include "cmd_state.hpp"
-#include "help.hpp"
 #include "cmd_top.hpp"
+#include "help.hpp"
 #include "output.hpp"
 
 int main(int argc, char** argv) {

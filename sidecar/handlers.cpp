@@ -249,7 +249,6 @@ void write_shared_status(json::Writer& w, const shared::SharedStatus& s) {
 }  // namespace
 
 bool Handlers::write_health(json::Writer& w, std::int64_t now) {
-
   bool all_ok = true;
   w.key("chains");
   w.begin_array();

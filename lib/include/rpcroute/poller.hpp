@@ -40,9 +40,10 @@ struct PollTarget {
 inline constexpr std::int64_t kRecoveryFirstMs = 250;
 inline constexpr std::int64_t kRecoveryMaxMs = 1'000;
 [[nodiscard]] std::int64_t recovery_backoff_ms(std::int64_t wait_ms);
-/// While a provider that answered its last poll is waiting for the next, the poller looks this often
-/// whether traffic saw it fail since: if so it polls at once (probe on failure), and a poll that
-/// fails after a success is retried this soon, so that /healthz turns within a couple of seconds.
+/// While a provider that answered its last poll is waiting for the next, the poller looks this
+/// often whether traffic saw it fail since: if so it polls at once (probe on failure), and a poll
+/// that fails after a success is retried this soon, so that /healthz turns within a couple of
+/// seconds.
 inline constexpr std::int64_t kWatchSliceMs = 250;
 
 /// How long a provider's last success vouches for it on /healthz: three poll intervals and a

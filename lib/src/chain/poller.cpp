@@ -54,8 +54,7 @@ std::string liveness_problem(const ProviderState* state, const Chain& chain,
                        std::max<std::int64_t>(0, now_ms - state->last_failed_ms));
   const auto window = liveness_window_ms(chain, provider);
   if (fresh && now_ms - state->last_ok_ms > window)
-    return fmt::format("no answer for {} ms (more than {} ms)", now_ms - state->last_ok_ms,
-                       window);
+    return fmt::format("no answer for {} ms (more than {} ms)", now_ms - state->last_ok_ms, window);
   return {};
 }
 

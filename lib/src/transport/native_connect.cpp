@@ -84,7 +84,8 @@ struct NameCache::Lookup {
   gaicb request{};
   gaicb* list[1] = {&request};
 
-  Lookup(std::string name, std::uint16_t port) : host(std::move(name)), service(std::to_string(port)) {
+  Lookup(std::string name, std::uint16_t port)
+      : host(std::move(name)), service(std::to_string(port)) {
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_NUMERICSERV;

@@ -320,7 +320,8 @@ struct AnswerReading {
     }
     if (ec) {
       if (auto refused = tls_alert_message(ec); !refused.empty()) {
-        t.fail(TransportError::tls, std::move(refused));  // a TLS 1.3 server refusing our certificate
+        t.fail(TransportError::tls,
+               std::move(refused));  // a TLS 1.3 server refusing our certificate
       } else {
         t.fail(TransportError::reset, fmt::format("Recv failure: {}", ec.message()));
       }
@@ -459,13 +460,13 @@ asio::awaitable<HttpResponse> NativeHttp::perform(HttpRequest request,
         // Over TLS the same by waiting for readability before the answer's first SSL_read: no
         // read() that fails, and no record buffer held by OpenSSL while the provider thinks.
         // OpenSSL keeps whole records, so a small first read costs only another copy out of it.
-        const auto into = conn->buffer.prepare(
-            conn->ssl ? std::min(a.read_size(), kTlsFirstRead) : a.read_size());
-        const auto n = conn->ssl ? co_await tls_read_some(conn->socket, conn->ssl.get(), into, ec,
-                                                          a.received == 0)
-                                 : co_await async_read_some_edge(
-                                       conn->socket, into,
-                                       asio::redirect_error(asio::use_awaitable, ec));
+        const auto into = conn->buffer.prepare(conn->ssl ? std::min(a.read_size(), kTlsFirstRead)
+                                                         : a.read_size());
+        const auto n =
+            conn->ssl
+                ? co_await tls_read_some(conn->socket, conn->ssl.get(), into, ec, a.received == 0)
+                : co_await async_read_some_edge(conn->socket, into,
+                                                asio::redirect_error(asio::use_awaitable, ec));
         if (!a.took(n, ec)) break;
       }
       t.deadline->socket = nullptr;

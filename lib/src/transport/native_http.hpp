@@ -1,9 +1,9 @@
 #pragma once
-// The engine's own HTTP/1.1 client for http:// and https:// upstreams (TLS by OpenSSL on the socket,
-// native_tls.hpp; names resolved and kept for a minute): no curl state machine, no liveness poll()
-// and no epoll_ctl per request. What stays with curl: HTTP/2 (a provider's `http: "2"`), proxies
-// (the proxy variables set), user:password@ URLs, and everything when RPCROUTE_HTTP_CLIENT=curl
-// (https alone with RPCROUTE_NATIVE_TLS=0). Internal to the transport.
+// The engine's own HTTP/1.1 client for http:// and https:// upstreams (TLS by OpenSSL on the
+// socket, native_tls.hpp; names resolved and kept for a minute): no curl state machine, no liveness
+// poll() and no epoll_ctl per request. What stays with curl: HTTP/2 (a provider's `http: "2"`),
+// proxies (the proxy variables set), user:password@ URLs, and everything when
+// RPCROUTE_HTTP_CLIENT=curl (https alone with RPCROUTE_NATIVE_TLS=0). Internal to the transport.
 #include <cstdint>
 #include <memory>
 #include <string>

@@ -108,8 +108,8 @@ const TlsContexts::Context& TlsContexts::get(const TlsOptions* tls) {
     if (SSL_CTX_use_certificate_chain_file(ctx, want.cert_file.c_str()) != 1 ||
         SSL_CTX_use_PrivateKey_file(ctx, key.c_str(), SSL_FILETYPE_PEM) != 1 ||
         SSL_CTX_check_private_key(ctx) != 1)
-      c->error = fmt::format("TLS: client certificate or key unusable ({})",
-                             openssl_error("unreadable"));
+      c->error =
+          fmt::format("TLS: client certificate or key unusable ({})", openssl_error("unreadable"));
   }
   contexts_.push_back(std::move(c));
   return *contexts_.back();

@@ -54,7 +54,8 @@ struct Deadline {
 };
 
 /// (Re)arms the deadline; a handler of an earlier arming does nothing.
-inline void arm(const std::shared_ptr<Deadline>& deadline, std::chrono::steady_clock::time_point at) {
+inline void arm(const std::shared_ptr<Deadline>& deadline,
+                std::chrono::steady_clock::time_point at) {
   deadline->timer.expires_at(at);
   const auto generation = ++deadline->generation;
   deadline->timer.async_wait([d = deadline, generation](const boost::system::error_code& ec) {
