@@ -81,7 +81,9 @@ std::shared_ptr<const NativeHttp::Target> parse_native_target(std::string_view u
   if (!ec) {
     if (address.is_v6() && address.to_v6().scope_id() != 0) return nullptr;
     target->endpoints.emplace_back(address, static_cast<std::uint16_t>(port));
-  } else if (host == "localhost") {
+  } else if (host == "localhost" ||
+             (host.size() > 10 && iequals(host.substr(host.size() - 10), ".localhost"))) {
+    // localhost and its subdomains are this machine, never asked of DNS (RFC 6761, as curl does).
     // curl tries both; an IPv4-only node is the common case.
     target->endpoints.emplace_back(asio::ip::make_address_v4("127.0.0.1"),
                                    static_cast<std::uint16_t>(port));

@@ -29,6 +29,13 @@ TEST_CASE("native target: localhost is tried on IPv4 then IPv6; path and query k
   CHECK(t->port == 80);
   CHECK(t->head.starts_with("POST /v2/key?x=1 HTTP/1.1\r\nHost: localhost\r\n"));
 
+  // Subdomains of localhost are this machine too (RFC 6761; curl does the same): a key in the
+  // host name must not be asked of DNS.
+  auto k = parse_native_target("https://SeCrEtKeY.localhost:8443/");
+  REQUIRE(k != nullptr);
+  REQUIRE(k->endpoints.size() == 2);
+  CHECK(k->endpoints[0].address().is_v4());
+
   auto q = parse_native_target("http://[::1]:8080?a=b");
   REQUIRE(q != nullptr);
   CHECK(q->host == "::1");
