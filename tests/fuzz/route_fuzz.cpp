@@ -51,6 +51,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     case RouteKind::healthz:
     case RouteKind::status:
     case RouteKind::metrics:
+    case RouteKind::dashboard_page:
+    case RouteKind::dashboard_state:
+    case RouteKind::dashboard_events:
       FUZZ_CHECK(r.problem.empty());
       FUZZ_CHECK(t.chain.empty() && t.profile.empty() && !t.strategy && !t.provider);
       return 0;
