@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
 
 namespace rpcroute::sidecar {
 
@@ -30,6 +31,25 @@ std::string_view route_shapes_json() {
          R"("GET /healthz","GET /status","GET /metrics","GET /","GET /dashboard",)"
          R"("GET /dashboard/state","GET /dashboard/events","GET (WebSocket) /ws/rpc/... or any POST route"])";
 }
+
+namespace {
+
+/// The routes with a name (/healthz, /status, /metrics, /dashboard, /dashboard/state,
+/// /dashboard/events): `second` is empty for a one-segment path.
+std::optional<RouteKind> named_route(std::string_view first, std::string_view second) {
+  if (second.empty()) {
+    if (first == "healthz") return RouteKind::healthz;
+    if (first == "status") return RouteKind::status;
+    if (first == "metrics") return RouteKind::metrics;
+    if (first == "dashboard") return RouteKind::dashboard_page;
+    return std::nullopt;
+  }
+  if (first == "dashboard" && second == "state") return RouteKind::dashboard_state;
+  if (first == "dashboard" && second == "events") return RouteKind::dashboard_events;
+  return std::nullopt;
+}
+
+}  // namespace
 
 Route parse_route(std::string_view target) {
   if (auto q = target.find_first_of("?#"); q != std::string_view::npos)
@@ -70,26 +90,10 @@ Route parse_route(std::string_view target) {
     r.kind = RouteKind::rpc;
     return r;
   }
-  if (parts.size() == 1) {
-    if (parts[0] == "healthz")
-      r.kind = RouteKind::healthz;
-    else if (parts[0] == "status")
-      r.kind = RouteKind::status;
-    else if (parts[0] == "metrics")
-      r.kind = RouteKind::metrics;
-    else if (parts[0] == "dashboard")
-      r.kind = RouteKind::dashboard_page;
-    else
-      return not_found(fmt::format("no route '{}'", target));
-    return r;
-  }
-  if (parts.size() == 2 && parts[0] == "dashboard") {
-    if (parts[1] == "state")
-      r.kind = RouteKind::dashboard_state;
-    else if (parts[1] == "events")
-      r.kind = RouteKind::dashboard_events;
-    else
-      return not_found(fmt::format("no route '{}'", target));
+  if (parts.size() == 1 || (parts.size() == 2 && parts[0] == "dashboard")) {
+    const auto kind = named_route(parts[0], parts.size() == 2 ? parts[1] : std::string_view());
+    if (!kind) return not_found(fmt::format("no route '{}'", target));
+    r.kind = *kind;
     return r;
   }
   if (parts[0] != "rpc") return not_found(fmt::format("no route '{}'", target));

@@ -70,7 +70,7 @@ struct WsUpstream::Link {
 };
 
 struct WsUpstream::Pending {
-  explicit Pending(asio::any_io_executor ex) : wake(ex) {}
+  explicit Pending(const asio::any_io_executor& ex) : wake(ex) {}
   asio::steady_timer wake;
   std::optional<tl::expected<std::string, std::string>> answer;
 };
