@@ -8,22 +8,6 @@ namespace rpcroute::sidecar {
 
 namespace {
 
-std::string_view status_name(CallOutcome::Status s) {
-  switch (s) {
-    case CallOutcome::Status::result:
-      return "result";
-    case CallOutcome::Status::rpc_error:
-      return "rpc_error";
-    case CallOutcome::Status::unavailable:
-      return "unavailable";
-    case CallOutcome::Status::invalid:
-      return "invalid";
-    case CallOutcome::Status::local:
-      return "local";
-  }
-  return "result";
-}
-
 /// An answer the provider gave (its latency says how fast it is), as opposed to a failure.
 bool answered(OutcomeClass c) {
   return c == OutcomeClass::success || c == OutcomeClass::deterministic;

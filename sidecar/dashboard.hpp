@@ -15,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "labels.hpp"
 #include "rpcroute/asio_compat.hpp"
 #include "rpcroute/executor.hpp"
 #include "rpcroute/json.hpp"
@@ -187,26 +188,14 @@ class Dashboard {
              const CallOutcome& out, std::int64_t now_ms);
   using Key3 = std::tuple<std::string, std::string, std::string>;
   using Key4 = std::tuple<std::string, std::string, std::string, std::string>;
-  struct ViewLess {
-    using is_transparent = void;
-    template <class... T>
-    static auto views(const std::tuple<T...>& t) {
-      return std::apply([](const auto&... x) { return std::make_tuple(std::string_view(x)...); },
-                        t);
-    }
-    template <class L, class R>
-    bool operator()(const L& l, const R& r) const {
-      return views(l) < views(r);
-    }
-  };
 
   DecisionRing ring_;
   std::int64_t watched_until_ms_ = 0;
   std::size_t streams_ = 0;
   std::uint64_t dropped_streams_ = 0;
-  std::map<Key4, LatencySeries, ViewLess> series_;     // profile chain provider method
-  std::map<Key3, ProviderTraffic, ViewLess> traffic_;  // profile chain provider
-  std::map<std::tuple<std::string, std::string>, std::uint64_t, ViewLess> firsts_;
+  std::map<Key4, LatencySeries, LabelLess> series_;     // profile chain provider method
+  std::map<Key3, ProviderTraffic, LabelLess> traffic_;  // profile chain provider
+  std::map<std::tuple<std::string, std::string>, std::uint64_t, LabelLess> firsts_;
 };
 
 /// One decision as the feed's JSON object.

@@ -19,6 +19,8 @@ std::string label(std::string_view v) {
   return out;
 }
 
+}  // namespace
+
 std::string_view status_name(CallOutcome::Status s) {
   switch (s) {
     case CallOutcome::Status::result:
@@ -34,8 +36,6 @@ std::string_view status_name(CallOutcome::Status s) {
   }
   return "?";
 }
-
-}  // namespace
 
 /// The value under a key given as views, inserting it (with owned strings) when it is new.
 template <class Map, class... Views>

@@ -7,6 +7,7 @@
 #include <tuple>
 #include <vector>
 
+#include "labels.hpp"
 #include "rpcroute/config.hpp"
 #include "rpcroute/router.hpp"
 #include "rpcroute/shared/store.hpp"
@@ -55,21 +56,6 @@ class Metrics {
                                 std::string>;  // profile chain provider outcome
   using ProviderKey = std::tuple<std::string, std::string, std::string>;
 
-  /// Orders label tuples by their text. Keys are tuples of strings; lookups pass tuples of
-  /// string_views, so a string is made only for a new key. (Both sides are compared as views:
-  /// mixed string / string_view tuple comparisons do not compile with every standard library.)
-  struct LabelLess {
-    using is_transparent = void;
-    template <class... T>
-    static auto views(const std::tuple<T...>& t) {
-      return std::apply([](const auto&... x) { return std::make_tuple(std::string_view(x)...); },
-                        t);
-    }
-    template <class L, class R>
-    bool operator()(const L& l, const R& r) const {
-      return views(l) < views(r);
-    }
-  };
   std::map<CallKey, std::uint64_t, LabelLess> calls_;
   std::map<AttemptKey, std::uint64_t, LabelLess> attempts_;
   std::map<ProviderKey, Histogram, LabelLess> latency_;
