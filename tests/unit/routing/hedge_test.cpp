@@ -160,8 +160,8 @@ TEST_CASE("hedge: the delay follows the provider's latency quantile for the meth
 
 TEST_CASE("hedge: a first attempt that fails leaves the call to the hedge", "[hedge]") {
   Fixture f;
-  f.transport.on("http://a.test", FakeTransport::status(503), 100);
-  f.transport.on("http://b.test", FakeTransport::results("\"0xb\""), 200);
+  f.transport.on("http://a.test", FakeTransport::status(503), 250);  // after the hedge (60 ms)
+  f.transport.on("http://b.test", FakeTransport::results("\"0xb\""), 400);
   auto o = f.route_one("eth_getBalance");
   CHECK(o.provider == "b");
   CHECK(o.hedge == CallOutcome::Hedge::hedge_won);
@@ -185,7 +185,7 @@ TEST_CASE("hedge: a hedge that fails waits for the first attempt", "[hedge]") {
 
 TEST_CASE("hedge: both failing goes on to the next candidate", "[hedge]") {
   Fixture f;
-  f.transport.on("http://a.test", FakeTransport::status(503), 100);
+  f.transport.on("http://a.test", FakeTransport::status(503), 250);  // after the hedge (60 ms)
   f.transport.on("http://b.test", FakeTransport::status(503), 1);
   f.transport.on("http://c.test", FakeTransport::results("\"0xc\""), 1);
   auto o = f.route_one("eth_getBalance");
@@ -227,7 +227,9 @@ TEST_CASE("hedge: --hedge hedges with the defaults on a profile without hedge", 
 
 TEST_CASE("hedge: the budget caps extra requests", "[hedge]") {
   Fixture f;  // eth_getStorageAt: max_extra 0, so only the starting burst
-  f.transport.on("http://a.test", FakeTransport::results("\"0xa\""), 80);
+  // a answers well after the hedge's 60 ms: a loaded (sanitized, -j2) run still hedges every call
+  // the budget allows.
+  f.transport.on("http://a.test", FakeTransport::results("\"0xa\""), 300);
   f.transport.on("http://b.test", FakeTransport::results("\"0xb\""), 1);
   int hedged = 0;
   for (int i = 0; i < static_cast<int>(kHedgeBurst) + 4; ++i)
