@@ -217,11 +217,28 @@ start_fake() { # NAME [FAKE ARGS...]
   return 1
 }
 
-# Registers NAME with a free port that nothing listens on: a provider that refuses connections.
+# Prints a port below the kernel's ephemeral range (ip_local_port_range) that nothing listens on.
+# A port bound to 0 (free_port, every fake, sidecar and outgoing connection) comes from that range,
+# so another suite running beside this one never takes it later: a dead port stays dead (it once
+# answered HTTP 502 in CI: a process started meanwhile had been given the same port).
+unused_low_port() {
+  local low=32768 port
+  read -r low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || true
+  ((low > 12000)) || low=32768
+  while :; do
+    port=$((10000 + RANDOM % (low - 10000)))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      echo "$port"
+      return
+    fi
+  done
+}
+
+# Registers NAME with a port that nothing listens on, nor will: a provider that refuses connections.
 dead_port() { # NAME
   local dir
   dir=$(_proc_dir)
-  free_port >"$dir/$1.port"
+  unused_low_port >"$dir/$1.port"
 }
 
 # Stops one node (its port stays registered, so profiles can still point at the dead port).
