@@ -167,7 +167,6 @@ class SharedStore final : public HealthStore {
   std::int64_t next_connect_us_ = 0;
   std::uint64_t rounds_answered_ = 0;
   bool running_ = false;
-  bool logged_down_ = false;
   bool logged_write_error_ = false;
   std::string host_id_;
   SharedStatus status_;
