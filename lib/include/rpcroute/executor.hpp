@@ -5,6 +5,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "rpcroute/asio_compat.hpp"
@@ -137,9 +138,13 @@ class Executor {
   Random& rng_;
   LocalTraffic& traffic_;
   bool hedges_ = false;  // some chain or method override hedges (profile_hedges)
-  std::map<const HedgeConfig*, HedgeBudget> hedge_budgets_;  // by the settings that hedge
-  int background_ = 0;                                       // broadcast sends still in flight
-  std::optional<asio::steady_timer> drained_;                // woken when background_ reaches 0
+  // A budget per chain and hedge settings. Not by the settings' address: a plan holds a copy of
+  // its method's policy, so that address was new on every call, and so was the budget (a full
+  // burst each time: never capped).
+  using HedgeKey = std::tuple<const Chain*, double, std::int64_t, std::int64_t, double>;
+  std::map<HedgeKey, HedgeBudget> hedge_budgets_;
+  int background_ = 0;                         // broadcast sends still in flight
+  std::optional<asio::steady_timer> drained_;  // woken when background_ reaches 0
 };
 
 }  // namespace rpcroute

@@ -187,7 +187,8 @@ asio::awaitable<void> Executor::hedged_round(const Run& run, Round& first, HttpR
   }
   start_attempt(transport_, race, 0, std::move(request));
 
-  HedgeBudget& budget = hedge_budgets_[&config];
+  HedgeBudget& budget = hedge_budgets_[HedgeKey{&run.chain, config.quantile, config.min_ms,
+                                                config.max_ms, config.max_extra}];
   budget.earn(config.max_extra);
   const auto delay = hedge_delay_ms(config, samples_of(store_, first), clock_.now_ms(),
                                     profile_.strategies.fastest.window_ms);
