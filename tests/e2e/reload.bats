@@ -143,6 +143,12 @@ answered_until() { # PROVIDER [LIMIT_S]
   assert_json "$body" '.result == "0xc8"'
   assert_json "$(fake_stats t1)" '.tls.handshakes >= 1 and .paths["/v2/KEYONE1234567890"] >= 1'
   grep -q 'profile profile: chain local: added t1; removed f1' "$SC_LOG"
+  # f1's pollers stopped with its runtime (after their current wait: a poll interval is 1 s here).
+  nap 2
+  local f1_requests
+  f1_requests=$(fake_requests f1)
+  nap 2
+  assert_equal "$(fake_requests f1)" "$f1_requests" "requests f1 received 2 s after the reload"
   # The key rotated: the same id with another URL.
   write_profile "$P" \
     "t1,url=$(node_url t1)/v2/KEYTWO0987654321,tls={ ca_file: \"$TEST_PKI/ca.pem\" }"
