@@ -146,7 +146,15 @@ Exchange classify_exchange(HttpResponse http, UpstreamIds ids, std::int64_t now_
     if (!ex.response->batch && n > 1) {
       // One answer for a whole batch: the provider refused the batch as such.
       if (replies.front().error) {
-        all(reply_class(replies.front(), h.retry_after, now_ms));
+        // Its error is about the batch, not about one call: a rate limit, a capability ("batch
+        // requests not supported": the next provider may take it) or a provider failure counts as
+        // such; an error that would be handed to the caller (deterministic, unknown: -32600) is
+        // the batch refused, as no call has an answer of its own (judge's return_error reads one).
+        auto c = reply_class(replies.front(), h.retry_after, now_ms);
+        if (c.cls == OutcomeClass::deterministic || c.cls == OutcomeClass::unknown ||
+            c.cls == OutcomeClass::success)
+          c = failure(Outcome::bad_response, "a single error answer to a batch: " + c.message);
+        all(c);
       } else {
         all(failure(Outcome::bad_response, "a single answer to a batch"));
       }
@@ -154,10 +162,12 @@ Exchange classify_exchange(HttpResponse http, UpstreamIds ids, std::int64_t now_
       // A single call is sent as an object: a batch back answers something else.
       all(failure(Outcome::bad_response, "a batch answer to a single call"));
     } else {
+      bool any_ours = false;
       for (std::size_t i = 0; i < n; ++i) {
         const auto want = std::to_string(ids.first + i);
         for (const auto& r : replies) {
           if (!is_our_id(r.id, want)) continue;
+          any_ours = true;
           if (ex.replies[i] != nullptr) {  // two answers for one call: neither can be trusted
             ex.replies[i] = nullptr;
             ex.per_call[i] =
@@ -184,6 +194,16 @@ Exchange classify_exchange(HttpResponse http, UpstreamIds ids, std::int64_t now_
                                              replies[0].id.empty() ? "none" : replies[0].id, want));
         } else {
           ex.per_call[i] = failure(Outcome::bad_response, "no answer for this call in the batch");
+        }
+      }
+      // A whole batch answered under other ids: the answer to another request, as for one call
+      // (`call`'s chain id check makes a first request a batch: chain_check.cpp).
+      if (!any_ours && n > 1 && replies.size() == n) {
+        for (std::size_t i = 0; i < n; ++i) {
+          ex.per_call[i] =
+              failure(Outcome::wrong_id,
+                      fmt::format("answer has id {} instead of {}",
+                                  replies[i].id.empty() ? "none" : replies[i].id, ids.first + i));
         }
       }
     }
