@@ -169,3 +169,36 @@ answered_until() { # PROVIDER [LIMIT_S]
     fi
   done
 }
+
+@test "reload: a WebSocket subscription on a removed provider moves to the new one, same id" {
+  if [[ ! -x $ANVIL || ! -d $REPO/.tools/ws-client/node_modules/ws ]] || ! command -v node >/dev/null; then
+    skip "needs anvil, node and .tools/ws-client (scripts/setup)"
+  fi
+  start_anvil b1 --block-time 1
+  start_anvil b2 --block-time 1
+  # b2's heads are 1000 and more: each event says which node it came from.
+  timeout 30 "$CAST" rpc anvil_mine 1000 --rpc-url "$(node_url b2)" >/dev/null
+  write_profile "$P" "b1,ws_url=ws://127.0.0.1:$(node_port b1)"
+  sidecar_start sc --profile "$P" --no-probe
+  local out=$BATS_TEST_TMPDIR/events deadline
+  timeout 40 node "$BATS_TEST_DIRNAME/ws_client.mjs" listen "ws://127.0.0.1:$SC_PORT/rpc/local" '["newHeads"]' 9 >"$out" &
+  local client=$!
+  deadline=$((SECONDS + 15))
+  until (($(grep -c '"number"' "$out" || true) >= 2)) || ((SECONDS >= deadline)); do nap 0.1; done
+  write_profile "$P" "b2,ws_url=ws://127.0.0.1:$(node_port b2)"
+  wait "$client"
+  cat "$out"
+  grep -q 'profiles reloaded (file changed): profile profile: chain local: added b2; removed b1' "$SC_LOG"
+  # One subscription id throughout: b1's heads before the reload, b2's after it.
+  assert_equal "$(jq -sc '[.[] | select(.id) | .id] | length' "$out")" 1 "subscribe answers"
+  assert_json "$(jq -sc '.' "$out")" '([.[] | .subscription | strings] | unique | length == 1)
+    and ([.[] | .number | numbers | select(. < 1000)] | length >= 2)
+    and ([.[] | .number | numbers | select(. >= 1000)] | length >= 2)
+    and ([.[] | .number | numbers] | . == (sort_by(. >= 1000)))'
+  # The client gone, no upstream subscription is left open (on b1 or b2).
+  deadline=$((SECONDS + 10))
+  while sidecar_get /metrics && ! grep -Eq '^rpcroute_websocket_upstream_subscriptions 0$' <<<"$body"; do
+    ((SECONDS < deadline)) || { grep websocket_upstream <<<"$body" >&2; false; }
+    nap 0.1
+  done
+}
