@@ -26,10 +26,11 @@ void setup_serve(CLI::App& app, int& exit_code) {
   sub->add_option(
       "--listen,-l", opts->listen,
       "Address and port (default 127.0.0.1:8645, a port no local node uses; 0 picks one)");
-  sub->add_option("--profile,-p", opts->profiles,
-                  "Profile name or path; repeat to serve several (the first is the default; others "
-                  "on the search path "
-                  "are served under /rpc/profile/NAME/...)");
+  sub->add_option(
+      "--profile,-p", opts->profiles,
+      "Profile name or path; repeat to serve several (the first is the default; others "
+      "on the search path are served under /rpc/profile/NAME/...). Reloaded on SIGHUP "
+      "and when a profile file changes (a failed load keeps serving the last good set)");
   sub->add_option("--state", opts->state,
                   "State file (default: $RPCROUTE_STATE or $XDG_STATE_HOME/rpcroute/state.json)");
   sub->add_flag("--no-state", opts->no_state, "Keep state in memory only");
