@@ -43,7 +43,8 @@ asio::awaitable<bool> Executor::check_chain(const Run& run, Round& round) {
                remaining_ms);
   const std::vector<UpstreamCall> upstream{{kChainIdMethod, "[]"}};
   Exchange ex = co_await send_exchange(transport_, provider, upstream, timeout, clock_, profile_);
-  record_exchange(store_, profile_.health, round.cand.key, upstream, ex, clock_.now_ms(),
+  // The attempt counts for health; our own eth_chainId is no latency sample of traffic.
+  record_exchange(store_, profile_.health, round.cand.key, {}, ex, clock_.now_ms(),
                   rng_.uniform(), {.trial = round.cand.breaker == BreakerState::open});
   // Unanswered: the round goes on, and its own outcome says what the provider is worth.
   const auto seen = learn_chain_id(round.cand, ex, 0);
@@ -74,7 +75,7 @@ void Executor::settle_other_chain(Round& round, const Exchange& ex) {
   // Its answers are another chain's: none is delivered nor judged. The exchange itself is
   // recorded (the provider did answer).
   forget_round(round);
-  const std::span<const UpstreamCall> calls(round.upstream.data(), round.upstream.size());
+  const std::span<const UpstreamCall> calls(round.upstream.data(), round.upstream.size() - 1);
   record_exchange(store_, profile_.health, round.cand.key, calls, ex, clock_.now_ms(),
                   rng_.uniform(), {.trial = round.cand.breaker == BreakerState::open});
 }

@@ -272,7 +272,9 @@ Exchange Executor::classify_round(const Run& run, const Round& round, HttpRespon
 void Executor::settle_exchange(const Run& run, Round& round, Exchange& ex, bool judge_calls) {
   const Provider& provider = *round.cand.provider;
   const std::string_view key = round.cand.key;
-  const std::span<const UpstreamCall> calls(round.upstream.data(), round.upstream.size());
+  // The chain id check's eth_chainId (last) is ours, not traffic: no latency sample of it.
+  const std::span<const UpstreamCall> calls(round.upstream.data(),
+                                            round.upstream.size() - (round.chain_check ? 1 : 0));
   if (round.trial) --traffic_.half_open_trials[std::string(key)];
   traffic_.attempts.finish(&provider, round.started_ms);
   const auto now = clock_.now_ms();

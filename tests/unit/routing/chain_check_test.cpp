@@ -88,6 +88,9 @@ TEST_CASE("chain check: asked in the first request's batch, remembered, never as
   REQUIRE(f.state("a") != nullptr);
   CHECK(f.state("a")->probe.chain_id == 31337);
   CHECK(f.state("a")->probe.t_ms == 0);  // not a probe: one that runs later replaces it
+  // Our eth_chainId is no traffic: the call's method has a sample, it has none.
+  CHECK(f.state("a")->methods.count("eth_blockNumber") == 1);
+  CHECK(f.state("a")->methods.count("eth_chainId") == 0);
   // The state knows now: the next request goes alone.
   o = f.route_one("eth_blockNumber");
   CHECK(o.provider == "a");
