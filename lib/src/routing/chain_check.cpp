@@ -44,8 +44,8 @@ asio::awaitable<bool> Executor::check_chain(const Run& run, Round& round) {
   const std::vector<UpstreamCall> upstream{{kChainIdMethod, "[]"}};
   Exchange ex = co_await send_exchange(transport_, provider, upstream, timeout, clock_, profile_);
   // The attempt counts for health; our own eth_chainId is no latency sample of traffic.
-  record_exchange(store_, profile_.health, round.cand.key, {}, ex, clock_.now_ms(),
-                  rng_.uniform(), {.trial = round.cand.breaker == BreakerState::open});
+  record_exchange(store_, profile_.health, round.cand.key, {}, ex, clock_.now_ms(), rng_.uniform(),
+                  {.trial = round.cand.breaker == BreakerState::open});
   // Unanswered: the round goes on, and its own outcome says what the provider is worth.
   const auto seen = learn_chain_id(round.cand, ex, 0);
   if (!seen || *seen == run.chain.chain_id) co_return true;
