@@ -28,7 +28,32 @@ std::string per_s_cell(double v) {
   return v >= 100 ? fmt::format("{:.0f}", v) : fmt::format("{:.1f}", v);
 }
 
-std::string method_heading(const bench::Plan& plan, std::string_view method) {
+/// The method, with the params given for it (abbreviated) when they were.
+std::string method_label(const bench::Plan& plan, std::size_t m) {
+  constexpr std::size_t kMaxParams = 60;
+  const auto given = plan.given_params(m);
+  if (given.empty()) return plan.methods[m];
+  if (given.size() <= kMaxParams) return fmt::format("{} {}", plan.methods[m], given);
+  return fmt::format("{} {}…", plan.methods[m], given.substr(0, kMaxParams));
+}
+
+/// Said loudly (issue 21): a method whose answers are mostly errors was not measured.
+std::string mostly_errors_note(const bench::Plan& plan, std::size_t m, std::size_t p,
+                               const bench::Tally& t) {
+  const std::string example = t.messages.empty() ? std::string() : t.messages.front().first;
+  const std::string hint =
+      plan.given_params(m).empty()
+          ? fmt::format("; give params: --call '{}:[...]' or --calls-file", plan.methods[m])
+          : std::string();
+  return fmt::format(
+      "  !! MOSTLY ERRORS: {} answered {} of {} with an error{}: no latency measured or "
+      "recorded{}\n",
+      plan.providers[p]->id, t.answered - t.ok, t.answered,
+      example.empty() ? std::string() : fmt::format(" ({})", example), hint);
+}
+
+std::string method_heading(const bench::Plan& plan, std::size_t m) {
+  const std::string method = method_label(plan, m);
   if (plan.duration_ms) {
     return fmt::format("{} ({} per provider, concurrency {})", method,
                        format_ms(static_cast<double>(*plan.duration_ms)), plan.concurrency);
@@ -46,14 +71,16 @@ std::string method_text(const bench::Plan& plan, const bench::Results& results, 
     const auto& t = results.tallies[m][p];
     const auto& f = figures[p];
     auto ms = [&](double v) { return f.has_latency ? format_ms(v) : std::string("-"); };
-    table.add({plan.providers[p]->id, std::to_string(t.ok), errors_cell(t), ms(f.p50), ms(f.p90),
-               ms(f.p99), ms(f.min), ms(f.max), per_s_cell(f.per_s)});
+    const bool loud = t.mostly_errors();
+    table.add({plan.providers[p]->id, std::to_string(t.ok), errors_cell(t) + (loud ? " !!" : ""),
+               ms(f.p50), ms(f.p90), ms(f.p99), ms(f.min), ms(f.max), per_s_cell(f.per_s)});
+    if (loud) notes += mostly_errors_note(plan, m, p, t);
     if (t.rate_limited > 0) {
       notes += fmt::format("  {}: rate-limited {} of {} (not counted as latency)\n",
                            plan.providers[p]->id, t.rate_limited, t.issued);
     }
   }
-  return "\n" + method_heading(plan, plan.methods[m]) + "\n" + table.render() + notes;
+  return "\n" + method_heading(plan, m) + "\n" + table.render() + notes;
 }
 
 std::string warmup_text(const bench::Plan& plan, const bench::Results& results) {
@@ -132,6 +159,8 @@ void write_tally(json::Writer& w, const std::string& provider, const bench::Tall
   w.end_object();
   w.key("rate_limited");
   w.value(t.rate_limited);
+  w.key("mostly_errors");  // no latency measured: the answers were errors
+  w.value(t.mostly_errors());
   auto ms = [&](const char* key, double v) {
     w.key(key);
     if (f.has_latency)
@@ -160,6 +189,10 @@ void write_methods(json::Writer& w, const bench::Plan& plan, const bench::Result
     w.begin_object();
     w.key("method");
     w.value(plan.methods[m]);
+    if (const auto given = plan.given_params(m); !given.empty()) {
+      w.key("params");
+      w.raw(given);
+    }
     w.key("providers");
     w.begin_array();
     for (auto p : bench::order_by_p50(figures))

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,6 +17,8 @@
 #include "options.hpp"
 #include "output.hpp"
 #include "rpcroute/bench.hpp"
+#include "rpcroute/json.hpp"
+#include "rpcroute/jsonrpc.hpp"
 #include "setup.hpp"
 
 namespace rpcroute::cli {
@@ -38,6 +41,13 @@ void setup_bench(CLI::App& app, int& exit_code) {
                       "eth_getBlockByNumber, eth_getBalance, eth_getTransactionCount, "
                       "eth_getLogs, eth_gasPrice)")
           ->delimiter(',');
+  sub->add_option("--call", opts->calls,
+                  "Measure METHOD with these params: 'METHOD:PARAMS_JSON', e.g. "
+                  "'eth_call:[{\"to\":\"0x…\",\"data\":\"0x…\"},\"latest\"]' (repeatable; "
+                  "with --methods, both)");
+  sub->add_option("--calls-file", opts->calls_file,
+                  "Measure the calls of this file: a JSON-RPC request or batch, as `call --raw` "
+                  "reads it (at most 256 calls)");
   sub->add_option("--requests,-n", opts->requests, "Requests per provider and method (default 20)")
       ->check(whole_number(1, 1'000'000'000));
   sub->add_option("--duration,-d", opts->duration,
@@ -164,18 +174,98 @@ bool select_bench_providers(const BenchOptions& options, bench::Plan& plan) {
   return true;
 }
 
-/// --methods: each once, in the order given; not given: the default mix. An error is printed.
+/// A method and its params (empty: params_for's), each pair once: --call may measure one method
+/// with several params.
+void add_entry(bench::Plan& plan, const std::string& method, const std::string& params) {
+  for (std::size_t m = 0; m < plan.methods.size(); ++m) {
+    if (plan.methods[m] == method && plan.given_params(m) == params) return;
+  }
+  plan.methods.push_back(method);
+  plan.params.resize(plan.methods.size() - 1);
+  plan.params.push_back(params);
+}
+
+/// --call 'METHOD:PARAMS_JSON', checked as the sidecar checks a request.
+Result<jsonrpc::Call> parse_call_flag(const std::string& flag) {
+  const auto colon = flag.find(':');
+  const std::string method = flag.substr(0, colon);
+  const std::string params = colon == std::string::npos ? "[]" : flag.substr(colon + 1);
+  json::Writer w;
+  w.begin_object();
+  w.key("jsonrpc");
+  w.value("2.0");
+  w.key("id");
+  w.value(1);
+  w.key("method");
+  w.value(method);
+  w.key("params");
+  w.raw(params);
+  w.end_object();
+  auto body = jsonrpc::parse_body(w.str());
+  if (!body) {
+    return fail(
+        fmt::format("bad --call '{}': the params are not JSON (use METHOD:PARAMS_JSON, "
+                    "e.g. eth_getBalance:[\"0x…\",\"latest\"])",
+                    flag));
+  }
+  if (!body->calls.front().valid())
+    return fail(fmt::format("bad --call '{}': {}", flag, body->calls.front().invalid_reason));
+  return std::move(body->calls.front());
+}
+
+/// --calls-file: each call of a JSON-RPC request or batch. An error is printed.
+bool add_calls_file(const std::string& path, bench::Plan& plan) {
+  constexpr std::size_t kMaxBytes = 1 << 20;
+  constexpr std::size_t kMaxCalls = 256;
+  std::ifstream in(path, std::ios::binary);
+  std::string text(kMaxBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad() || (!in && in.gcount() == 0 && !in.eof())) {
+    print_error(fmt::format("cannot read --calls-file {}", path));
+    return false;
+  }
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > kMaxBytes) {
+    print_error(fmt::format("--calls-file {} is larger than 1 MiB", path));
+    return false;
+  }
+  auto body = jsonrpc::parse_body(text);
+  if (!body || body->calls.empty() || body->calls.size() > kMaxCalls) {
+    print_error(
+        fmt::format("--calls-file {}: {}", path,
+                    !body ? body.error().message : fmt::format("needs 1 to {} calls", kMaxCalls)));
+    return false;
+  }
+  for (std::size_t i = 0; i < body->calls.size(); ++i) {
+    const auto& call = body->calls[i];
+    if (!call.valid()) {
+      print_error(fmt::format("--calls-file {}: call {}: {}", path, i + 1, call.invalid_reason));
+      return false;
+    }
+    add_entry(plan, call.method, call.params);
+  }
+  return true;
+}
+
+/// --methods, --call, --calls-file: each once, in that order; none given: the default mix. An
+/// error is printed.
 bool select_methods(const BenchOptions& options, bench::Plan& plan) {
-  if (!options.methods_given) {
+  if (!options.methods_given && options.calls.empty() && options.calls_file.empty()) {
     plan.methods.assign(bench::kDefaultMix.begin(), bench::kDefaultMix.end());
     return true;
   }
   for (const auto& m : options.methods) {
-    if (!m.empty() &&
-        std::find(plan.methods.begin(), plan.methods.end(), m) == plan.methods.end()) {
-      plan.methods.push_back(m);
-    }
+    if (!m.empty()) add_entry(plan, m, "");
   }
+  for (const auto& flag : options.calls) {
+    auto call = parse_call_flag(flag);
+    if (!call) {
+      print_error(call.error().message);
+      return false;
+    }
+    add_entry(plan, call->method, call->params);
+  }
+  if (!options.calls_file.empty() && !add_calls_file(options.calls_file, plan)) return false;
   if (plan.methods.empty()) {
     print_error("--methods is empty (give e.g. --methods eth_blockNumber,eth_gasPrice)");
     return false;

@@ -186,6 +186,9 @@ std::optional<RouteOptions> route_options(const CallOptions& options, const Chai
   if (options.max_attempts > 0) route.max_attempts = options.max_attempts;
   if (options.hedge) route.hedge = true;
   if (options.no_hedge) route.hedge = false;
+  // Never a provider on another network, probe or not: its chain id is checked once, alongside the
+  // first request to it, and kept in the state.
+  route.verify_chain_id = true;
   return route;
 }
 

@@ -26,10 +26,11 @@ void setup_serve(CLI::App& app, int& exit_code) {
   sub->add_option(
       "--listen,-l", opts->listen,
       "Address and port (default 127.0.0.1:8645, a port no local node uses; 0 picks one)");
-  sub->add_option("--profile,-p", opts->profiles,
-                  "Profile name or path; repeat to serve several (the first is the default; others "
-                  "on the search path "
-                  "are served under /rpc/profile/NAME/...)");
+  sub->add_option(
+      "--profile,-p", opts->profiles,
+      "Profile name or path; repeat to serve several (the first is the default; others "
+      "on the search path are served under /rpc/profile/NAME/...). Reloaded on SIGHUP "
+      "and when a profile file changes (a failed load keeps serving the last good set)");
   sub->add_option("--state", opts->state,
                   "State file (default: $RPCROUTE_STATE or $XDG_STATE_HOME/rpcroute/state.json)");
   sub->add_flag("--no-state", opts->no_state, "Keep state in memory only");
@@ -187,6 +188,20 @@ std::optional<std::vector<Profile>> load_profiles(const std::vector<std::string>
   return profiles;
 }
 
+/// The same profiles again for a reload (SIGHUP, an edited file), errors returned, not printed.
+Result<std::vector<Profile>> reload_profiles(const std::vector<std::string>& names) {
+  std::vector<Profile> profiles;
+  for (const auto& name : names) {
+    auto p = load_selected_profile(name);
+    if (!p) return tl::unexpected(p.error());
+    for (const auto& q : profiles) {
+      if (q.name == p->name) return fail(fmt::format("profile '{}' given twice", p->name));
+    }
+    profiles.push_back(std::move(*p));
+  }
+  return profiles;
+}
+
 void write_port_file(const std::string& path, std::uint16_t port) {
   auto tmp = path + ".tmp";
   std::ofstream(tmp) << port << "\n";
@@ -221,6 +236,7 @@ int run_serve(const ServeOptions& options) {
   }
   sidecar::Server server(io, *config, std::move(*profiles), loop.engine(), store, setup.clock,
                          shared->get());
+  server.enable_reload([names] { return reload_profiles(names); });
   auto port = server.listen();
   if (!port) return usage_error(port.error().message);
   if (!options.port_file.empty()) write_port_file(options.port_file, *port);
@@ -234,13 +250,14 @@ int run_serve(const ServeOptions& options) {
   signals.async_wait([&](const boost::system::error_code& ec, int) {
     if (!ec) server.shutdown();
   });
-  // SIGHUP (a closed terminal, `kill -HUP` from a supervisor) and SIGUSR1/2 would end the process
-  // by default and lose what it learned since the last flush. There is no profile reload to run:
-  // they save the state now and serving goes on.
+  // SIGHUP (`kill -HUP` from a supervisor, a closed terminal) reloads the profiles; it and
+  // SIGUSR1/2, which would end the process by default and lose what it learned since the last
+  // flush, save the state now, and serving goes on.
   asio::signal_set save_signals(io, SIGHUP, SIGUSR1, SIGUSR2);
   std::function<void(const boost::system::error_code&, int)> on_save_signal =
       [&](const boost::system::error_code& ec, int signo) {
         if (ec) return;
+        if (signo == SIGHUP) server.reload("SIGHUP");
         server.save_state(fmt::format("signal {}", signo == SIGHUP    ? "SIGHUP"
                                                    : signo == SIGUSR1 ? "SIGUSR1"
                                                                       : "SIGUSR2"));

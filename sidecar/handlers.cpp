@@ -36,30 +36,43 @@ Handlers::Handlers(const ServerConfig& config, std::vector<Profile> profiles, En
       rng_(rng),
       metrics_(metrics) {
   request_prefix_ = Random().engine()() & 0xffffffffULL;
-  for (auto& p : profiles) {
-    if (default_profile_.empty()) default_profile_ = p.name;
-    auto name = p.name;
-    auto rt = make_runtime(std::move(p));
-    rt->polled = config_.background_probes;  // Server::start_pollers watches these
-    profiles_.emplace(std::move(name), std::move(rt));
-  }
+  // Server::start_pollers watches these.
+  (void)replace_profiles(std::move(profiles), config_.background_probes);
 }
 
-std::unique_ptr<ProfileRuntime> Handlers::make_runtime(Profile profile) {
-  auto rt = std::make_unique<ProfileRuntime>();
+std::shared_ptr<ProfileRuntime> Handlers::make_runtime(Profile profile) {
+  auto rt = std::make_shared<ProfileRuntime>();
   rt->profile = std::move(profile);
   rt->router = std::make_unique<Router>(rt->profile, engine_, health(), clock_, rng_);
   if (shared_ != nullptr) shared_->watch(rt->profile);
   return rt;
 }
 
-ProfileRuntime* Handlers::runtime(const std::string& name) {
+std::vector<std::shared_ptr<ProfileRuntime>> Handlers::replace_profiles(
+    std::vector<Profile> profiles, bool polled) {
+  std::vector<std::shared_ptr<ProfileRuntime>> replaced;
+  for (auto& [name, rt] : profiles_) replaced.push_back(std::move(rt));
+  profiles_.clear();
+  unloadable_.clear();  // a file may have appeared on the search path
+  default_profile_.clear();
+  for (auto& p : profiles) {
+    if (default_profile_.empty()) default_profile_ = p.name;
+    auto name = p.name;
+    auto rt = make_runtime(std::move(p));
+    rt->polled = polled;
+    profiles_.emplace(std::move(name), std::move(rt));
+  }
+  return replaced;
+}
+
+const std::shared_ptr<ProfileRuntime>& Handlers::runtime(const std::string& name) {
+  static const std::shared_ptr<ProfileRuntime> kNone;
   const std::string& key = name.empty() ? default_profile_ : name;
-  if (auto it = profiles_.find(key); it != profiles_.end()) return it->second.get();
-  if (name.empty() || unloadable_.count(name) || profiles_.size() > 64) return nullptr;
+  if (auto it = profiles_.find(key); it != profiles_.end()) return it->second;
+  if (name.empty() || unloadable_.count(name) || profiles_.size() > 64) return kNone;
   // A URL names a profile, never a file: "x.yaml" would be read as a path.
   if (name.ends_with(".yaml") || name.ends_with(".yml") || name.find('/') != std::string::npos)
-    return nullptr;
+    return kNone;
   // Profiles on the search path are loaded on first use, by name only (never a path from a URL).
   auto loaded = find_profile(name);
   if (!loaded || (loaded->source == "embedded" && name != kDefaultProfile)) {
@@ -68,10 +81,11 @@ ProfileRuntime* Handlers::runtime(const std::string& name) {
     // end); forgetting only costs a lookup on the search path again.
     if (unloadable_.size() >= kMaxUnloadable) unloadable_.clear();
     unloadable_.insert(name);
-    return nullptr;
+    return kNone;
   }
-  auto* raw = profiles_.emplace(name, make_runtime(std::move(*loaded))).first->second.get();
-  return raw;
+  auto& rt = profiles_.emplace(name, make_runtime(std::move(*loaded))).first->second;
+  rt->on_demand = true;
+  return rt;
 }
 
 bool Handlers::prepare(const Request& req, Reply& reply, RpcJob& job, EdgeLoad edge) {
@@ -220,6 +234,7 @@ void Handlers::write_status(json::Writer& w, EdgeLoad edge, std::int64_t now) {
   w.value(metrics_.in_flight());
   w.key("request_bytes_in_flight");
   w.value(static_cast<std::int64_t>(edge.request_bytes));
+  write_reload_status(w, reload_status_);
   if (shared_ != nullptr) write_shared_status(w, shared_->status());
 }
 

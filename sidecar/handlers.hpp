@@ -15,6 +15,7 @@
 
 #include "dashboard.hpp"
 #include "metrics.hpp"
+#include "reload.hpp"
 #include "reply.hpp"
 #include "request.hpp"
 #include "routes.hpp"
@@ -29,16 +30,20 @@
 
 namespace rpcroute::sidecar {
 
-/// A served profile and its router.
+/// A served profile and its router. Shared: a reload swaps in new ones while the requests routed
+/// on the old ones (and their pollers, WebSocket subscriptions) finish on what they hold.
 struct ProfileRuntime {
   Profile profile;
   std::unique_ptr<Router> router;
   bool polled = false;  // the background polls watch its providers (/healthz wants fresh answers)
+  bool stop = false;    // replaced by a reload, or shutting down: its pollers end
+  bool on_demand = false;  // loaded on first use by a URL's name, not given to serve
 };
+using Runtimes = std::map<std::string, std::shared_ptr<ProfileRuntime>, std::less<>>;
 
 /// A JSON-RPC request on its way to the router: what prepare() found, what finish_rpc() needs.
 struct RpcJob {
-  ProfileRuntime* rt = nullptr;
+  std::shared_ptr<ProfileRuntime> rt;  // held until the job ends, across a reload
   const Chain* chain = nullptr;
   jsonrpc::Body parsed;
   std::size_t routed = 0;  // the calls routed: all but a batch's items beyond --max-batch
@@ -84,10 +89,13 @@ class Handlers {
                               : static_cast<HealthStore&>(store_);
   }
   /// The profiles served so far (those named in URLs join on first use).
-  [[nodiscard]] const std::map<std::string, std::unique_ptr<ProfileRuntime>, std::less<>>&
-  profiles() const {
-    return profiles_;
-  }
+  [[nodiscard]] const Runtimes& profiles() const { return profiles_; }
+  /// A reload: `profiles` are served from now on (polled when `polled`); the runtimes they replace
+  /// are returned, those loaded on first use too (they load again on their next use).
+  [[nodiscard]] std::vector<std::shared_ptr<ProfileRuntime>> replace_profiles(
+      std::vector<Profile> profiles, bool polled);
+  /// What /status shows of reloads (Server keeps it up to date).
+  [[nodiscard]] ReloadStatus& reload_status() { return reload_status_; }
 
  private:
   /// Host and Origin: false with a 403 in `reply`; an allowed Origin adds the CORS headers.
@@ -113,8 +121,9 @@ class Handlers {
   bool prepare_rpc(const std::string& body, const Route& route, Reply& reply, RpcJob& job);
   bool find_chain(const RpcTarget& target, Reply& reply, RpcJob& job);
   void next_request_id(RpcJob& job);
-  ProfileRuntime* runtime(const std::string& name);  // empty: the default profile
-  std::unique_ptr<ProfileRuntime> make_runtime(Profile profile);
+  /// Empty: the default profile; a null pointer when there is no such profile.
+  const std::shared_ptr<ProfileRuntime>& runtime(const std::string& name);
+  std::shared_ptr<ProfileRuntime> make_runtime(Profile profile);
   void record_decisions(const RpcJob& job, const std::vector<CallOutcome>& outs);
   void write_rpc_body(const RpcJob& job, std::vector<CallOutcome>& outs, Reply& reply);
   static constexpr std::size_t kMaxUnloadable = 256;  // unknown profile names remembered
@@ -132,11 +141,12 @@ class Handlers {
   std::string last_good_origin_;    // the last Origin the allow-list passed
   std::string route_cache_target_;  // the last request target that parsed to an RPC route ...
   Route route_cache_;               // ... and its route
-  std::map<std::string, std::unique_ptr<ProfileRuntime>, std::less<>> profiles_;
+  Runtimes profiles_;
   std::set<std::string, std::less<>> unloadable_;
   std::uint64_t request_counter_ = 0;
   std::uint64_t request_prefix_ = 0;
   Dashboard dashboard_;
+  ReloadStatus reload_status_;
 };
 
 }  // namespace rpcroute::sidecar

@@ -40,8 +40,8 @@ bool Handlers::prepare_rpc(const std::string& body, const Route& route, Reply& r
 }
 
 bool Handlers::find_chain(const RpcTarget& target, Reply& reply, RpcJob& job) {
-  ProfileRuntime* rt = runtime(target.profile);
-  if (rt == nullptr) {
+  const std::shared_ptr<ProfileRuntime>& rt = runtime(target.profile);
+  if (!rt) {
     reply.status = http::status::not_found;
     reply.body = json_error_body(fmt::format("unknown profile '{}'", target.profile));
     return false;
@@ -65,7 +65,7 @@ bool Handlers::find_chain(const RpcTarget& target, Reply& reply, RpcJob& job) {
         fmt::format("unknown provider '{}' on chain {}", *target.provider, chain->name));
     return false;
   }
-  job.rt = rt;
+  if (job.rt != rt) job.rt = rt;  // a connection's requests keep their profile: no count to touch
   job.chain = chain;
   return true;
 }

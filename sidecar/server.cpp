@@ -87,7 +87,7 @@ void Server::save_state(std::string_view why) {
   // On the event loop: never waits for the lock; when another process holds it, the flush loop
   // saves the changes as soon as it is free.
   const bool saved = flush_state(false);
-  log(fmt::format("rpcroute: {}: {}; serving on (profiles are not reloaded)", why,
+  log(fmt::format("rpcroute: {}: {}; serving on", why,
                   saved ? "state saved" : "the state file is locked, saving once it is free"));
 }
 
@@ -128,37 +128,46 @@ asio::awaitable<void> Server::flush_loop() {
   }
 }
 
-void Server::start_pollers() {
-  for (const auto& [name, rt] : handlers_.profiles()) {
-    for (const auto& chain : rt->profile.chains) {
-      for (const auto& provider : chain.providers) {
-        const PollTarget target{engine_, handlers_.health(), clock_, rng_, rt->profile, chain,
-                                provider};
-        asio::co_spawn(io_, poll_provider(target, draining_), asio::detached);
-        asio::co_spawn(io_, recover_provider(target, draining_), asio::detached);
-      }
+namespace {
+/// One provider's watch; `rt` (a parameter, so in the frame) keeps what `target` points to alive.
+asio::awaitable<void> watch_provider(std::shared_ptr<ProfileRuntime> rt, PollTarget target,
+                                     bool recover) {
+  if (recover)
+    co_await recover_provider(target, rt->stop);
+  else
+    co_await poll_provider(target, rt->stop);
+}
+}  // namespace
+
+void Server::start_pollers(const std::shared_ptr<ProfileRuntime>& rt) {
+  for (const auto& chain : rt->profile.chains) {
+    for (const auto& provider : chain.providers) {
+      const PollTarget target{engine_, handlers_.health(), clock_, rng_, rt->profile, chain,
+                              provider};
+      asio::co_spawn(io_, watch_provider(rt, target, false), asio::detached);
+      asio::co_spawn(io_, watch_provider(rt, target, true), asio::detached);
     }
   }
-  asio::co_spawn(io_, warn_wrong_chains(), asio::detached);
 }
 
-asio::awaitable<void> Server::warn_wrong_chains() {
+asio::awaitable<void> Server::warn_wrong_chains(std::uint64_t generation) {
   asio::steady_timer timer(io_);
-  std::set<const Chain*> settled;  // warned, or some provider on the right chain
-  for (int tick = 0; tick < 120 && !draining_; ++tick) {
+  std::set<std::string> settled;  // warned, or some provider on the right chain: "profile/chain"
+  for (int tick = 0; tick < 120 && !draining_ && generation == warn_generation_; ++tick) {
     timer.expires_after(std::chrono::milliseconds(500));
     boost::system::error_code ec;
     co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     bool all_settled = true;
     for (const auto& [name, rt] : handlers_.profiles()) {
       for (const auto& chain : rt->profile.chains) {
-        if (settled.count(&chain)) continue;
+        const auto id = rt->profile.name + "/" + chain.name;
+        if (settled.count(id)) continue;
         const auto warning = wrong_chain_warning(store_, rt->profile, chain);
         if (!warning.empty()) {
           log(fmt::format("rpcroute: warning: {}", warning));
-          settled.insert(&chain);
+          settled.insert(id);
         } else if (chain_id_confirmed(store_, rt->profile, chain)) {
-          settled.insert(&chain);
+          settled.insert(id);
         } else {
           all_settled = false;
         }
@@ -228,7 +237,11 @@ asio::awaitable<void> Server::refuse_connection(tcp::socket socket) {
 asio::awaitable<void> Server::run() {
   asio::co_spawn(io_, flush_loop(), asio::detached);
   asio::co_spawn(io_, sweep_loop(), asio::detached);
-  if (config_.background_probes) start_pollers();
+  if (config_.background_probes) {
+    for (const auto& [name, rt] : handlers_.profiles()) start_pollers(rt);
+    asio::co_spawn(io_, warn_wrong_chains(warn_generation_), asio::detached);
+  }
+  if (loader_) asio::co_spawn(io_, watch_profiles(), asio::detached);
   co_await accept_loop();
 
   // Draining: wait for in-flight requests, within the grace period.
@@ -255,6 +268,7 @@ asio::awaitable<void> Server::run() {
 void Server::shutdown() {
   if (draining_) return;
   draining_ = true;
+  for (const auto& [name, rt] : handlers_.profiles()) rt->stop = true;
   boost::system::error_code ec;
   acceptor_.close(ec);
   // Idle keep-alive connections: cancel their wait for a next request. One whose request already

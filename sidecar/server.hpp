@@ -11,6 +11,7 @@
 
 #include "handlers.hpp"
 #include "metrics.hpp"
+#include "reload.hpp"
 #include "request.hpp"
 #include "rpcroute/asio_compat.hpp"
 #include "rpcroute/clock.hpp"
@@ -41,8 +42,15 @@ class Server {
   [[nodiscard]] asio::awaitable<void> run();
   /// Stops accepting and lets in-flight requests finish within the grace period.
   void shutdown();
-  /// Saves the state now and goes on serving (SIGHUP); `why` is logged.
+  /// Saves the state now and goes on serving (SIGHUP, SIGUSR1/2); `why` is logged.
   void save_state(std::string_view why);
+  /// Turns hot reload on (server_reload.cpp): run() watches the profiles' files, and reload()
+  /// loads them again through `loader`.
+  void enable_reload(ProfileLoader loader);
+  /// Loads the profiles again (SIGHUP, a file changed; `trigger` says which) and serves them from
+  /// now on; requests already routed finish on the old ones. When any fails to load, the profiles
+  /// served stay and the error is logged and shown in /status.
+  void reload(std::string_view trigger);
 
   [[nodiscard]] std::uint16_t port() const { return port_; }
 
@@ -56,11 +64,21 @@ class Server {
   /// write timeout). One timer for all connections instead of one per operation.
   asio::awaitable<void> sweep_loop();
   static constexpr int kSweepMs = 100;
-  /// The head poller and recovery probe of every provider (rpcroute/poller.hpp), until draining.
-  void start_pollers();
+  /// The head poller and recovery probe of every provider of `rt` (rpcroute/poller.hpp), until
+  /// it is replaced or the server drains (rt->stop).
+  void start_pollers(const std::shared_ptr<ProfileRuntime>& rt);
+  /// server_reload.cpp: every kWatchMs, the profiles' files are stat()ed; a change that holds for
+  /// one more look (the writer is done) reloads.
+  asio::awaitable<void> watch_profiles();
+  static constexpr int kWatchMs = 250;
+  /// A runtime a reload replaced: freed once nothing holds it (requests routed on it, its pollers)
+  /// and its background sends (broadcasts) are done.
+  asio::awaitable<void> retire(std::shared_ptr<ProfileRuntime> rt);
   /// Once the first probes are in (within a minute): a warning for each chain whose every
-  /// provider is on another chain than the profile's.
-  asio::awaitable<void> warn_wrong_chains();
+  /// provider is on another chain than the profile's. Started again by a reload (`generation`:
+  /// the older one ends).
+  asio::awaitable<void> warn_wrong_chains(std::uint64_t generation);
+  std::uint64_t warn_generation_ = 0;
   /// Saves pending state changes. `wait` false (on the loop): one non-blocking try at the lock;
   /// false when another process holds it (retried every kFlushRetryMs).
   bool flush_state(bool wait);
@@ -107,6 +125,9 @@ class Server {
   BodyBudget body_budget_;
   int refusing_ = 0;  // refuse_connection()s running
   bool draining_ = false;
+  ProfileLoader loader_;              // empty: no hot reload
+  std::vector<std::string> watched_;  // the profiles' files ...
+  std::vector<FileStamp> stamps_;     // ... as last loaded
 };
 
 }  // namespace rpcroute::sidecar

@@ -278,7 +278,7 @@ asio::awaitable<CallOutcome> WsSession::subscription_call(const jsonrpc::Call& c
                           hub_.config_.ws_max_subscriptions));
   }
   ++subscriptions_;  // counted before the wait: a burst of subscribes cannot pass the limit
-  CallOutcome o = co_await subscriptions.subscribe(id_, *job.rt, *job.chain, call,
+  CallOutcome o = co_await subscriptions.subscribe(id_, job.rt, *job.chain, call,
                                                    [weak = weak_from_this()](std::string message) {
                                                      if (auto self = weak.lock())
                                                        self->send(std::move(message));

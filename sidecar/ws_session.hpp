@@ -45,6 +45,8 @@ class WsClients {
   /// The end of the grace period: the sockets still open are closed.
   void close_all();
   [[nodiscard]] std::size_t size() const { return sessions_.size(); }
+  /// After a reload: the subscriptions move to the profiles served now (WsSubscriptions::rebind).
+  void rebind(const Runtimes& current) { subscriptions_.rebind(current); }
 
  private:
   friend class WsSession;

@@ -74,7 +74,7 @@ CallOutcome error_answer(const jsonrpc::Call& call, std::int64_t code, std::stri
 struct WsSubscriptions::Shared {
   explicit Shared(const asio::any_io_executor& ex) : opened(ex) {}
   std::string key;
-  ProfileRuntime* rt = nullptr;
+  std::shared_ptr<ProfileRuntime> rt;  // moved to the new one by a reload (rebind)
   const Chain* chain = nullptr;
   std::string params;
   const Provider* provider = nullptr;  // where it is open
@@ -101,9 +101,11 @@ std::size_t WsSubscriptions::upstream_count() const { return by_upstream_.size()
 
 void WsSubscriptions::publish() { metrics_.websocket_upstream_subscriptions(by_upstream_.size()); }
 
-WsUpstream& WsSubscriptions::upstream_for(const Provider& provider) {
-  auto& slot = upstreams_[&provider];
+WsUpstream& WsSubscriptions::upstream_for(const Provider& provider,
+                                          std::shared_ptr<ProfileRuntime> owner) {
+  auto& [slot, slot_owner] = upstreams_[&provider];
   if (!slot) {
+    slot_owner = std::move(owner);
     slot = std::make_unique<WsUpstream>(
         ex_, provider, max_message_,
         [this, &provider](std::string_view id, std::string_view result) {
@@ -114,17 +116,18 @@ WsUpstream& WsSubscriptions::upstream_for(const Provider& provider) {
   return *slot;
 }
 
-asio::awaitable<CallOutcome> WsSubscriptions::subscribe(std::uint64_t session, ProfileRuntime& rt,
+asio::awaitable<CallOutcome> WsSubscriptions::subscribe(std::uint64_t session,
+                                                        std::shared_ptr<ProfileRuntime> rt,
                                                         const Chain& chain,
                                                         const jsonrpc::Call& call, Sink sink) {
   const std::string params = canonical(call.params);
-  const std::string key = fmt::format("{}\n{}\n{}", rt.profile.name, chain.name, params);
+  const std::string key = fmt::format("{}\n{}\n{}", rt->profile.name, chain.name, params);
   ex_ = co_await asio::this_coro::executor;
   auto it = by_key_.find(key);
   if (it == by_key_.end()) {
     auto shared = std::make_unique<Shared>(ex_);
     shared->key = key;
-    shared->rt = &rt;
+    shared->rt = std::move(rt);
     shared->chain = &chain;
     shared->params = params;
     it = by_key_.emplace(key, std::move(shared)).first;
@@ -169,11 +172,14 @@ asio::awaitable<std::string> WsSubscriptions::open(Shared& shared) {
   shared.opening = true;
   const std::string key = shared.key;  // `shared` may go if every client leaves meanwhile
   std::string error = "no provider of this chain has a ws_url";
-  const Plan plan = shared.rt->router->plan(*shared.chain, "eth_subscribe", shared.params, {});
+  // Held across the waits: a reload may move `shared` to another profile meanwhile, and the plan
+  // points into this one.
+  const std::shared_ptr<ProfileRuntime> rt = shared.rt;
+  const Plan plan = rt->router->plan(*shared.chain, "eth_subscribe", shared.params, {});
   for (const auto& candidate : plan.candidates) {
     const Provider& provider = *candidate.provider;
     if (provider.ws_url.empty()) continue;
-    auto answer = co_await upstream_for(provider).call("eth_subscribe", shared.params);
+    auto answer = co_await upstream_for(provider, rt).call("eth_subscribe", shared.params);
     if (!answer) {
       error = answer.error();
       continue;
@@ -187,7 +193,7 @@ asio::awaitable<std::string> WsSubscriptions::open(Shared& shared) {
   shared.opened.cancel();
   if (shared.clients.empty()) {  // every client left while it opened
     if (shared.provider != nullptr) {
-      upstream_for(*shared.provider)
+      upstream_for(*shared.provider, rt)
           .notify("eth_unsubscribe", fmt::format("[\"{}\"]", shared.upstream_id));
       by_upstream_.erase({shared.provider, shared.upstream_id});
     }
@@ -243,6 +249,30 @@ void WsSubscriptions::on_drop(const Provider& provider) {
   }
 }
 
+void WsSubscriptions::rebind(const Runtimes& current) {
+  std::set<const Provider*> gone;
+  for (auto& [key, shared] : by_key_) {
+    auto now = current.find(shared->rt->profile.name);
+    if (now == current.end() || now->second == shared->rt) continue;
+    const Chain* chain = nullptr;
+    for (const auto& c : now->second->profile.chains) {
+      if (c.name == shared->chain->name) chain = &c;
+    }
+    if (chain == nullptr) continue;
+    if (const Provider* open = shared->provider; open != nullptr) {
+      const Provider* same = chain->find_provider(open->id);
+      if (same == nullptr || same->fingerprint != open->fingerprint || same->ws_url != open->ws_url)
+        gone.insert(open);
+    }
+    shared->rt = now->second;
+    shared->chain = chain;
+  }
+  for (const Provider* provider : gone) {
+    if (auto up = upstreams_.find(provider); up != upstreams_.end()) up->second.socket->close();
+    on_drop(*provider);
+  }
+}
+
 CallOutcome WsSubscriptions::unsubscribe(std::uint64_t session, const jsonrpc::Call& call) {
   const std::string id = first_string(call.params);
   auto it = by_client_.find(id);
@@ -270,7 +300,7 @@ void WsSubscriptions::remove_client(const std::string& client_id) {
   // The last one: the upstream subscription goes too.
   if (shared.provider != nullptr) {
     if (auto up = upstreams_.find(shared.provider); up != upstreams_.end())
-      up->second->notify("eth_unsubscribe", fmt::format("[\"{}\"]", shared.upstream_id));
+      up->second.socket->notify("eth_unsubscribe", fmt::format("[\"{}\"]", shared.upstream_id));
     by_upstream_.erase({shared.provider, shared.upstream_id});
   }
   if (!shared.opening) by_key_.erase(shared.key);

@@ -20,6 +20,7 @@
 namespace rpcroute::sidecar {
 
 struct ProfileRuntime;
+using Runtimes = std::map<std::string, std::shared_ptr<ProfileRuntime>, std::less<>>;
 class Metrics;
 class WsUpstream;
 
@@ -34,8 +35,13 @@ class WsSubscriptions {
   WsSubscriptions& operator=(const WsSubscriptions&) = delete;
 
   /// eth_subscribe for client `session`: its own subscription id, or the error.
-  asio::awaitable<CallOutcome> subscribe(std::uint64_t session, ProfileRuntime& rt,
+  asio::awaitable<CallOutcome> subscribe(std::uint64_t session, std::shared_ptr<ProfileRuntime> rt,
                                          const Chain& chain, const jsonrpc::Call& call, Sink sink);
+  /// A reload: each subscription follows its profile and chain into `current`. One open on a
+  /// provider that is gone from it, or whose URL changed, is opened again where the new routing
+  /// order says (as when its socket drops); one on a provider still there stays open. A
+  /// subscription whose chain is gone stays on the old set until its clients leave.
+  void rebind(const Runtimes& current);
   /// eth_unsubscribe: true when the id was this client's.
   CallOutcome unsubscribe(std::uint64_t session, const jsonrpc::Call& call);
   /// The client is gone: its subscriptions go with it.
@@ -47,7 +53,8 @@ class WsSubscriptions {
   struct Shared;
   /// Subscribes upstream on the first candidate with a ws_url that takes it; the error otherwise.
   asio::awaitable<std::string> open(Shared& shared);
-  WsUpstream& upstream_for(const Provider& provider);
+  /// The provider's socket; `owner` (its profile) lives as long as the socket may.
+  WsUpstream& upstream_for(const Provider& provider, std::shared_ptr<ProfileRuntime> owner);
   void on_event(const Provider& provider, std::string_view id, std::string_view result);
   void on_drop(const Provider& provider);
   void remove_client(const std::string& client_id);
@@ -61,7 +68,11 @@ class WsSubscriptions {
   std::map<std::string, std::unique_ptr<Shared>> by_key_;
   std::map<std::string, Shared*> by_client_;  // a client's subscription id → its shared one
   std::map<std::pair<const Provider*, std::string>, Shared*> by_upstream_;
-  std::map<const Provider*, std::unique_ptr<WsUpstream>> upstreams_;
+  struct Upstream {
+    std::unique_ptr<WsUpstream> socket;
+    std::shared_ptr<ProfileRuntime> owner;  // holds the Provider the socket and callbacks use
+  };
+  std::map<const Provider*, Upstream> upstreams_;
 };
 
 }  // namespace rpcroute::sidecar

@@ -237,3 +237,51 @@ block_number_samples() { # ID
   grep -Eq '^  gone: .* ×4 \(every method\)$' <<<"$output" || { _dump_run; false; }
   [[ $output != *"  up: "* ]] || { _dump_run; false; }
 }
+
+@test "--call and --calls-file: each call measured with its own params, one method with several" {
+  start_fake f1
+  write_profile "$P" f1
+  local dead=0x000000000000000000000000000000000000dEaD beef=0x000000000000000000000000000000000000bEEF
+  printf '[{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["%s","latest"]},{"jsonrpc":"2.0","id":2,"method":"eth_gasPrice"}]' \
+    "$dead" >"$BATS_TEST_TMPDIR/calls.json"
+  run --separate-stderr rpcroute bench --profile "$P" --requests 3 --concurrency 1 --json --no-record \
+    --call "eth_getBalance:[\"$beef\",\"latest\"]" --calls-file "$BATS_TEST_TMPDIR/calls.json"
+  assert_status 0
+  assert_jq '[.methods[] | [.method, .params]] == [["eth_getBalance", [$b, "latest"]], ["eth_getBalance", [$d, "latest"]], ["eth_gasPrice", []]]' --arg d "$dead" --arg b "$beef"
+  assert_jq 'all(.methods[].providers[]; .ok == 3 and .mostly_errors == false and .p50_ms > 0)'
+  assert_json "$(fake_stats f1)" '.methods.eth_getBalance == 6 and .methods.eth_gasPrice == 3'
+  # The table names the params given.
+  run --separate-stderr rpcroute bench --profile "$P" --requests 1 --no-record --call "eth_getBalance:[\"$beef\",\"latest\"]"
+  assert_status 0
+  [[ $output == *"eth_getBalance [\"$beef\",\"latest\"] (1 requests per provider"* ]] || { _dump_run; false; }
+  # Bad params, a missing file, a call without a method: usage errors, nothing sent.
+  local before
+  before=$(fake_requests f1)
+  run --separate-stderr rpcroute bench --profile "$P" --call 'eth_call:[{"to":'
+  assert_status 2
+  assert_stderr_matches "bad --call 'eth_call:\[\{\"to\":': the params are not JSON"
+  run --separate-stderr rpcroute bench --profile "$P" --calls-file "$BATS_TEST_TMPDIR/none.json"
+  assert_status 2
+  assert_stderr_matches "cannot read --calls-file"
+  echo '[{"jsonrpc":"2.0","id":1}]' >"$BATS_TEST_TMPDIR/bad.json"
+  run --separate-stderr rpcroute bench --profile "$P" --calls-file "$BATS_TEST_TMPDIR/bad.json"
+  assert_status 2
+  assert_stderr_matches "bad.json: call 1: "
+  assert_equal "$(fake_requests f1)" "$before" "requests after the usage errors"
+}
+
+@test "a method answered mostly with errors: said loudly in the table and the JSON, never latency, no samples recorded" {
+  start_fake f1
+  write_profile "$P" f1
+  # The fake knows no eth_nothing: every answer is a -32601 error, quickly.
+  run --separate-stderr rpcroute bench --profile "$P" --requests 4 --concurrency 1 --methods eth_blockNumber,eth_nothing
+  assert_status 0
+  grep -Eq '^f1 +0 +4 [a-z_]+ !! +- +- +- +- +- ' <<<"$output" || { _dump_run; false; }
+  grep -Eq '^  !! MOSTLY ERRORS: f1 answered 4 of 4 with an error \(.*eth_nothing.*\): no latency measured or recorded; give params: --call .eth_nothing:\[\.\.\.\]. or --calls-file$' <<<"$output" || { _dump_run; false; }
+  # eth_blockNumber was measured and recorded; the errors left no latency sample behind.
+  grep -Eq '^f1 +4 +- ' <<<"$output" || { _dump_run; false; }
+  assert_equal "$(state_json | jq -c '[.providers[] | select(.provider == "f1") | .methods | keys[]]')" '["eth_blockNumber"]' "methods sampled"
+  run --separate-stderr rpcroute bench --profile "$P" --requests 4 --concurrency 1 --methods eth_nothing --json --no-record
+  assert_status 0
+  assert_jq '.methods[0].providers[0] | .mostly_errors and .ok == 0 and .p50_ms == null and .requests_per_s == 0'
+}

@@ -623,7 +623,8 @@ EOF
   assert_jq '.[0].result == "0x64" and .[4].result == "31337"'
   run fake_stats fb
   assert_status 0
-  assert_jq '.calls == 5 and .requests == 3'
+  # `call` asked the chain id alongside the first request, within max_batch: one call more.
+  assert_jq '.calls == 6 and .requests == 3 and .methods.eth_chainId == 1'
 }
 
 # ---------------------------------------------------------------------------------------------------

@@ -359,3 +359,30 @@ command_paths() { # [PATH...]
   run --separate-stderr rpcroute init "$(node_url a1)" --output "$out" --force
   assert_status 0
 }
+
+@test "call: a provider on another chain (HTTPS), no probe before: the right one answers, the state keeps the mismatch, the next call skips it" {
+  make_test_pki "$BATS_TEST_TMPDIR/pki"
+  start_tls_fake wrong --chain-id 5 --height 100
+  start_fake right --height 100
+  write_profile "$P" --strategy priority "wrong,tls={ ca_file: \"$TEST_PKI/ca.pem\" }" right
+  run --separate-stderr rpcroute call -p "$P" --json eth_blockNumber
+  assert_status 0
+  assert_jq '.result == "0x64" and .meta.provider == "right" and [.meta.attempts[].provider] == ["right"]'
+  assert_jq '[.meta.excluded[] | select(.provider == "wrong") | .kind] == ["chain_id"]'
+  # The chain id was asked in the same batch as the call: one request to each.
+  assert_json "$(fake_stats wrong)" '.requests == 1 and .methods.eth_chainId == 1 and .methods.eth_blockNumber == 1'
+  assert_json "$(fake_stats right)" '.requests == 1 and .methods.eth_chainId == 1'
+  assert_json "$(state_entry wrong)" '.probe.chain_id == 5'
+  assert_json "$(state_entry right)" '.probe.chain_id == 31337'
+  # The next call: the wrong one is left out before anything is sent; the right one is asked
+  # nothing extra.
+  run --separate-stderr rpcroute call -p "$P" --json eth_getBalance "$DEV_ACCOUNT" latest
+  assert_status 0
+  assert_jq '.meta.provider == "right"'
+  assert_jq '[.meta.excluded[] | select(.provider == "wrong") | .reason][0] | test("wrong chain id 5 .*seen by a call")'
+  assert_json "$(fake_stats wrong)" '.requests == 1'
+  assert_json "$(fake_stats right)" '.requests == 2 and .methods.eth_chainId == 1'
+  run --separate-stderr rpcroute rank -p "$P" --json
+  assert_status 0
+  assert_jq '[.excluded[] | select(.provider == "wrong") | .kind] == ["chain_id"]'
+}

@@ -106,6 +106,8 @@ EOF
 }
 
 @test "--chain selects by name or decimal chain id; default is the first chain" {
+  # A node of chain 5 for the second chain: `call` checks each provider's chain id.
+  start_fake f5 --height 100 --chain-id 5
   cat >"$P" <<EOF
 name: two
 chains:
@@ -116,7 +118,7 @@ chains:
   second:
     chain_id: 5
     providers:
-      - { id: f2, url: $(node_url f2) }
+      - { id: f2, url: $(node_url f5) }
 EOF
   run --separate-stderr rpcroute call --profile "$P" --json eth_blockNumber
   assert_status 0

@@ -10,6 +10,9 @@
 //                                            calls meanwhile: print what each saw
 //   node ws_client.mjs subs URL CLIENTS EVENTS PARAMS METRICS_URL   CLIENTS subscriptions with the
 //                                            same PARAMS, EVENTS newHeads each, then unsubscribed
+//   node ws_client.mjs listen URL PARAMS SECONDS   one subscription: its id, then one line per
+//                                            event (the head's number and the subscription) for
+//                                            SECONDS, then close with 1000
 import { createRequire } from "node:module";
 import path from "node:path";
 
@@ -185,7 +188,21 @@ if (mode === "call") {
     upstream_after: after,
   });
   done(0);
+} else if (mode === "listen") {
+  const [params, seconds] = [rest[0], Number(rest[1])];
+  const ws = new WebSocket(url);
+  ws.on("open", () => ws.send(JSON.stringify({ jsonrpc: "2.0", id: 1, method: "eth_subscribe", params: JSON.parse(params) })));
+  ws.on("message", (data) => {
+    const m = JSON.parse(data.toString());
+    if (m.id === 1) print({ id: m.result ?? null, error: m.error ?? null });
+    else if (m.method === "eth_subscription") print({ number: Number(m.params.result.number), subscription: m.params.subscription });
+  });
+  ws.on("close", (code) => {
+    print({ close: code });
+    done(0);
+  });
+  setTimeout(() => ws.close(1000), seconds * 1000);
 } else {
-  print({ usage: "call|open|hold|slow|subs URL ..." });
+  print({ usage: "call|open|hold|slow|subs|listen URL ..." });
   done(2);
 }

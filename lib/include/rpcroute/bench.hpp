@@ -42,6 +42,8 @@ struct Plan {
   const Chain* chain = nullptr;
   std::vector<const Provider*> providers;
   std::vector<std::string> methods;
+  /// [method]: the params given for it (`bench --call`, a file of requests); empty: params_for().
+  std::vector<std::string> params;
   int requests = 20;                        // per provider and method, unless duration_ms is set
   std::optional<std::int64_t> duration_ms;  // each method runs this long
   int concurrency = 4;                      // requests in flight per provider
@@ -53,6 +55,10 @@ struct Plan {
   /// Workers per provider: no more than there are requests to send.
   [[nodiscard]] int workers() const {
     return duration_ms ? concurrency : std::min(concurrency, requests);
+  }
+  /// The params given for method m, or empty.
+  [[nodiscard]] std::string_view given_params(std::size_t m) const {
+    return m < params.size() ? std::string_view(params[m]) : std::string_view();
   }
 };
 
@@ -84,18 +90,24 @@ inline constexpr std::size_t kMaxMessages = 5;
 struct Tally {
   int issued = 0;
   int ok = 0;
-  int answered = 0;  // success or a JSON-RPC error: the provider answered
+  int answered = 0;  // success or a JSON-RPC error: the provider answered (errors: answered - ok)
   int rate_limited = 0;
   std::array<int, kClassCount> errors{};              // by OutcomeClass
-  std::vector<double> latencies_ms;                   // answered requests only
+  std::vector<double> latencies_ms;                   // successes only: an error is no latency
   std::vector<std::pair<std::string, int>> messages;  // the first few distinct ones, with counts
   int other_messages = 0;
   std::int64_t started_us = 0;  // Clock::mono_us()
   std::int64_t finished_us = 0;
 
+  /// Most answers were JSON-RPC errors (issue 21: eth_call without params measured only
+  /// -32602): the method was not measured, and the report says so loudly.
+  [[nodiscard]] bool mostly_errors() const {
+    return answered > 0 && 2 * (answered - ok) > answered;
+  }
+
   /// Counts one exchange of one call.
   void add(const Exchange& ex, const Profile& profile);
-  /// The same from its parts: `latency_ms` counts only when the provider answered.
+  /// The same from its parts: `latency_ms` counts only for a success.
   void add(const Classification& c, double latency_ms, const Profile& profile);
 };
 
@@ -103,7 +115,7 @@ struct Tally {
 struct Figures {
   bool has_latency = false;
   double p50 = 0, p90 = 0, p99 = 0, min = 0, max = 0;
-  double per_s = 0;  // answered requests per second of the provider's wall time
+  double per_s = 0;  // successful requests per second of the provider's wall time
 };
 [[nodiscard]] Figures figures_of(const Tally& t);
 

@@ -105,6 +105,23 @@ class Executor {
   void forget_round(const Round& round);
   /// The hedge settings for this round, or null when it is not hedged (hedge.cpp).
   [[nodiscard]] const HedgeConfig* hedge_for(const Run& run, const Round& round) const;
+  // chain_check.cpp: RouteOptions::verify_chain_id. Before a round: false when the provider is on
+  // another chain (its calls moved on); may ask it alone, else marks the round to ask in its batch.
+  [[nodiscard]] asio::awaitable<bool> check_chain(const Run& run, Round& round);
+  /// The provider's chain id can be asked in a round's batch (it takes batches of two).
+  [[nodiscard]] bool asks_in_batch(const Candidate& cand) const;
+  [[nodiscard]] bool chain_unknown(const Candidate& cand) const;
+  /// After a round that asked: the other chain id the provider is on, learned; else nullopt.
+  std::optional<std::uint64_t> other_chain(const Run& run, const Round& round, const Exchange& ex);
+  /// A round answered from another chain: recorded for health, its answers neither judged nor
+  /// delivered.
+  void settle_other_chain(Round& round, const Exchange& ex);
+  /// After a round that asked: false when the provider is on another chain (its calls moved on).
+  bool settle_chain_check(const Run& run, Round& round, const Exchange& ex);
+  /// The chain id the answer to call `index` gives, remembered with the probe's findings.
+  std::optional<std::uint64_t> learn_chain_id(const Candidate& cand, const Exchange& ex,
+                                              std::size_t index);
+  void skip_wrong_chain(const Run& run, Round& round, std::uint64_t seen);
   /// The round's attempt, and a second one on the next candidate if the first is slow; the
   /// first good answer is settled, the other attempt cancelled and forgotten (hedge.cpp).
   [[nodiscard]] asio::awaitable<void> hedged_round(const Run& run, Round& first,

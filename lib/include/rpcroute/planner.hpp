@@ -105,6 +105,9 @@ struct RouteOptions {
   /// `call --hedge` (true: hedge with the profile's settings, else the defaults) / `--no-hedge`
   /// (false); unset: as the profile says.
   std::optional<bool> hedge;
+  /// `call` (issue 21): a provider whose chain id the state does not hold yet is asked for it
+  /// alongside the first request to it (chain_check.cpp), and left out when it is on another chain.
+  bool verify_chain_id = false;
 };
 
 struct RuleInput;

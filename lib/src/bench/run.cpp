@@ -97,8 +97,11 @@ class Runner {
   /// Method m on every provider at once, plan_.workers() requests in flight on each.
   asio::awaitable<void> measure(std::size_t m) {
     const auto providers = plan_.providers.size();
-    for (std::size_t p = 0; p < providers; ++p)
-      params_[m][p] = params_for(plan_.methods[m], results_.warmups[p].head);
+    for (std::size_t p = 0; p < providers; ++p) {
+      const auto given = plan_.given_params(m);
+      params_[m][p] = given.empty() ? params_for(plan_.methods[m], results_.warmups[p].head)
+                                    : std::string(given);
+    }
     const auto start = clock_.mono_us();
     const std::int64_t deadline = plan_.duration_ms ? start + *plan_.duration_ms * 1000 : 0;
     for (auto& t : results_.tallies[m]) t.started_us = start;
@@ -163,10 +166,15 @@ class Runner {
     tally.finished_us = std::max(tally.finished_us, clock_.mono_us());
   }
 
-  /// Records the exchange as the router records its own.
+  /// Records the exchange as the router records its own, but an error answer as no latency
+  /// sample (issue 21): a bench of a call every node refuses (-32602) would make them all look
+  /// fast. Its attempt still counts for health.
   void record(std::size_t p, std::span<const UpstreamCall> calls, const Exchange& ex) {
     const auto now = clock_.now_ms();
-    record_exchange(*sink_, plan_.profile->health, keys_[p], calls, ex, now, rng_.uniform());
+    const bool error_answer = ex.per_call.front().outcome == Outcome::rpc_error;
+    record_exchange(*sink_, plan_.profile->health, keys_[p],
+                    error_answer ? std::span<const UpstreamCall>() : calls, ex, now,
+                    rng_.uniform());
     if (calls.front().method == "eth_blockNumber") record_height(p, ex, now);
   }
 

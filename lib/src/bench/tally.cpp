@@ -69,12 +69,10 @@ void Tally::add(const Exchange& ex, const Profile& profile) {
 }
 
 void Tally::add(const Classification& c, double latency_ms, const Profile& profile) {
-  if (is_answer(c.outcome)) {
-    ++answered;
-    latencies_ms.push_back(latency_ms);
-  }
+  if (is_answer(c.outcome)) ++answered;
   if (c.cls == OutcomeClass::success) {
     ++ok;
+    latencies_ms.push_back(latency_ms);
     return;
   }
   ++errors[static_cast<std::size_t>(c.cls)];
@@ -105,7 +103,8 @@ Figures figures_of(const Tally& t) {
     f.max = *hi;
   }
   const auto wall_us = t.finished_us - t.started_us;
-  if (wall_us > 0) f.per_s = static_cast<double>(t.answered) * 1e6 / static_cast<double>(wall_us);
+  // Successes only, like the latencies: errors answered fast are no throughput.
+  if (wall_us > 0) f.per_s = static_cast<double>(t.ok) * 1e6 / static_cast<double>(wall_us);
   return f;
 }
 

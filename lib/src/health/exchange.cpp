@@ -121,6 +121,71 @@ bool is_our_id(std::string_view token, std::string_view want) {
   return token == want;
 }
 
+/// One answer for a whole batch: the provider refused the batch as such. An error in it is about
+/// the batch, not about one call: a rate limit, a capability ("batch requests not supported": the
+/// next provider may take it) or a provider failure counts as such; an error that would be handed
+/// to the caller (deterministic, unknown: -32600) is the batch refused, as no call has an answer of
+/// its own (judge's return_error reads one).
+Classification single_answer_to_batch(const jsonrpc::Reply& reply, const std::string& retry_after,
+                                      std::int64_t now_ms) {
+  if (!reply.error) return failure(Outcome::bad_response, "a single answer to a batch");
+  auto c = reply_class(reply, retry_after, now_ms);
+  if (c.cls == OutcomeClass::deterministic || c.cls == OutcomeClass::unknown)
+    c = failure(Outcome::bad_response, "a single error answer to a batch: " + c.message);
+  return c;
+}
+
+/// Each call's answer in a batch answer (or a single call's), by our ids.
+void match_replies(Exchange& ex, UpstreamIds ids, std::int64_t now_ms, const Profile& profile,
+                   std::span<const UpstreamCall> calls) {
+  const std::size_t n = ids.count;
+  const auto& h = ex.http;
+  const auto& replies = ex.response->replies;
+  bool any_ours = false;
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto want = std::to_string(ids.first + i);
+    for (const auto& r : replies) {
+      if (!is_our_id(r.id, want)) continue;
+      any_ours = true;
+      if (ex.replies[i] != nullptr) {  // two answers for one call: neither can be trusted
+        ex.replies[i] = nullptr;
+        ex.per_call[i] = failure(Outcome::bad_response, "two answers for one call in the batch");
+        break;
+      }
+      ex.replies[i] = &r;
+    }
+    if (ex.replies[i] != nullptr) {
+      ex.per_call[i] = reply_class(*ex.replies[i], h.retry_after, now_ms);
+      if (i < calls.size() && calls[i].method == "eth_blockNumber" && ex.replies[i]->result &&
+          !jsonrpc::parse_quantity(*ex.replies[i]->result)) {
+        // A head nobody can read must not pass for one (the client would get it verbatim).
+        auto shown = std::string(ex.replies[i]->result->substr(0, 40));
+        ex.per_call[i] = failure(
+            Outcome::bad_response,
+            fmt::format("eth_blockNumber answered {}, not a block number", profile.scrub(shown)));
+      }
+    } else if (ex.per_call[i].outcome == Outcome::bad_response) {
+      continue;
+    } else if (n == 1 && replies.size() == 1) {
+      ex.per_call[i] = failure(Outcome::wrong_id,
+                               fmt::format("answer has id {} instead of {}",
+                                           replies[0].id.empty() ? "none" : replies[0].id, want));
+    } else {
+      ex.per_call[i] = failure(Outcome::bad_response, "no answer for this call in the batch");
+    }
+  }
+  // A whole batch answered under other ids: the answer to another request, as for one call
+  // (`call`'s chain id check makes a first request a batch: chain_check.cpp).
+  if (!any_ours && n > 1 && replies.size() == n) {
+    for (std::size_t i = 0; i < n; ++i) {
+      ex.per_call[i] =
+          failure(Outcome::wrong_id,
+                  fmt::format("answer has id {} instead of {}",
+                              replies[i].id.empty() ? "none" : replies[i].id, ids.first + i));
+    }
+  }
+}
+
 }  // namespace
 
 Exchange classify_exchange(HttpResponse http, UpstreamIds ids, std::int64_t now_ms,
@@ -145,47 +210,12 @@ Exchange classify_exchange(HttpResponse http, UpstreamIds ids, std::int64_t now_
     const auto& replies = ex.response->replies;
     if (!ex.response->batch && n > 1) {
       // One answer for a whole batch: the provider refused the batch as such.
-      if (replies.front().error) {
-        all(reply_class(replies.front(), h.retry_after, now_ms));
-      } else {
-        all(failure(Outcome::bad_response, "a single answer to a batch"));
-      }
+      all(single_answer_to_batch(replies.front(), h.retry_after, now_ms));
     } else if (ex.response->batch && n == 1) {
       // A single call is sent as an object: a batch back answers something else.
       all(failure(Outcome::bad_response, "a batch answer to a single call"));
     } else {
-      for (std::size_t i = 0; i < n; ++i) {
-        const auto want = std::to_string(ids.first + i);
-        for (const auto& r : replies) {
-          if (!is_our_id(r.id, want)) continue;
-          if (ex.replies[i] != nullptr) {  // two answers for one call: neither can be trusted
-            ex.replies[i] = nullptr;
-            ex.per_call[i] =
-                failure(Outcome::bad_response, "two answers for one call in the batch");
-            break;
-          }
-          ex.replies[i] = &r;
-        }
-        if (ex.replies[i] != nullptr) {
-          ex.per_call[i] = reply_class(*ex.replies[i], h.retry_after, now_ms);
-          if (i < calls.size() && calls[i].method == "eth_blockNumber" && ex.replies[i]->result &&
-              !jsonrpc::parse_quantity(*ex.replies[i]->result)) {
-            // A head nobody can read must not pass for one (the client would get it verbatim).
-            auto shown = std::string(ex.replies[i]->result->substr(0, 40));
-            ex.per_call[i] = failure(Outcome::bad_response,
-                                     fmt::format("eth_blockNumber answered {}, not a block number",
-                                                 profile.scrub(shown)));
-          }
-        } else if (ex.per_call[i].outcome == Outcome::bad_response) {
-          continue;
-        } else if (n == 1 && replies.size() == 1) {
-          ex.per_call[i] = failure(
-              Outcome::wrong_id, fmt::format("answer has id {} instead of {}",
-                                             replies[0].id.empty() ? "none" : replies[0].id, want));
-        } else {
-          ex.per_call[i] = failure(Outcome::bad_response, "no answer for this call in the batch");
-        }
-      }
+      match_replies(ex, ids, now_ms, profile, calls);
     }
   }
 

@@ -58,10 +58,13 @@ Verdict by_chain_id(const RuleInput& in, const ProviderView& v) {
   const auto* ps = v.state;
   if (ps == nullptr || ps->probe.chain_id == 0 || ps->probe.chain_id == in.chain->chain_id)
     return std::nullopt;
+  // No probe time: a `call` learned it alongside a request (chain_check.cpp).
+  const auto seen = ps->probe.t_ms > 0 ? fmt::format("seen by probe {} ago",
+                                                     seconds_text(in.now_ms - ps->probe.t_ms))
+                                       : std::string("seen by a call's chain id check");
   return RuleVerdict{ExclusionKind::chain_id,
-                     fmt::format("wrong chain id {} (the profile says {}), seen by probe {} ago",
-                                 ps->probe.chain_id, in.chain->chain_id,
-                                 seconds_text(in.now_ms - ps->probe.t_ms))};
+                     fmt::format("wrong chain id {} (the profile says {}), {}", ps->probe.chain_id,
+                                 in.chain->chain_id, seen)};
 }
 
 Verdict by_breaker(const RuleInput& in, const ProviderView& v) {

@@ -105,6 +105,7 @@ asio::awaitable<std::vector<CallOutcome>> Executor::route(const Chain& chain,
   Round round;
   while (next_round(run, items, round)) {
     if (round.group.empty()) continue;  // the deadline ended them
+    if (options.verify_chain_id && !co_await check_chain(run, round)) continue;
     // Named locals: g++ 12 destroys temporaries inside a co_await expression twice.
     HttpRequest request = start_round(run, round);
     if (const HedgeConfig* hedge = hedge_for(run, round)) {
@@ -226,9 +227,10 @@ HttpRequest Executor::start_round(const Run& run, Round& round) {
   const Provider& provider = *round.cand.provider;
   round.upstream.reserve(round.group.size());
   for (auto* it : round.group) round.upstream.push_back({it->call->method, it->call->params});
+  if (round.chain_check) round.upstream.push_back({"eth_chainId", "[]"});
   if (provider.rate_limit) {
     store_.record(QuotaEvent{std::string(round.cand.key), clock_.now_ms(),
-                             static_cast<double>(round.group.size()), *provider.rate_limit},
+                             static_cast<double>(round.upstream.size()), *provider.rate_limit},
                   profile_.health);
   }
   round.trial = round.cand.breaker != BreakerState::closed;
@@ -254,6 +256,7 @@ void Executor::settle_round(const Run& run, Round& round, HttpResponse answer) {
     return;
   }
   Exchange ex = classify_round(run, round, std::move(answer));
+  if (round.chain_check && !settle_chain_check(run, round, ex)) return;
   settle_exchange(run, round, ex, true);
 }
 
@@ -269,7 +272,9 @@ Exchange Executor::classify_round(const Run& run, const Round& round, HttpRespon
 void Executor::settle_exchange(const Run& run, Round& round, Exchange& ex, bool judge_calls) {
   const Provider& provider = *round.cand.provider;
   const std::string_view key = round.cand.key;
-  const std::span<const UpstreamCall> calls(round.upstream.data(), round.upstream.size());
+  // The chain id check's eth_chainId (last) is ours, not traffic: no latency sample of it.
+  const std::span<const UpstreamCall> calls(round.upstream.data(),
+                                            round.upstream.size() - (round.chain_check ? 1 : 0));
   if (round.trial) --traffic_.half_open_trials[std::string(key)];
   traffic_.attempts.finish(&provider, round.started_ms);
   const auto now = clock_.now_ms();

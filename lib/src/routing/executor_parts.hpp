@@ -44,6 +44,7 @@ struct Executor::Round {
   std::int64_t full_timeout = 0;     // the attempt's own timeout
   std::int64_t attempt_timeout = 0;  // cut to what is left of the deadline
   bool trial = false;                // through a breaker that is not closed
+  bool chain_check = false;          // eth_chainId goes last in the batch (chain_check.cpp)
   std::int64_t started_ms = 0;
 };
 

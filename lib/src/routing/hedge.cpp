@@ -170,6 +170,10 @@ const HedgeConfig* Executor::hedge_for(const Run& run, const Round& round) const
   if (next >= item.plan.candidates.size()) return nullptr;
   if (static_cast<std::int64_t>(item.out.attempts.size()) + 2 > run.max_attempts) return nullptr;
   if (item.plan.candidates[next].breaker != BreakerState::closed) return nullptr;
+  // `call`'s chain id check asks a hedge's provider in its batch, which it must take.
+  if (run.options.verify_chain_id && chain_unknown(item.plan.candidates[next]) &&
+      !asks_in_batch(item.plan.candidates[next]))
+    return nullptr;
   return config;
 }
 
@@ -206,6 +210,7 @@ asio::awaitable<void> Executor::hedged_round(const Run& run, Round& first, HttpR
   // The hedge: the same call on the next candidate, as a round of its own.
   Round second;
   hedge_round_for(item, remaining_ms, second);
+  second.chain_check = run.options.verify_chain_id && chain_unknown(second.cand);
   start_attempt(transport_, race, 1, start_round(run, second));
   co_await wait_for(*race, -1, forever());
 
@@ -228,7 +233,9 @@ asio::awaitable<void> Executor::hedged_round(const Run& run, Round& first, HttpR
     Exchange ex;
     const bool cancelled = answer.error == TransportError::cancelled;
     if (!cancelled) ex = classify_round(run, second, std::move(answer));
-    if (!cancelled && settles_call(ex)) {
+    // `call`'s chain id check: a hedge answered from another chain settles nothing.
+    const bool elsewhere = !cancelled && second.chain_check && other_chain(run, second, ex);
+    if (!cancelled && !elsewhere && settles_call(ex)) {
       ++item.next;  // judged as the next candidate's answer
       settle_exchange(run, second, ex, true);
       co_await cancel_and_wait(*race, 0);
@@ -238,6 +245,8 @@ asio::awaitable<void> Executor::hedged_round(const Run& run, Round& first, HttpR
       settle_round(run, first, race->take(0));
       if (cancelled) {
         forget_round(second);
+      } else if (elsewhere) {  // if the first failed, the next round skips it (check_chain)
+        settle_other_chain(second, ex);
       } else {
         settle_exchange(run, second, ex, !item.done);
       }

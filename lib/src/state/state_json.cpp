@@ -91,7 +91,8 @@ std::string serialize_state(const State& state, std::int64_t now_ms, std::uint64
     w.value(ps.last_ok_ms);
     w.key("last_failed_ms");
     w.value(ps.last_failed_ms);
-    if (ps.probe.t_ms > 0) {
+    // Without a probe time: what a `call` learned alongside a request (chain id, batch).
+    if (ps.probe.t_ms > 0 || ps.probe.chain_id != 0 || ps.probe.batch) {
       auto opt = [&](const char* key, const std::optional<bool>& v) {
         put_key(w, key);
         if (v)

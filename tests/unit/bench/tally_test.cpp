@@ -97,19 +97,20 @@ TEST_CASE("bench messages: scrubbed of the profile's secrets, else the outcome's
         std::string(outcome_name(Outcome::timeout)));
 }
 
-TEST_CASE("bench tally: answers count as latency, failures by class, rate limits apart", "[bench]") {
+TEST_CASE("bench tally: successes count as latency, failures by class, rate limits apart", "[bench]") {
   const Profile profile;
   bench::Tally t;
   t.add(kOk, 10, profile);
   t.add(kOk, 20, profile);
-  // A JSON-RPC error is an answer: its latency counts, its class is listed.
+  // A JSON-RPC error is an answer, but no latency (issue 21): its class is listed.
   t.add(answered(Outcome::rpc_error, OutcomeClass::deterministic, "execution reverted"), 5, profile);
   // A 429 and a timeout did not answer: no latency.
   t.add(answered(Outcome::rate_limited, OutcomeClass::rate_limited, "too many requests"), 1, profile);
   t.add(answered(Outcome::timeout, OutcomeClass::provider_failure, "timed out"), 5000, profile);
   CHECK(t.ok == 2);
   CHECK(t.answered == 3);
-  CHECK(t.latencies_ms == std::vector<double>{10, 20, 5});
+  CHECK(t.latencies_ms == std::vector<double>{10, 20});
+  CHECK_FALSE(t.mostly_errors());  // 1 error of 3 answers
   CHECK(t.rate_limited == 1);
   CHECK(t.errors[static_cast<std::size_t>(OutcomeClass::deterministic)] == 1);
   CHECK(t.errors[static_cast<std::size_t>(OutcomeClass::rate_limited)] == 1);
@@ -117,6 +118,25 @@ TEST_CASE("bench tally: answers count as latency, failures by class, rate limits
   CHECK(t.errors[static_cast<std::size_t>(OutcomeClass::success)] == 0);
   REQUIRE(t.messages.size() == 3);
   CHECK(t.messages[0] == std::pair<std::string, int>{"execution reverted", 1});
+}
+
+TEST_CASE("bench tally: mostly errors when more than half the answers are errors", "[bench]") {
+  const Profile profile;
+  bench::Tally t;
+  CHECK_FALSE(t.mostly_errors());  // nothing answered
+  const auto invalid = answered(Outcome::rpc_error, OutcomeClass::deterministic, "invalid params");
+  t.add(invalid, 1, profile);
+  CHECK(t.mostly_errors());
+  t.add(kOk, 10, profile);
+  CHECK_FALSE(t.mostly_errors());  // one of two: not most
+  t.add(invalid, 1, profile);
+  CHECK(t.mostly_errors());
+  // Failures that are no answers do not count either way.
+  t.add(answered(Outcome::timeout, OutcomeClass::provider_failure, "timed out"), 5000, profile);
+  t.add(answered(Outcome::timeout, OutcomeClass::provider_failure, "timed out"), 5000, profile);
+  CHECK(t.mostly_errors());
+  CHECK(bench::figures_of(t).has_latency);
+  CHECK(bench::figures_of(t).p50 == 10);
 }
 
 TEST_CASE("bench tally: the first few distinct messages are kept with counts, the rest counted", "[bench]") {
@@ -139,10 +159,11 @@ TEST_CASE("bench tally: the first few distinct messages are kept with counts, th
   CHECK(t.other_messages == 4);
 }
 
-TEST_CASE("bench figures: percentiles, extremes and answers per second of wall time", "[bench]") {
+TEST_CASE("bench figures: percentiles, extremes and successes per second of wall time", "[bench]") {
   bench::Tally t;
   for (int i = 100; i >= 1; --i) t.latencies_ms.push_back(i);
-  t.answered = 100;
+  t.answered = 120;  // 20 errors: no throughput
+  t.ok = 100;
   t.started_us = 1'000'000;
   t.finished_us = 3'000'000;  // 2 s
   const auto f = bench::figures_of(t);

@@ -323,3 +323,42 @@ TEST_CASE("classify_exchange: a provider's message is scrubbed, escaped and cut 
   auto h = classify_exchange(answer(503, R"({"jsonrpc":"2.0","id":0,"error":{"code":-32603,"message":"down\u0007"}})"), UpstreamIds{0, 1}, 0, p);
   CHECK(h.per_call[0].message == "HTTP 503: down\\x07");
 }
+
+TEST_CASE("classify_exchange: a whole batch answered under other ids is a wrong id, call by call",
+          "[exchange]") {
+  auto ex = classify_exchange(
+      answer(200, R"([{"jsonrpc":"2.0","id":1010,"result":"0x1"},{"jsonrpc":"2.0","id":1011,"result":"0x2"}])"),
+      UpstreamIds{10, 2}, 0, empty_profile());
+  for (std::size_t i = 0; i < 2; ++i) {
+    CHECK(ex.per_call[i].outcome == Outcome::wrong_id);
+    CHECK(ex.replies[i] == nullptr);
+  }
+  CHECK(ex.per_call[0].message == "answer has id 1010 instead of 10");
+  CHECK(connection_suspect(ex));
+  // One of ours among them: the others are missing from the batch, as before.
+  auto partly = classify_exchange(
+      answer(200, R"([{"jsonrpc":"2.0","id":10,"result":"0x1"},{"jsonrpc":"2.0","id":1011,"result":"0x2"}])"),
+      UpstreamIds{10, 2}, 0, empty_profile());
+  CHECK(partly.per_call[0].cls == OutcomeClass::success);
+  CHECK(partly.per_call[1].outcome == Outcome::bad_response);
+}
+
+TEST_CASE("classify_exchange: one error answer to a batch refuses the batch; no call has an answer",
+          "[exchange]") {
+  // -32600 would be a deterministic error handed to the caller; there is no reply of its own to
+  // hand (judge's return_error read a null reply).
+  auto ex = classify_exchange(
+      answer(200, R"({"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"batches are not served"}})"),
+      UpstreamIds{10, 2}, 0, empty_profile());
+  for (std::size_t i = 0; i < 2; ++i) {
+    CHECK(ex.per_call[i].outcome == Outcome::bad_response);
+    CHECK(ex.per_call[i].cls == OutcomeClass::provider_failure);
+    CHECK(ex.replies[i] == nullptr);
+  }
+  CHECK(ex.per_call[0].message.find("batches are not served") != std::string::npos);
+  // A rate limit stays one (a capability too: the test above).
+  auto limited = classify_exchange(
+      answer(200, R"({"jsonrpc":"2.0","id":null,"error":{"code":-32005,"message":"limit exceeded"}})"),
+      UpstreamIds{10, 2}, 0, empty_profile());
+  CHECK(limited.per_call[0].cls == OutcomeClass::rate_limited);
+}
