@@ -24,14 +24,14 @@ teardown() {
 
 BN='{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}'
 
-# N requests to the sidecar SC's /rpc/local, each answered 200 with a result.
+# N requests to the sidecar SC's /rpc/local on one kept connection, each answered 200 with a result.
 send() { # N
-  local i out=$BATS_TEST_TMPDIR/send
-  for ((i = 0; i < $1; i++)); do
-    http_once "$(node_port sc)" /rpc/local "$BN" "$out" 10
-    assert_equal "$HTTP_CODE" 200 "request $i"
-    assert_json "$(cat "$out.body")" '.result == "0x64"'
-  done
+  local urls=() i out
+  for ((i = 0; i < $1; i++)); do urls+=("$(node_url sc)/rpc/local"); done
+  out=$(curl -s --max-time 30 -X POST -H 'content-type: application/json' --data "$BN" \
+    -w '\n%{http_code}\n' "${urls[@]}") || true
+  assert_equal "$(grep -c '^200$' <<<"$out")" "$1" "requests answered 200"
+  assert_equal "$(grep -c '"result":"0x64"' <<<"$out")" "$1" "requests answered with the head"
 }
 
 # Client requests a fake received (the sidecars here do not poll).
