@@ -48,8 +48,8 @@ void setup_cordon(CLI::App& app, int& exit_code) {
 
 namespace {
 
-void write_json(const Setup& setup, const std::vector<const Provider*>& providers,
-                const Cordon& cordon) {
+void write_cordon_json(const Setup& setup, const std::vector<const Provider*>& providers,
+                       const Cordon& cordon) {
   json::Writer w;
   w.begin_object();
   w.key("profile");
@@ -118,7 +118,7 @@ int run_cordon(const CordonOptions& options) {
     }
   }
   if (options.json) {
-    write_json(setup, *providers, cordon);
+    write_cordon_json(setup, *providers, cordon);
     return 0;
   }
   for (std::size_t i = 0; i < providers->size(); ++i) {
