@@ -60,6 +60,8 @@ void write_provider_json(json::Writer& w, const Profile& p, const Provider& pr) 
     w.value("***");
   }
   w.end_object();
+  w.key("group");
+  w.value(group_name(pr.group));
   w.key("priority");
   w.value(pr.priority);
   w.key("weight");
@@ -183,15 +185,16 @@ void write_profile_text(const Profile& p) {
                format_ms(static_cast<double>(c.block_time_ms)), c.max_lag_blocks);
     // Per attempt, as routing applies them: the provider's timeout_ms when the profile sets it,
     // else each method class's default (method overrides are listed below).
-    Table t({"  ID", "URL", "PRIORITY", "WEIGHT", "ARCHIVAL", "TIMEOUT CHEAP/STD/HEAVY/TRACE",
-             "HEADERS"});
+    Table t({"  ID", "URL", "GROUP", "PRIORITY", "WEIGHT", "ARCHIVAL",
+             "TIMEOUT CHEAP/STD/HEAVY/TRACE", "HEADERS"});
     for (const auto& pr : c.providers) {
       std::string headers;
       for (const auto& h : pr.headers)
         headers += fmt::format("{}{}: ***", headers.empty() ? "" : ", ", h.name);
-      t.add({"  " + pr.id, p.scrub(redact_url(pr.url)), std::to_string(pr.priority),
-             fmt::format("{:g}", pr.weight), pr.archival ? (*pr.archival ? "yes" : "no") : "?",
-             effective_timeouts(pr), headers.empty() ? "-" : headers});
+      t.add({"  " + pr.id, p.scrub(redact_url(pr.url)), std::string(group_name(pr.group)),
+             std::to_string(pr.priority), fmt::format("{:g}", pr.weight),
+             pr.archival ? (*pr.archival ? "yes" : "no") : "?", effective_timeouts(pr),
+             headers.empty() ? "-" : headers});
     }
     write_stdout(t.render());
   }

@@ -90,6 +90,35 @@ bool drawn_per_request(Strategy s) {
          s == Strategy::latency_weighted;
 }
 
+/// One row per candidate; a GROUP column only where the chain has backups (primaries alone is the
+/// usual case).
+Table candidate_table(const Chain& chain, Strategy strategy, const std::vector<Candidate>& shown,
+                      std::int64_t now) {
+  const bool groups =
+      std::any_of(chain.providers.begin(), chain.providers.end(),
+                  [](const Provider& p) { return p.group != ProviderGroup::primary; });
+  std::vector<std::string> head{"#",        "PROVIDER", "TIER", "BREAKER", metric_header(strategy),
+                                "P(FIRST)", "SAMPLES",  "P50",  "SUCCESS"};
+  if (groups) head.insert(head.begin() + 3, "GROUP");
+  Table t(head);
+  for (std::size_t i = 0; i < shown.size(); ++i) {
+    const auto& c = shown[i];
+    std::vector<std::string> row{
+        std::to_string(i + 1),
+        c.provider->id,
+        tier_text(c, now),
+        std::string(breaker_state_name(c.breaker)),
+        metric_text(strategy, c),
+        fmt::format("{:.1f}%", c.first_probability * 100),
+        std::to_string(c.stats.calls),
+        c.stats.has_latency() ? format_ms(c.stats.p50_ms) : "-",
+        c.stats.calls > 0 ? fmt::format("{:.0f}%", c.stats.success_rate * 100) : "-"};
+    if (groups) row.insert(row.begin() + 3, std::string(group_name(c.provider->group)));
+    t.add(row);
+  }
+  return t;
+}
+
 }  // namespace
 
 int run_rank(const RankOptions& options) {
@@ -125,23 +154,14 @@ int run_rank(const RankOptions& options) {
   std::vector<Candidate> shown = plan.candidates;
   if (drawn_per_request(plan.strategy)) {
     std::stable_sort(shown.begin(), shown.end(), [](const Candidate& a, const Candidate& b) {
-      if (a.tier != b.tier) return a.tier < b.tier;
+      if (standing(a) != standing(b)) return standing(a) < standing(b);
       if (a.first_probability != b.first_probability)
         return a.first_probability > b.first_probability;
       return a.position < b.position;
     });
     fmt::print("the order is drawn per request; listed by the chance of being tried first\n");
   }
-  Table t({"#", "PROVIDER", "TIER", "BREAKER", metric_header(plan.strategy), "P(FIRST)", "SAMPLES",
-           "P50", "SUCCESS"});
-  for (std::size_t i = 0; i < shown.size(); ++i) {
-    const auto& c = shown[i];
-    t.add({std::to_string(i + 1), c.provider->id, tier_text(c, now),
-           std::string(breaker_state_name(c.breaker)), metric_text(plan.strategy, c),
-           fmt::format("{:.1f}%", c.first_probability * 100), std::to_string(c.stats.calls),
-           c.stats.has_latency() ? format_ms(c.stats.p50_ms) : "-",
-           c.stats.calls > 0 ? fmt::format("{:.0f}%", c.stats.success_rate * 100) : "-"});
-  }
+  const Table t = candidate_table(chain, plan.strategy, shown, now);
   if (plan.candidates.empty()) {
     fmt::print("no eligible provider\n");
   } else {

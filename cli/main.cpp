@@ -9,6 +9,7 @@
 
 #include "cmd_bench.hpp"
 #include "cmd_call.hpp"
+#include "cmd_cordon.hpp"
 #include "cmd_init.hpp"
 #include "cmd_probe.hpp"
 #include "cmd_profiles.hpp"
@@ -41,6 +42,7 @@ int main(int argc, char** argv) {
   rpcroute::cli::setup_serve(app, exit_code);
   rpcroute::cli::setup_top(app, exit_code);
   rpcroute::cli::setup_init(app, exit_code);
+  rpcroute::cli::setup_cordon(app, exit_code);
   rpcroute::cli::setup_completion(app, exit_code);  // last: it completes every command above
   try {
     app.parse(argc, argv);

@@ -31,6 +31,8 @@ std::optional<std::int64_t> parse_duration_ms(std::string_view text) {
     scale = 1000;
   else if (unit == "m")
     scale = 60'000;
+  else if (unit == "h")
+    scale = 3'600'000;
   else
     return std::nullopt;
   // "inf", "nan" and 1e300 parse as doubles: converting them to an integer is undefined.

@@ -18,8 +18,8 @@ namespace rpcroute::cli {
 /// --strategy value: empty → none; unknown → an error listing the seven names.
 [[nodiscard]] Result<std::optional<Strategy>> strategy_flag(const std::string& flag);
 
-/// Duration "250", "250ms", "2s", "1.5s" → milliseconds; nullopt for anything else, negative or
-/// longer than kMaxDurationMs.
+/// Duration "250", "250ms", "2s", "1.5s", "10m", "2h" → milliseconds; nullopt for anything else,
+/// negative or longer than kMaxDurationMs.
 [[nodiscard]] std::optional<std::int64_t> parse_duration_ms(std::string_view text);
 inline constexpr std::int64_t kMaxDurationMs = 365LL * 86'400'000;
 

@@ -223,6 +223,7 @@ void Handlers::write_status(json::Writer& w, EdgeLoad edge, std::int64_t now) {
     }
   }
   w.end_array();
+  write_cordons(w, now);
   // What /healthz judges, provider by provider, with the reason each one not up is not.
   w.key("health");
   w.begin_array();
@@ -236,6 +237,38 @@ void Handlers::write_status(json::Writer& w, EdgeLoad edge, std::int64_t now) {
   w.value(static_cast<std::int64_t>(edge.request_bytes));
   write_reload_status(w, reload_status_);
   if (shared_ != nullptr) write_shared_status(w, shared_->status());
+}
+
+/// /status: the providers an operator took out of routing (`rpcroute cordon`), and until when.
+void Handlers::write_cordons(json::Writer& w, std::int64_t now) {
+  w.key("cordons");
+  w.begin_array();
+  for (auto& [name, rt] : profiles_) {
+    for (const auto& chain : rt->profile.chains) {
+      for (const auto& p : chain.providers) {
+        const auto* ps = health().provider(provider_key(rt->profile.name, chain.name, p));
+        if (ps == nullptr || !ps->cordon.active(now)) continue;
+        w.begin_object();
+        w.key("profile");
+        w.value(rt->profile.name);
+        w.key("chain");
+        w.value(chain.name);
+        w.key("provider");
+        w.value(p.id);
+        w.key("reason");
+        w.value(ps->cordon.reason);
+        w.key("since_ms");
+        w.value(ps->cordon.t_ms);
+        w.key("until_ms");
+        if (ps->cordon.until_ms != 0)
+          w.value(ps->cordon.until_ms);
+        else
+          w.null();
+        w.end_object();
+      }
+    }
+  }
+  w.end_array();
 }
 
 namespace {

@@ -108,6 +108,7 @@ class Handlers {
   void answer_get(const Route& route, Reply& reply, EdgeLoad edge);
   void write_status(json::Writer& w, EdgeLoad edge, std::int64_t now);
   bool write_health(json::Writer& w, std::int64_t now);  // false: some chain has no provider up
+  void write_cordons(json::Writer& w, std::int64_t now);
   /// One chain's providers that are up (poller.hpp, liveness_problem), with why each other is not
   /// when `detail` (/status); the count of those up.
   std::int64_t write_chain_health(json::Writer& w, const ProfileRuntime& rt, const Chain& chain,

@@ -14,6 +14,7 @@
 #include "connection.hpp"
 #include "response_head.hpp"
 #include "rpcroute/poller.hpp"
+#include "state_watch.hpp"
 
 namespace rpcroute::sidecar {
 
@@ -236,6 +237,7 @@ asio::awaitable<void> Server::refuse_connection(tcp::socket socket) {
 
 asio::awaitable<void> Server::run() {
   asio::co_spawn(io_, flush_loop(), asio::detached);
+  asio::co_spawn(io_, watch_state(store_, draining_), asio::detached);
   asio::co_spawn(io_, sweep_loop(), asio::detached);
   if (config_.background_probes) {
     for (const auto& [name, rt] : handlers_.profiles()) start_pollers(rt);

@@ -72,6 +72,10 @@ struct TlsOptions {
 /// ~60% more system calls than one on a kept HTTP/1.1 connection (DECISIONS.md, transport).
 enum class HttpVersion : std::uint8_t { http1_1, http2 };
 
+/// A provider's `group:` backups are used only when no primary is usable (DECISIONS.md, groups).
+enum class ProviderGroup : std::uint8_t { primary, backup };
+[[nodiscard]] std::string_view group_name(ProviderGroup g);
+
 struct Provider {
   std::string id;
   std::string url;  // after ${VAR} substitution: may hold a secret, never print it (redact_url)
@@ -79,6 +83,7 @@ struct Provider {
   std::vector<Header> headers;
   TlsOptions tls;
   HttpVersion http = HttpVersion::http1_1;
+  ProviderGroup group = ProviderGroup::primary;
   int priority = 0;  // defaults to the position in the profile, 1-based
   double weight = 1.0;
   std::optional<bool> archival;  // unset: unknown

@@ -59,9 +59,9 @@ struct RuleVerdict {
 using ExclusionRule = std::optional<RuleVerdict> (*)(const RuleInput&, const ProviderView&);
 
 /// The rules in the order they are asked (the first that excludes gives the reason `rank` and a 503
-/// show): caller, policy, filter, method, chain_id, breaker, half_open, archive, height, limit,
-/// quota, quarantine, lag. After a `Keep::trial` verdict the provider's later exclusions are not
-/// reported (its breaker already says why) and `Keep::lag` rules no longer apply to it.
+/// show): caller, cordon, policy, filter, method, chain_id, breaker, half_open, archive, height,
+/// limit, quota, quarantine, lag. After a `Keep::trial` verdict the provider's later exclusions are
+/// not reported (its breaker already says why) and `Keep::lag` rules no longer apply to it.
 [[nodiscard]] std::span<const ExclusionRule> exclusion_rules();
 
 /// Where a provider ends after the rules.
@@ -70,6 +70,10 @@ enum class Fate : std::uint8_t { candidate, trial, lagging, out };
 /// Asks every rule in order about one provider; exclusions to report go to `excluded`.
 [[nodiscard]] Fate apply_exclusion_rules(const RuleInput& in, const ProviderView& view,
                                          std::vector<Exclusion>& excluded);
+
+/// "cordoned: REASON (until 2026-12-02T08:20:00Z, in 540.0s)", or "(until uncordoned)": what
+/// `rank`, /status and a 503 show of an active cordon.
+[[nodiscard]] std::string cordon_text(const Cordon& c, std::int64_t now_ms);
 
 /// Whether a provider serves old state: the profile decides when it says; otherwise the newest of
 /// what probe found and what answers showed. nullopt: unknown (treated as able).

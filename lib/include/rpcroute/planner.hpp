@@ -20,6 +20,7 @@ namespace rpcroute {
 /// Why a provider was left out, as a stable name for JSON output ("kind").
 enum class ExclusionKind {
   caller,      // --provider / the /rpc/provider/ route chose another
+  cordon,      // an operator took it out of routing (`rpcroute cordon`)
   policy,      // the method override restricts providers
   filter,      // the filter id lives on another provider
   method,      // the provider's allow/deny list

@@ -57,6 +57,7 @@ struct PendingEvents {
     std::optional<QuotaEvent> quota;  // tokens summed, at the latest draw
     std::optional<LagMark> lag;
     std::optional<ArchivalSeen> archival;
+    std::optional<Cordon> cordon;  // the newest (newer_cordon)
   };
   std::map<std::string, PerProvider, std::less<>> providers;
   std::map<std::string, HighWaterEvent, std::less<>> high_water;
@@ -106,6 +107,12 @@ class StateStore final : public HealthStore {
   /// save() with one non-blocking attempt at the lock: false (nothing written, changes kept) when
   /// another process holds it. For an event loop that must never wait.
   [[nodiscard]] Result<bool> try_save();
+  /// Folds in what other processes wrote since this one last read or wrote the files (a `cordon`
+  /// from the CLI, a `call`'s learning): only the journal's new records while the snapshot is the
+  /// same, else the whole file with this process's pending changes replayed on it (what a save
+  /// would make, without the write). Two stats when nothing changed; never takes the lock. True
+  /// when something was read. For a long-running process (the sidecar's timer), not per request.
+  Result<bool> refresh();
   /// Drops everything, in memory and on disk (the snapshot and the journal).
   [[nodiscard]] Result<void> reset();
 
@@ -151,6 +158,7 @@ class StateStore final : public HealthStore {
   Result<bool> save_waiting(bool wait);
   Result<void> save_locked();
   Result<void> append_locked();
+  Result<bool> reread();
   void warn_dropped(std::size_t dropped);
 
   std::optional<std::filesystem::path> path_;

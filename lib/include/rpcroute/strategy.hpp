@@ -52,7 +52,14 @@ void rank_candidates(std::vector<Candidate>& candidates, const RankInput& in);
 /// The strategy's order alone (no tiering), for tests and `rank`.
 void order_by_strategy(std::vector<Candidate>& candidates, const RankInput& in);
 
-/// Stable partition by tier; first_probability renormalised over the first non-empty tier.
+/// Where a candidate stands after the strategy: by tier, and within a tier a backup after every
+/// primary (`group: backup` is used only when no primary of a better or the same tier is left).
+[[nodiscard]] inline int standing(const Candidate& c) {
+  return 2 * static_cast<int>(c.tier) + (c.provider->group == ProviderGroup::backup ? 1 : 0);
+}
+
+/// Stable partition by standing (tier, then group); first_probability renormalised over the first
+/// non-empty one.
 void apply_tiers(std::vector<Candidate>& candidates);
 
 /// latency_weighted's weight for one candidate given the best p50 among them (exposed for tests).

@@ -33,6 +33,10 @@ std::string_view strategy_name(Strategy s) {
   return "?";
 }
 
+std::string_view group_name(ProviderGroup g) {
+  return g == ProviderGroup::backup ? "backup" : "primary";
+}
+
 std::optional<Strategy> parse_strategy(std::string_view name) {
   std::string norm(name);
   std::replace(norm.begin(), norm.end(), '-', '_');

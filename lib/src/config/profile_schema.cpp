@@ -242,7 +242,7 @@ class ProfileSchema : public detail::YamlReader {
     require_map(n, "provider");
     check_keys(n,
                {"id", "url", "ws_url", "headers", "api_key", "priority", "weight", "archival",
-                "rate_limit", "methods", "limits", "timeout_ms", "tls", "http"},
+                "rate_limit", "methods", "limits", "timeout_ms", "tls", "http", "group"},
                "provider");
     Provider p;
     auto id = opt_string(n, "id");
@@ -264,6 +264,16 @@ class ProfileSchema : public detail::YamlReader {
         p.http = HttpVersion::http2;
       } else {
         throw error(h, "'http' must be \"1.1\" or \"2\"");
+      }
+    }
+    if (auto g = n["group"]) {
+      const auto v = scalar(g, "'group'");
+      if (v == "primary") {
+        p.group = ProviderGroup::primary;
+      } else if (v == "backup") {
+        p.group = ProviderGroup::backup;
+      } else {
+        throw error(g, fmt::format("'group' must be primary or backup, not '{}'", v));
       }
     }
     p.priority = static_cast<int>(opt_int(n, "priority", 0).value_or(position));

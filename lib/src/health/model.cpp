@@ -126,6 +126,34 @@ std::string valid_utf8(std::string_view text) {
   return out;
 }
 
+bool newer_cordon(const Cordon& a, const Cordon& b) {
+  if (a.t_ms != b.t_ms) return a.t_ms > b.t_ms;
+  if (a.on != b.on) return a.on;
+  if (a.until_ms != b.until_ms) return a.until_ms > b.until_ms;
+  return a.reason > b.reason;
+}
+
+std::string clean_cordon_reason(std::string_view reason) {
+  const auto text = valid_utf8(reason);
+  std::string out;
+  out.reserve(std::min(text.size(), kMaxCordonReasonBytes));
+  for (std::size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    const std::size_t n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+    // C0 controls, DEL and the C1 controls (U+0080..U+009F, "\xC2\x80".."\xC2\x9F"): a reason
+    // is shown in terminals and logs, where they could move the cursor or fake a line.
+    const bool control =
+        c < 0x20 || c == 0x7F ||
+        (c == 0xC2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) < 0xA0);
+    if (!control) {
+      if (out.size() + n > kMaxCordonReasonBytes) break;
+      out.append(text, i, n);
+    }
+    i += n;
+  }
+  return out;
+}
+
 bool storable_filter_key(std::string_view key) {
   if (key.empty() || key.size() > kMaxFilterKeyBytes) return false;
   const bool control = std::any_of(key.begin(), key.end(), [](char c) {
@@ -254,6 +282,13 @@ void apply_event(State& state, const Event& event, const HealthConfig& health) {
           auto& ps = provider_entry(state, e.key);
           if (e.seen.t_ms >= ps.archival_seen.t_ms) ps.archival_seen = e.seen;
           ps.last_used_ms = std::max(ps.last_used_ms, e.seen.t_ms);
+        } else if constexpr (std::is_same_v<T, CordonEvent>) {
+          // Not a use of the provider: last_used_ms stays (prune keeps an active cordon anyway).
+          auto& ps = provider_entry(state, e.key);
+          if (newer_cordon(e.cordon, ps.cordon)) {
+            ps.cordon = e.cordon;
+            ps.cordon.reason = clean_cordon_reason(e.cordon.reason);
+          }
         }
       },
       event);
@@ -269,8 +304,13 @@ void prune(State& state, std::int64_t now_ms) {
       while (samples.size() > kMaxSamplesPerMethod) samples.pop_front();
       m = samples.empty() ? ps.methods.erase(m) : std::next(m);
     }
+    // A lifted or expired cordon is remembered a day (against late replays of older ones).
+    if (ps.cordon.t_ms != 0 && !ps.cordon.active(now_ms) &&
+        std::max(ps.cordon.t_ms, ps.cordon.until_ms) < now_ms - kCordonMemoryMs)
+      ps.cordon = Cordon{};
     bool stale = ps.last_used_ms < now_ms - kProviderRetentionMs &&
-                 ps.breaker.state == BreakerState::closed && ps.rate_limited_until_ms < now_ms;
+                 ps.breaker.state == BreakerState::closed && ps.rate_limited_until_ms < now_ms &&
+                 !ps.cordon.active(now_ms);
     it = stale ? state.providers.erase(it) : std::next(it);
   }
   for (auto it = state.filters.begin(); it != state.filters.end();) {

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <array>
+#include <ctime>
+#include <iterator>
 
 #include "rpcroute/health/bucket.hpp"
 
@@ -29,6 +31,12 @@ Verdict by_caller(const RuleInput& in, const ProviderView& v) {
   if (!in.only_provider || v.provider->id == *in.only_provider) return std::nullopt;
   return RuleVerdict{ExclusionKind::caller,
                      fmt::format("not selected (only {} was requested)", *in.only_provider)};
+}
+
+Verdict by_cordon(const RuleInput& in, const ProviderView& v) {
+  if (v.state == nullptr || !v.state->cordon.active(in.now_ms)) return std::nullopt;
+  return RuleVerdict{ExclusionKind::cordon, cordon_text(v.state->cordon, in.now_ms),
+                     v.state->cordon.until_ms == 0 ? 0 : v.state->cordon.until_ms - in.now_ms};
 }
 
 Verdict by_policy(const RuleInput& in, const ProviderView& v) {
@@ -158,9 +166,9 @@ Verdict by_lag(const RuleInput& in, const ProviderView& v) {
 }
 
 // Behaviour as data: the order is the order of the reasons users see.
-constexpr std::array<ExclusionRule, 13> kRules = {
-    by_caller,  by_policy, by_filter, by_method, by_chain_id,   by_breaker, by_half_open,
-    by_archive, by_height, by_limit,  by_quota,  by_quarantine, by_lag,
+constexpr std::array<ExclusionRule, 14> kRules = {
+    by_caller,    by_cordon,  by_policy, by_filter, by_method, by_chain_id,   by_breaker,
+    by_half_open, by_archive, by_height, by_limit,  by_quota,  by_quarantine, by_lag,
 };
 
 }  // namespace
@@ -169,6 +177,8 @@ std::string_view exclusion_kind_name(ExclusionKind k) {
   switch (k) {
     case ExclusionKind::caller:
       return "caller";
+    case ExclusionKind::cordon:
+      return "cordon";
     case ExclusionKind::policy:
       return "policy";
     case ExclusionKind::filter:
@@ -195,6 +205,22 @@ std::string_view exclusion_kind_name(ExclusionKind k) {
       return "quarantine";
   }
   return "?";
+}
+
+std::string cordon_text(const Cordon& c, std::int64_t now_ms) {
+  std::string out = "cordoned";
+  if (!c.reason.empty()) fmt::format_to(std::back_inserter(out), ": {}", c.reason);
+  if (c.until_ms == 0) {
+    out += " (until uncordoned)";
+  } else {
+    const auto t = static_cast<std::time_t>(c.until_ms / 1000);
+    std::tm tm{};
+    ::gmtime_r(&t, &tm);
+    fmt::format_to(std::back_inserter(out), " (until {:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z, in {})",
+                   tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                   seconds_text(c.until_ms - now_ms));
+  }
+  return out;
 }
 
 std::optional<bool> archival_of(const Provider& p, const ProviderState* ps) {

@@ -73,6 +73,8 @@ std::string explain_candidate(Strategy s, const Candidate& c, std::size_t pos, s
       tier = "an attempt on it runs far beyond its usual latency, so it drops to the last tier";
       break;
   }
+  if (c.provider->group == ProviderGroup::backup)
+    tier += "; it is a backup, tried after every primary of its tier";
   return fmt::format("#{} {}: {}; {}.", pos, c.provider->id, why, tier);
 }
 
@@ -102,6 +104,8 @@ void write_plan_json(json::Writer& w, const Profile& profile, const Chain& chain
     w.value(static_cast<int>(c.tier));
     w.key("tier_name");
     w.value(tier_name(c.tier));
+    w.key("group");
+    w.value(group_name(c.provider->group));
     w.key("breaker");
     w.value(breaker_state_name(c.breaker));
     w.key("rate_limited_until_ms");

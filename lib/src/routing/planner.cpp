@@ -272,14 +272,14 @@ void Planner::rank(const Chain& chain, Plan& plan, std::string_view method, std:
     in.rr_cursor = cs->rr_cursor;
   rank_candidates(plan.candidates, in);
   // A sender's nonce lookups, sends and receipt polls go where its last ones went (one mempool),
-  // whatever the strategy drew, as long as that provider is in the best tier.
+  // whatever the strategy drew, as long as that provider is in the best tier (and group).
   plan.sticky = sticky_key(method, params);
   auto id = traffic_.sticky.find(chain.name, plan.sticky, now);
   if (!id || plan.candidates.empty()) return;
   auto& cands = plan.candidates;
   auto it = std::find_if(cands.begin(), cands.end(),
                          [&](const Candidate& c) { return c.provider->id == *id; });
-  if (it == cands.end() || it->tier != cands.front().tier) return;
+  if (it == cands.end() || standing(*it) != standing(cands.front())) return;
   std::rotate(cands.begin(), it, it + 1);
   for (auto& c : cands) c.first_probability = 0;
   cands.front().first_probability = 1.0;

@@ -264,16 +264,16 @@ void order_by_strategy(std::vector<Candidate>& c, const RankInput& in) {
 }
 
 void apply_tiers(std::vector<Candidate>& c) {
-  auto by_tier = [](const Candidate& a, const Candidate& b) { return a.tier < b.tier; };
-  if (!std::is_sorted(c.begin(), c.end(), by_tier)) std::stable_sort(c.begin(), c.end(), by_tier);
+  auto before = [](const Candidate& a, const Candidate& b) { return standing(a) < standing(b); };
+  if (!std::is_sorted(c.begin(), c.end(), before)) std::stable_sort(c.begin(), c.end(), before);
   if (c.empty()) return;
-  Tier best = c.front().tier;
+  const int best = standing(c.front());
   double total = 0;
   for (const auto& x : c) {
-    if (x.tier == best) total += x.first_probability;
+    if (standing(x) == best) total += x.first_probability;
   }
   for (auto& x : c) {
-    if (x.tier != best) {
+    if (standing(x) != best) {
       x.first_probability = 0;
     } else if (total > 0) {
       x.first_probability /= total;

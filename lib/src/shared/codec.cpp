@@ -153,6 +153,26 @@ bool decode_height(std::string_view text, Height& out) {
   return true;
 }
 
+std::string encode_cordon(const Cordon& c) {
+  return fmt::format("{} {} {}", c.on ? 1 : 0, c.until_ms, c.reason);
+}
+
+bool decode_cordon(std::string_view text, Cordon& out) {
+  int on = 0;
+  Cordon c;
+  if (!read_number(text, on) || (on != 0 && on != 1) || !read_number(text, c.until_ms) ||
+      c.until_ms < 0)
+    return false;
+  if (!text.empty()) {
+    if (text.front() != ' ') return false;
+    text.remove_prefix(1);
+  }
+  c.on = on == 1;
+  c.reason = clean_cordon_reason(text);
+  out = std::move(c);  // its time is the field ct
+  return true;
+}
+
 bool adopt_breaker(Breaker& local, std::int64_t& known_t, const Breaker& remote,
                    std::int64_t remote_t) {
   if (remote_t <= known_t) return false;
@@ -230,6 +250,7 @@ if ARGV[2] ~= '' and newer('bt', ARGV[2]) then
 end
 if ARGV[5] ~= '' and newer('rl', ARGV[5]) then redis.call('HSET', k, 'rl', ARGV[5]) end
 if ARGV[6] ~= '' and newer('ht', ARGV[6]) then redis.call('HSET', k, 'ht', ARGV[6], 'h', ARGV[7]) end
+if ARGV[8] and ARGV[8] ~= '' and newer('ct', ARGV[8]) then redis.call('HSET', k, 'ct', ARGV[8], 'cv', ARGV[9]) end
 redis.call('PEXPIRE', k, ARGV[1])
 return 1
 )lua";

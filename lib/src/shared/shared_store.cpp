@@ -275,6 +275,13 @@ void SharedStore::record(Event event, const HealthConfig& health) {
     return;
   } else if (auto* f = std::get_if<FilterEvent>(&event)) {
     if (up() && storable_filter_key(f->key)) write_filter(f->key, f->pin);
+  } else if (auto* c = std::get_if<CordonEvent>(&event)) {
+    auto& w = watched(c->key, health);
+    if (!w.cordon || newer_cordon(c->cordon, *w.cordon)) w.cordon = c->cordon;
+    const std::string* key = &providers_.find(c->key)->first;
+    local_.record(std::move(event), health);
+    if (up()) write_provider(*key, w);  // at once, with a notice to every host
+    return;
   }
   local_.record(std::move(event), health);
 }

@@ -55,7 +55,8 @@ void SharedStore::check_write(const Reply& r) {
 
 void SharedStore::flush() {
   for (auto& [key, w] : providers_) {
-    if (w.breaker_dirty || w.rate_limited_until_ms > 0 || w.height) write_provider(key, w);
+    if (w.breaker_dirty || w.rate_limited_until_ms > 0 || w.height || w.cordon)
+      write_provider(key, w);
     if (w.quota && w.quota->rps > 0) draw_quota(key, w);
   }
   for (auto& [key, c] : chains_) {
@@ -77,7 +78,7 @@ void SharedStore::refresh() {
 void SharedStore::write_provider(const std::string& key, Watched& w) {
   const ProviderState* ps = local_.provider(key);
   const auto ttl = std::to_string(kProviderTtlMs);
-  std::string bt, b, rl, ht, h;
+  std::string bt, b, rl, ht, h, ct, cv;
   std::string_view br;
   if (w.breaker_dirty && ps != nullptr) {
     bt = std::to_string(w.breaker_t);
@@ -89,15 +90,22 @@ void SharedStore::write_provider(const std::string& key, Watched& w) {
     ht = std::to_string(w.height->t_ms);
     h = encode_height(*w.height);
   }
+  if (w.cordon) {
+    ct = std::to_string(w.cordon->t_ms);
+    cv = encode_cordon(*w.cordon);
+  }
   const auto hash = provider_hash(options_.prefix, key);
-  eval(1, {"1", hash, ttl, bt, b, br, rl, ht, h}, [this](const Reply& r) { check_write(r); });
-  if (w.breaker_dirty) {
-    // After the write on the same connection: whoever hears the notice reads the new breaker.
+  eval(1, {"1", hash, ttl, bt, b, br, rl, ht, h, ct, cv},
+       [this](const Reply& r) { check_write(r); });
+  if (w.breaker_dirty || w.cordon) {
+    // After the write on the same connection: whoever hears the notice reads the new breaker
+    // (or cordon).
     commands_->command({"PUBLISH", channel(options_.prefix), "b\n" + key}, [](const Reply&) {});
   }
   w.breaker_dirty = false;
   w.rate_limited_until_ms = 0;
   w.height.reset();
+  w.cordon.reset();
 }
 
 void SharedStore::write_chain(const std::string& key, WatchedChain& c) {
@@ -148,7 +156,7 @@ void SharedStore::draw_quota(const std::string& key, Watched& w) {
 
 void SharedStore::read_provider(const std::string& key) {
   commands_->command(
-      {"HMGET", provider_hash(options_.prefix, key), "bt", "b", "br", "rl", "ht", "h"},
+      {"HMGET", provider_hash(options_.prefix, key), "bt", "b", "br", "rl", "ht", "h", "ct", "cv"},
       [this, key](const Reply& r) { adopt_provider(key, r); });
 }
 
@@ -161,7 +169,7 @@ ProviderState& SharedStore::local_provider(State& state, const std::string& key,
 
 void SharedStore::adopt_provider(const std::string& key, const Reply& r) {
   auto it = providers_.find(key);
-  if (r.kind != Reply::Kind::array || r.items.size() != 6 || it == providers_.end()) return;
+  if (r.kind != Reply::Kind::array || r.items.size() != 8 || it == providers_.end()) return;
   auto& w = it->second;
   const auto& v = r.items;
   ProviderState* ps = nullptr;
@@ -185,6 +193,16 @@ void SharedStore::adopt_provider(const std::string& key, const Reply& r) {
   if (v[5] && decode_height(*v[5], h) && h.t_ms > 0) {
     if (h.t_ms > w.remote_height.t_ms) w.remote_height = h;
     if (adopt_height(entry().height, h)) ++status_.adopted;
+  }
+  Cordon cordon;
+  const auto ct = number<std::int64_t>(v[6]);
+  if (ct && *ct > 0 && v[7] && decode_cordon(*v[7], cordon)) {
+    cordon.t_ms = *ct;
+    if (newer_cordon(cordon, w.remote_cordon)) w.remote_cordon = cordon;
+    if (newer_cordon(cordon, entry().cordon)) {
+      entry().cordon = std::move(cordon);
+      ++status_.adopted;
+    }
   }
 }
 
@@ -273,7 +291,7 @@ void SharedStore::reapply(State& state) {
   for (auto& [key, w] : providers_) {
     const bool breaker = w.remote_breaker_t > 0 && w.remote_breaker_t == w.breaker_t;
     if (!breaker && w.remote_rate_limited_until_ms == 0 && w.remote_height.t_ms == 0 &&
-        !w.remote_bucket)
+        !w.remote_bucket && w.remote_cordon.t_ms == 0)
       continue;
     auto& ps = local_provider(state, key, w);
     if (breaker) {
@@ -284,6 +302,7 @@ void SharedStore::reapply(State& state) {
     adopt_height(ps.height, w.remote_height);
     if (w.remote_bucket && w.quota)
       ps.quota = adopt_bucket(w.remote_bucket->tokens, w.remote_bucket->t_ms, w.drawn, *w.quota);
+    if (newer_cordon(w.remote_cordon, ps.cordon)) ps.cordon = w.remote_cordon;
   }
   for (auto& [key, c] : chains_) {
     if (c.remote.t_ms == 0) continue;

@@ -24,6 +24,7 @@ static_assert(sizeof(LagMark) == 24, "a new LagMark field: journal it");
 static_assert(sizeof(ArchivalSeen) == 16, "a new ArchivalSeen field: journal it");
 static_assert(sizeof(HighWaterEvent) == 56, "a new HighWaterEvent field: journal it");
 static_assert(sizeof(FilterPin) == 40, "a new FilterPin field: journal it");
+static_assert(sizeof(Cordon) == 56, "a new Cordon field: journal it");
 #endif
 
 namespace {
@@ -197,7 +198,14 @@ class In {
   bool ok_ = true;
 };
 
-enum Has : std::uint8_t { kHeight = 1, kProbe = 2, kQuota = 4, kLag = 8, kArchival = 16 };
+enum Has : std::uint8_t {
+  kHeight = 1,
+  kProbe = 2,
+  kQuota = 4,
+  kLag = 8,
+  kArchival = 16,
+  kCordon = 32,
+};
 
 void put_health(Out& o, const HealthConfig& h) {
   const auto& b = h.circuit_breaker;
@@ -245,7 +253,7 @@ void put_provider(Out& o, const PendingEvents::PerProvider& pp) {
   }
   o.u8(static_cast<std::uint8_t>((pp.height ? kHeight : 0) | (pp.probe ? kProbe : 0) |
                                  (pp.quota ? kQuota : 0) | (pp.lag ? kLag : 0) |
-                                 (pp.archival ? kArchival : 0)));
+                                 (pp.archival ? kArchival : 0) | (pp.cordon ? kCordon : 0)));
   if (pp.height) {
     o.uv(pp.height->block);
     o.iv(pp.height->t_ms);
@@ -272,6 +280,12 @@ void put_provider(Out& o, const PendingEvents::PerProvider& pp) {
   if (pp.archival) {
     o.opt_bool(pp.archival->archival);
     o.iv(pp.archival->t_ms);
+  }
+  if (pp.cordon) {
+    o.iv(pp.cordon->t_ms);
+    o.u8(pp.cordon->on ? 1 : 0);
+    o.iv(pp.cordon->until_ms);
+    o.str(pp.cordon->reason);
   }
 }
 
@@ -338,6 +352,14 @@ void get_marks(In& in, const std::string& key, PendingEvents::PerProvider& pp) {
     a.archival = in.opt_bool();
     a.t_ms = in.iv();
     pp.archival = a;
+  }
+  if ((has & kCordon) != 0) {
+    Cordon c;
+    c.t_ms = in.iv();
+    c.on = in.enumerated(std::uint8_t{1}) == 1;
+    c.until_ms = in.iv();
+    c.reason = in.str();
+    pp.cordon = std::move(c);
   }
 }
 

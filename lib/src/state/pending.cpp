@@ -61,6 +61,10 @@ void PendingEvents::add(Event event, const HealthConfig& health) {
           auto& pp = providers[e.key];
           pp.health = health;
           if (!pp.archival || e.seen.t_ms >= pp.archival->t_ms) pp.archival = e.seen;
+        } else if constexpr (std::is_same_v<T, CordonEvent>) {
+          auto& pp = providers[e.key];
+          pp.health = health;
+          if (!pp.cordon || newer_cordon(e.cordon, *pp.cordon)) pp.cordon = e.cordon;
         } else if constexpr (std::is_same_v<T, HighWaterEvent>) {
           auto [it, fresh] = high_water.try_emplace(e.chain_key, e);
           auto& hw = it->second;
@@ -99,6 +103,7 @@ void PendingEvents::replay(State& onto) const {
     if (pp.quota) apply_event(onto, *pp.quota, pp.health);
     if (pp.lag) apply_event(onto, LagEvent{key, *pp.lag}, pp.health);
     if (pp.archival) apply_event(onto, ArchivalEvent{key, *pp.archival}, pp.health);
+    if (pp.cordon) apply_event(onto, CordonEvent{key, *pp.cordon}, pp.health);
   }
   const HealthConfig none;
   for (const auto& [key, hw] : high_water) apply_event(onto, hw, none);

@@ -396,6 +396,83 @@ Result<void> StateStore::append_locked() {
   return {};
 }
 
+Result<bool> StateStore::refresh() {
+  if (!path_) return false;
+  struct stat st {};
+  const bool snapshot = ::lstat(path_->c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  const bool same_snapshot =
+      snapshot ? seen_.snapshot_ino != 0 &&
+                     sf::id_of(st) == sf::FileId{seen_.snapshot_dev, seen_.snapshot_ino}
+               : seen_.snapshot_ino == 0;
+  if (!same_snapshot) return reread();
+  const auto jpath = journal_path(*path_);
+  if (::lstat(jpath.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  const auto size = static_cast<std::size_t>(st.st_size);
+  const auto id = sf::id_of(st);
+  const bool known = id == sf::FileId{seen_.journal_dev, seen_.journal_ino};
+  if (known && size == seen_.journal_end) return false;  // the common case: nothing new
+  // Records appended to the journal this process read are new alone: its header followed by the
+  // new bytes is a journal of the same generation (a record's checksum covers its generation and
+  // bytes, not its offset). A journal that was not there at the last look is new as a whole.
+  const bool none_before = seen_.journal_ino == 0 && seen_.journal_dev == 0;
+  if (none_before || (known && seen_.journal_ours && size > seen_.journal_end)) {
+    sf::Fd fd(::open(jpath.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    if (!fd.valid()) return false;
+    auto bytes = sf::read_fd(fd.get(), size);
+    const std::size_t end = none_before ? 0 : seen_.journal_end;
+    if (!bytes || bytes->size() < end) return false;
+    std::string view = none_before ? std::string() : journal::header(seen_.generation);
+    view.append(*bytes, end, std::string::npos);
+    auto scan = journal::scan(view, true);
+    // Another generation's journal (a compaction came between the two looks), or bytes that are
+    // not records of ours: read everything again.
+    if (!scan.header_ok || scan.generation != seen_.generation ||
+        (scan.torn && scan.records.empty()))
+      return reread();
+    for (const auto& r : scan.records) r.replay(state_);
+    warn_dropped(scan.undecodable);
+    seen_.journal_dev = id.dev;
+    seen_.journal_ino = id.ino;
+    seen_.journal_end = end + scan.valid_end - (none_before ? 0 : journal::kHeaderBytes);
+    // A torn tail is a record being written (or one the next appender cuts at this offset).
+    seen_.journal_ours = true;
+    if (reload_hook_) reload_hook_(state_);
+    return true;
+  }
+  return reread();
+}
+
+/// The whole file read again, as load() does but without moving an unusable one aside (the next
+/// save does that under the lock), with this process's pending changes replayed on it.
+Result<bool> StateStore::reread() {
+  std::string journal_bytes;
+  std::string why;
+  sf::Opened journal;
+  sf::read_file(journal_path(*path_), journal_bytes, why, &journal);
+  std::string text;
+  sf::Opened snapshot;
+  const auto status = sf::read_file(*path_, text, why, &snapshot);
+  State merged;
+  std::uint64_t generation = 0;
+  if (status == sf::ReadStatus::ok) {
+    std::size_t dropped = 0;
+    auto parsed = parse_state(text, &dropped, &generation);
+    if (!parsed) return false;
+    merged = std::move(*parsed);
+    warn_dropped(dropped);
+    hold_snapshot(snapshot.fd.release(), snapshot.id.dev, snapshot.id.ino, generation);
+  } else if (status == sf::ReadStatus::missing) {
+    hold_snapshot(-1, 0, 0, 0);  // reset by `state reset`: what is left is ours
+  } else {
+    return false;
+  }
+  take_journal(journal_bytes, journal.id.dev, journal.id.ino, generation, merged);
+  pending_.replay(merged);
+  state_ = std::move(merged);
+  if (reload_hook_) reload_hook_(state_);
+  return true;
+}
+
 Result<void> StateStore::reset() {
   state_ = State{};
   pending_ = PendingEvents{};

@@ -142,6 +142,19 @@ std::string serialize_state(const State& state, std::int64_t now_ms, std::uint64
       w.value(ps.archival_seen.t_ms);
       w.end_object();
     }
+    if (ps.cordon.t_ms != 0) {
+      w.key("cordon");
+      w.begin_object();
+      w.key("t_ms");
+      w.value(ps.cordon.t_ms);
+      w.key("on");
+      w.value(ps.cordon.on);
+      w.key("until_ms");
+      w.value(ps.cordon.until_ms);
+      w.key("reason");
+      put_text(w, ps.cordon.reason);
+      w.end_object();
+    }
     w.key("methods");
     w.begin_object();
     for (const auto& [method, samples] : ps.methods) {
@@ -318,6 +331,13 @@ ProviderState parse_provider(dom::object po, std::size_t& dropped) {
     auto ao = get_obj(po, "archival_seen");
     ps.archival_seen.archival = get_opt_bool(ao, "archival");
     ps.archival_seen.t_ms = get_int(ao, "t_ms");
+  }
+  if (has(po, "cordon")) {
+    auto co = get_obj(po, "cordon");
+    ps.cordon.t_ms = get_int(co, "t_ms");
+    ps.cordon.on = get_opt_bool(co, "on").value_or(false);
+    ps.cordon.until_ms = get_int(co, "until_ms");
+    ps.cordon.reason = clean_cordon_reason(get_str(co, "reason"));
   }
   if (has(po, "methods")) {
     for (auto [method, mv] : get_obj(po, "methods")) {

@@ -51,8 +51,8 @@ struct Fixture {
 
 }  // namespace
 
-TEST_CASE("exclusions: thirteen rules, asked in the order users see reasons", "[exclusions]") {
-  CHECK(exclusion_rules().size() == 13);
+TEST_CASE("exclusions: fourteen rules, asked in the order users see reasons", "[exclusions]") {
+  CHECK(exclusion_rules().size() == 14);
   Fixture f;
   CHECK(f.apply() == Fate::candidate);
   CHECK(f.excluded.empty());
@@ -66,6 +66,39 @@ TEST_CASE("exclusions: the first rule that excludes gives the reason", "[exclusi
   REQUIRE(f.excluded.size() == 1);
   CHECK(f.excluded[0].kind == ExclusionKind::caller);
   CHECK(f.excluded[0].reason == "not selected (only b was requested)");
+}
+
+TEST_CASE("exclusions: a cordon takes the provider out with its reason and expiry", "[exclusions][cordon]") {
+  Fixture f;
+  f.ps.cordon.t_ms = f.in.now_ms - 1000;
+  f.ps.cordon.on = true;
+  f.ps.cordon.until_ms = f.in.now_ms + 600'000;
+  f.ps.cordon.reason = "disk upgrade";
+  f.view.state = &f.ps;
+  f.open_breaker();  // a cordon is not a breaker: no trial when nothing else is usable
+  CHECK(f.apply() == Fate::out);
+  REQUIRE(f.excluded.size() == 1);
+  CHECK(f.excluded[0].kind == ExclusionKind::cordon);
+  CHECK(f.excluded[0].reason == "cordoned: disk upgrade (until 1970-01-01T00:26:40Z, in 600.0s)");
+  CHECK(f.excluded[0].retry_in_ms == 600'000);
+  CHECK(exclusion_kind_name(ExclusionKind::cordon) == "cordon");
+
+  f.excluded.clear();
+  f.ps.cordon.until_ms = 0;
+  f.ps.cordon.reason.clear();
+  CHECK(f.apply() == Fate::out);
+  CHECK(f.excluded[0].reason == "cordoned (until uncordoned)");
+  CHECK(f.excluded[0].retry_in_ms == 0);
+
+  // Expired, or lifted: the rule says nothing (the breaker speaks again).
+  for (auto [until, on] : {std::pair{f.in.now_ms, true}, std::pair{std::int64_t{0}, false}}) {
+    f.excluded.clear();
+    f.ps.cordon.until_ms = until;
+    f.ps.cordon.on = on;
+    CHECK(f.apply() == Fate::trial);
+    REQUIRE(f.excluded.size() == 1);
+    CHECK(f.excluded[0].kind == ExclusionKind::breaker);
+  }
 }
 
 TEST_CASE("exclusions: a filter read goes to the provider that holds the filter", "[exclusions]") {

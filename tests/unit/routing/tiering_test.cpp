@@ -161,3 +161,35 @@ TEST_CASE("rank_candidates: strategy order, then tiers", "[tiering]") {
   }
   CHECK(p2_first / 4'000.0 == Approx(0.5).margin(0.03));
 }
+
+TEST_CASE("apply_tiers: backups come after every primary of their tier, before a worse tier",
+          "[tiering][groups]") {
+  Fixture f{"p1", "b1", "p2", "b2", "prl"};
+  f.providers[1].group = ProviderGroup::backup;
+  f.providers[3].group = ProviderGroup::backup;
+  auto c = f.candidates({Tier::healthy, Tier::healthy, Tier::healthy, Tier::healthy,
+                         Tier::rate_limited},
+                        {0.2, 0.2, 0.2, 0.2, 0.2});
+  std::reverse(c.begin(), c.end());  // the strategy's draw: kept inside each standing
+  apply_tiers(c);
+  REQUIRE(ids(c) == std::vector<std::string>{"p2", "p1", "b2", "b1", "prl"});
+  // The strategy balances among the primaries; backups are never first while one is usable.
+  CHECK(c[0].first_probability == Approx(0.5));
+  CHECK(c[1].first_probability == Approx(0.5));
+  CHECK(c[2].first_probability == 0.0);
+  CHECK(c[3].first_probability == 0.0);
+  CHECK(probability_sum(c) == Approx(1.0));
+}
+
+TEST_CASE("apply_tiers: with no primary usable, the backups are balanced", "[tiering][groups]") {
+  Fixture f{"p1", "b1", "b2"};
+  f.providers[1].group = ProviderGroup::backup;
+  f.providers[2].group = ProviderGroup::backup;
+  // The primary is rate-limited (or half-open, or stalled): not usable while a backup is healthy.
+  auto c = f.candidates({Tier::rate_limited, Tier::healthy, Tier::healthy}, {1.0 / 3, 1.0 / 3, 1.0 / 3});
+  apply_tiers(c);
+  REQUIRE(ids(c) == std::vector<std::string>{"b1", "b2", "p1"});
+  CHECK(c[0].first_probability == Approx(0.5));
+  CHECK(c[1].first_probability == Approx(0.5));
+  CHECK(c[2].first_probability == 0.0);
+}

@@ -162,3 +162,26 @@ TEST_CASE("adopt_bucket takes off what was drawn since, never below -burst", "[s
   CHECK(b.t_ms == 1000);
   CHECK(adopt_bucket(-4, 1000, 3, q).tokens == Approx(-5));
 }
+
+TEST_CASE("a cordon travels as ON UNTIL REASON, its reason cleaned on the way in", "[shared][cordon]") {
+  Cordon c;
+  c.t_ms = 5;
+  c.on = true;
+  c.until_ms = 1'700'000'600'000;
+  c.reason = " disk swap";
+  CHECK(encode_cordon(c) == "1 1700000600000  disk swap");
+  Cordon back;
+  REQUIRE(decode_cordon(encode_cordon(c), back));
+  CHECK(back.on);
+  CHECK(back.until_ms == c.until_ms);
+  CHECK(back.reason == " disk swap");
+  REQUIRE(decode_cordon("0 0", back));
+  CHECK_FALSE(back.on);
+  CHECK(back.reason.empty());
+  REQUIRE(decode_cordon("1 0 evil\x1b[2J\nline", back));
+  CHECK(back.reason == "evil[2Jline");
+  for (const char* bad : {"", "2 0 x", "1", "1 -5 x", "1 0x", "x 0 y"}) {
+    INFO(bad);
+    CHECK_FALSE(decode_cordon(bad, back));
+  }
+}

@@ -109,6 +109,21 @@ TEST_CASE("the provider script keeps the newer breaker and height, the later dea
   CHECK(std::stoll(s.run({"PTTL", "p:k"})) > 50'000);
 }
 
+TEST_CASE("the provider script keeps the newer cordon", "[shared][redis][cordon]") {
+  test::RedisServer server;
+  Sync s(server);
+  auto write = [&](std::string ct, std::string cv) {
+    return eval(s, kProviderScript, {"1", "p:k", "60000", "", "", "", "", "", "", ct, cv});
+  };
+  CHECK(write("200", "1 0 disk") == "1");
+  CHECK(write("100", "0 0 ") == "1");  // an older lift: nothing changes
+  CHECK(s.run({"HMGET", "p:k", "ct", "cv"}) == "[200,1 0 disk]");
+  CHECK(write("", "") == "1");  // no cordon sent
+  CHECK(s.run({"HMGET", "p:k", "ct", "cv"}) == "[200,1 0 disk]");
+  CHECK(write("300", "0 0 ") == "1");
+  CHECK(s.run({"HMGET", "p:k", "ct", "cv"}) == "[300,0 0 ]");
+}
+
 TEST_CASE("the high-water script raises, never lowers, and a reset bumps the generation",
           "[shared][redis]") {
   test::RedisServer server;
@@ -220,6 +235,49 @@ TEST_CASE("two stores on one Redis share breakers, deadlines, heights and the ma
   CHECK(a.store->chain(ck)->high_water.block == 500);
   CHECK(b.store->chain(ck)->high_water.block == 500);
   CHECK(a.store->status().adopted + b.store->status().adopted > 0);
+}
+
+TEST_CASE("two stores on one Redis share a cordon and its lift, the newer winning",
+          "[shared][redis][cordon]") {
+  test::RedisServer server;
+  asio::io_context io;
+  SystemClock clock;
+  const auto profile = two_provider_profile();
+  const auto& chain = profile.chains[0];
+  const auto ka = provider_key(profile.name, chain.name, chain.providers[0]);
+  Host a(io, clock, server.url());
+  Host b(io, clock, server.url());
+  for (auto* h : {&a, &b}) {
+    h->store->watch(profile);
+    h->store->start();
+  }
+  REQUIRE(run_until(io, [&] {
+    return a.store->status().state == LinkState::up && b.store->status().state == LinkState::up;
+  }));
+  const auto now = clock.now_ms();
+  Cordon on;
+  on.t_ms = now;
+  on.on = true;
+  on.reason = "maintenance";
+  a.store->record(CordonEvent{ka, on}, profile.health);
+  CHECK(run_until(
+      io,
+      [&] {
+        auto* p = b.store->provider(ka);
+        return p != nullptr && p->cordon.active(now) && p->cordon.reason == "maintenance";
+      },
+      1000));
+  // An older lift written later (a host with a slow clock) does not undo it; a newer one does.
+  Cordon stale;
+  stale.t_ms = now - 10;
+  b.store->record(CordonEvent{ka, stale}, profile.health);
+  run_until(
+      io, [] { return false; }, 300);
+  CHECK(a.store->provider(ka)->cordon.active(now));
+  Cordon lift;
+  lift.t_ms = now + 1;
+  b.store->record(CordonEvent{ka, lift}, profile.health);
+  CHECK(run_until(io, [&] { return !a.store->provider(ka)->cordon.active(now + 2); }, 1000));
 }
 
 TEST_CASE("two stores draw from one quota bucket", "[shared][redis]") {

@@ -69,6 +69,30 @@ struct ArchivalSeen {
   std::int64_t t_ms = 0;
 };
 
+/// An operator took the provider out of routing (`rpcroute cordon`), or put it back. A lifted one
+/// is kept too: processes merge cordons by time, the newest word wins (newer_cordon()), so a cordon
+/// replayed after a later uncordon never comes back.
+struct Cordon {
+  std::int64_t t_ms = 0;  // when it was set or lifted; 0: never
+  bool on = false;
+  std::int64_t until_ms = 0;  // 0: until lifted
+  std::string reason;         // clean_cordon_reason()
+
+  [[nodiscard]] bool active(std::int64_t now_ms) const {
+    return on && (until_ms == 0 || until_ms > now_ms);
+  }
+};
+inline constexpr std::size_t kMaxCordonReasonBytes = 200;
+/// A lifted or expired cordon is forgotten after this long (a late replay older than it is lost).
+inline constexpr std::int64_t kCordonMemoryMs = 24LL * 3600 * 1000;
+
+/// Whether `a` wins over `b` when they merge: the later one; at the same millisecond a cordon over
+/// a lift, then the later expiry, then the greater reason (a total order: merging commutes).
+[[nodiscard]] bool newer_cordon(const Cordon& a, const Cordon& b);
+/// An operator's reason as it may be stored and shown: control characters dropped, valid UTF-8,
+/// at most kMaxCordonReasonBytes (cut at a character boundary).
+[[nodiscard]] std::string clean_cordon_reason(std::string_view reason);
+
 struct ProviderState {
   std::string profile;
   std::string chain;
@@ -86,6 +110,7 @@ struct ProviderState {
   Bucket quota;
   LagMark lag;
   ArchivalSeen archival_seen;
+  Cordon cordon;
   std::map<std::string, std::deque<Sample>, std::less<>> methods;  // newest last
 
   [[nodiscard]] bool rate_limited(std::int64_t now_ms) const {
@@ -196,8 +221,14 @@ struct ArchivalEvent {
   std::string key;
   ArchivalSeen seen;
 };
-using Event = std::variant<AttemptEvent, SampleEvent, HeightEvent, HighWaterEvent, CursorEvent,
-                           FilterEvent, ProbeEvent, QuotaEvent, LagEvent, ArchivalEvent>;
+/// An operator cordoned or uncordoned the provider.
+struct CordonEvent {
+  std::string key;
+  Cordon cordon;
+};
+using Event =
+    std::variant<AttemptEvent, SampleEvent, HeightEvent, HighWaterEvent, CursorEvent, FilterEvent,
+                 ProbeEvent, QuotaEvent, LagEvent, ArchivalEvent, CordonEvent>;
 
 /// Applies one event; entries are created from their keys when missing. `health` decides breaker
 /// thresholds.

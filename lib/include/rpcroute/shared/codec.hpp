@@ -27,7 +27,8 @@ struct RedisUrl {
 [[nodiscard]] std::string display_url(const RedisUrl& url);
 
 // Keys under a prefix ("rpcroute:" by default, so that one Redis serves several teams):
-//   PREFIX p:PROVIDER_KEY   hash: bt b br (breaker), rl (rate-limited until), ht h (height)
+//   PREFIX p:PROVIDER_KEY   hash: bt b br (breaker), rl (rate-limited until), ht h (height),
+//                           ct cv (an operator's cordon, `rpcroute cordon`)
 //   PREFIX q:PROVIDER_KEY   hash: tokens t (the quota bucket, drawn by kBucketScript)
 //   PREFIX c:CHAIN_KEY      hash: b t g (the high-water mark and its reset generation)
 //   PREFIX f:FILTER_KEY     string "PROVIDER_ID T" (filter-id affinity)
@@ -55,7 +56,12 @@ inline constexpr std::int64_t kFilterTtlMs = kFilterRetentionMs;
 [[nodiscard]] std::string encode_height(const Height& h);
 [[nodiscard]] bool decode_height(std::string_view text, Height& out);
 
-/// One provider's shared fields as read back (HMGET bt b br rl ht h).
+/// A cordon as shared, without its time (field ct): "ON UNTIL_MS REASON" (on 0 or 1, the reason to
+/// the end, maybe empty).
+[[nodiscard]] std::string encode_cordon(const Cordon& c);
+[[nodiscard]] bool decode_cordon(std::string_view text, Cordon& out);
+
+/// One provider's shared fields as read back (HMGET bt b br rl ht h ct cv).
 struct RemoteProvider {
   std::int64_t breaker_t = 0;  // when its last transition happened; 0: none shared
   Breaker breaker;
@@ -89,8 +95,8 @@ bool adopt_high_water(Height& local, std::uint64_t& known_gen, const Height& rem
 /// KEYS[1] quota hash; ARGV take now_ms rps burst ttl_ms. Refills to max(now, t), takes, floors at
 /// -burst, as apply_event's QuotaEvent. Returns {tokens as text, t}.
 extern const std::string_view kBucketScript;
-/// KEYS[1] provider hash; ARGV ttl_ms bt b br rl ht h (empty: not sent). Breaker and height: the
-/// newer wins; rl: the larger. Returns 1.
+/// KEYS[1] provider hash; ARGV ttl_ms bt b br rl ht h ct cv (empty: not sent). Breaker, height and
+/// cordon: the newer wins; rl: the larger. Returns 1.
 extern const std::string_view kProviderScript;
 /// KEYS[1] chain hash; ARGV block t reset ttl_ms. Raises the mark; a reset replaces it and bumps
 /// the generation. Returns {block, t, generation}.

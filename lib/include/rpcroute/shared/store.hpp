@@ -104,12 +104,14 @@ class SharedStore final : public HealthStore {
     bool breaker_dirty = false;
     std::int64_t rate_limited_until_ms = 0;
     std::optional<Height> height;
+    std::optional<Cordon> cordon;
     // The last adopted from Redis, put back when a save reloads the local state:
     std::int64_t remote_breaker_t = 0;
     Breaker remote_breaker;
     std::int64_t remote_rate_limited_until_ms = 0;
     Height remote_height;
     std::optional<Bucket> remote_bucket;
+    Cordon remote_cordon;
   };
   struct WatchedChain {
     std::uint64_t generation = 0;
