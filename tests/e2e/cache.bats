@@ -67,14 +67,16 @@ CALL_LATEST() { # ID
   # read in flight while the others arrive; `latest` is never cached, so every one of them is a
   # coalescing candidate, not a cache hit.
   sidecar_start sc -p "$P" --no-state --no-probe --max-connections 2000
-  fake_control f1 '{"mode":"delay","delay_ms":4000,"reset_stats":true}'
+  fake_control f1 '{"mode":"delay","delay_ms":15000,"reset_stats":true}'
   local cfg=$BATS_TEST_TMPDIR/curl.cfg i
   : >"$cfg"
+  # One transfer per entry: `next` keeps each entry's data and output its own.
   for ((i = 1; i <= 1000; i++)); do
-    printf 'url = "%s/"\nheader = "content-type: application/json"\ndata = "%s"\noutput = "%s/out.%d"\n' \
+    ((i == 1)) || echo next >>"$cfg"
+    printf 'url = "%s/"\nheader = "content-type: application/json"\ndata = "%s"\noutput = "%s/out.%d"\nmax-time = 60\n' \
       "$SC_URL" "$(CALL_LATEST "$i" | sed 's/"/\\"/g')" "$BATS_TEST_TMPDIR" "$i" >>"$cfg"
   done
-  run curl -s --max-time 60 --parallel --parallel-immediate --parallel-max 1000 -K "$cfg"
+  run curl -s --parallel --parallel-immediate --parallel-max 1000 -K "$cfg"
   [ "$status" -eq 0 ]
   assert_equal "$(fake_calls f1 eth_call)" 1 "eth_call requests upstream"
   for ((i = 1; i <= 1000; i++)); do
