@@ -210,6 +210,7 @@ TEST_CASE("wrong chain: a warning only when every provider was seen on another c
         "every provider of chain 'local' is on another chain than the profile's 31337 (a is on 1, "
         "b is on 5): its requests will be refused and /healthz is 503 until the profile or the "
         "providers are fixed");
+}
 
 TEST_CASE("poller: finality is asked at first, after the head moved 8 blocks, and every 32 polls",
           "[poller][finality]") {
