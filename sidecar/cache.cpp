@@ -27,7 +27,6 @@ using enum CacheRule;
 // unit test holds the two together.
 constexpr std::array kRules = {
     RuleRow{"eth_call", at_block},
-    RuleRow{"eth_chainId", constant},
     RuleRow{"eth_getBalance", at_block},
     RuleRow{"eth_getBlockByHash", by_hash},
     RuleRow{"eth_getBlockByNumber", at_block},

@@ -17,7 +17,7 @@ namespace rpcroute::sidecar {
 /// How a method's answers may be kept.
 enum class CacheRule : std::uint8_t {
   never,
-  constant,  // the same for the chain forever (eth_chainId)
+  constant,  // the same for the chain forever (net_version)
   by_hash,   // addressed by a block hash: fixed once non-null
   mined,     // a transaction or receipt by hash: kept once its block is finalized
   at_block,  // reads at a block parameter (or a log range): kept at or below finalized

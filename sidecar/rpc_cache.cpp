@@ -29,10 +29,10 @@ bool Handlers::consult_cache(bool no_cache, const RpcTarget& target, RpcJob& job
   // The catalogue row is the last one looked up (method_info keeps it per thread): reads without a
   // block, hash or constant to name (eth_blockNumber) leave here at no cost.
   if (!call.valid() || !call.has_id() || !coalescable(call.method)) return false;
-  if (target.provider) {  // a provider named in the URL: its own answer, never a shared one
-    job.cache_header = "BYPASS";
-    return false;
-  }
+  // Asked by the request or by --no-cache: not answered from the cache, nor kept.
+  const bool bypass = target.provider.has_value() || no_cache || config_.no_cache;
+  if (bypass) job.cache_header = "BYPASS";
+  if (target.provider) return false;  // a provider named in the URL: its own answer, never shared
   ProfileRuntime& rt = *job.rt;
   if (!rt.profile.cache.coalesce && rt.cache == nullptr) return false;
   const auto index = static_cast<std::size_t>(job.chain - rt.profile.chains.data());
@@ -47,9 +47,8 @@ bool Handlers::consult_cache(bool no_cache, const RpcTarget& target, RpcJob& job
   // what was final: nothing kept before is trusted.
   if (f.head < rt.last_head[index]) cache->clear();
   rt.last_head[index] = f.head;
-  if (no_cache) {
+  if (bypass) {
     cache->on_bypass();
-    job.cache_header = "BYPASS";
     return false;
   }
   job.rule = cache_rule(call.method);
@@ -108,6 +107,8 @@ void Handlers::write_cache_status(json::Writer& w) {
   w.value(s.evictions);
   w.key("coalesced_in_flight");
   w.value(static_cast<std::uint64_t>(coalescer_.in_flight()));
+  w.key("coalesced_waiting");
+  w.value(static_cast<std::uint64_t>(coalescer_.waiting()));
   w.end_object();
   // Each chain's head as the router believes it, and the safe and finalized blocks its providers
   // reported (null: none yet, or no provider answers that tag).

@@ -54,8 +54,11 @@ TEST_CASE("cache rules: every cached method is a read of the catalogue; its cons
       CHECK(row.filter == FilterRole::none);
       CHECK(coalescable(row.name));
     }
-    if (row.cacheable) CHECK(cache_rule(row.name) != CacheRule::never);
+    if (row.cacheable && row.name != "eth_chainId") CHECK(cache_rule(row.name) != CacheRule::never);
   }
+  // eth_chainId is answered from the profile: neither kept nor shared.
+  CHECK(cache_rule("eth_chainId") == CacheRule::never);
+  CHECK_FALSE(coalescable("eth_chainId"));
   CHECK(cache_rule("eth_blockNumber") == CacheRule::never);
   CHECK(cache_rule("eth_sendRawTransaction") == CacheRule::never);
   CHECK(cache_rule("anvil_mine") == CacheRule::never);
@@ -97,7 +100,7 @@ TEST_CASE("cache eligibility: numbered reads at or below finalized; never a movi
       {"eth_getLogs", R"([{"blockHash":"0x01"}])", true, true},
       {"eth_getBlockByHash", R"(["0x01",false])", true, true},
       {"eth_getTransactionReceipt", R"(["0x01"])", true, true},  // judged on the result
-      {"eth_chainId", "[]", true, true},
+      {"net_version", "[]", true, true},
       {"eth_blockNumber", "[]", false, false},
       {"eth_gasPrice", "[]", false, false},
   };

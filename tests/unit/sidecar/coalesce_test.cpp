@@ -115,19 +115,72 @@ TEST_CASE("coalescing: a failure is shared as one failure, not one per client", 
   CHECK(ps->breaker.failures <= 1);
 }
 
-TEST_CASE("coalescing: when the first client leaves, the others are routed on their own", "[sidecar][coalesce]") {
+TEST_CASE("coalescing: when the first client leaves, the next leads a new flight the rest join",
+          "[sidecar][coalesce]") {
   Fixture f;
   f.transport.on("http://a.test", test::FakeTransport::results("\"0x2a\""), 50);
   Cancellation gone;
   f.start("1", kParams, 7, &gone);
   f.start("2", kParams);
   f.start("3", kParams);
-  // Once both have joined, the leader's client leaves: its routing ends cancelled.
+  f.start("4", kParams);
+  // Once all have joined, the leader's client leaves: its routing ends cancelled.
   asio::co_spawn(
       f.io, [&]() -> asio::awaitable<void> { gone.request(); co_return; }, asio::detached);
   f.run();
   CHECK(f.outs[0].at(0).status == CallOutcome::Status::unavailable);
-  CHECK(f.outs[1].at(0).response == R"({"jsonrpc":"2.0","id":2,"result":"0x2a"})");
-  CHECK(f.outs[2].at(0).response == R"({"jsonrpc":"2.0","id":3,"result":"0x2a"})");
-  CHECK(f.coalescer.stats().rerouted == 2);
+  for (int i = 2; i <= 4; ++i) {
+    INFO(i);
+    CHECK(f.outs[static_cast<std::size_t>(i - 1)].at(0).response ==
+          R"({"jsonrpc":"2.0","id":)" + std::to_string(i) + R"(,"result":"0x2a"})");
+  }
+  CHECK(f.coalescer.stats().rerouted == 3);
+  CHECK(f.coalescer.stats().leaders == 2);  // the first, then "2" for "3" and "4"
+  CHECK(f.coalescer.stats().joined == 2);
+  CHECK(f.coalescer.in_flight() == 0);
+  CHECK(f.coalescer.waiting() == 0);
+}
+
+TEST_CASE("coalescing: once the head moved, later calls share a new flight, not the old one",
+          "[sidecar][coalesce]") {
+  Fixture f;
+  f.transport.on("http://a.test", test::FakeTransport::results("\"0x2a\""), 50);
+  f.start("1", kParams, 7);
+  f.start("2", kParams, 7);
+  f.start("3", kParams, 8);  // the head moved: a new flight takes the table's place
+  f.start("4", kParams, 8);
+  f.start("5", kParams, 8);
+  f.run();
+  CHECK(f.transport.log.size() == 2);
+  CHECK(f.coalescer.stats().leaders == 2);
+  CHECK(f.coalescer.stats().joined == 3);
+  for (int i = 1; i <= 5; ++i) {
+    INFO(i);
+    CHECK(f.outs[static_cast<std::size_t>(i - 1)].at(0).response ==
+          R"({"jsonrpc":"2.0","id":)" + std::to_string(i) + R"(,"result":"0x2a"})");
+  }
+  CHECK(f.coalescer.in_flight() == 0);
+}
+
+TEST_CASE("coalescing: the table is bounded; past it calls are routed on their own",
+          "[sidecar][coalesce]") {
+  Fixture f;
+  f.transport.on("http://a.test", test::FakeTransport::results("\"0x2a\""), 50);
+  std::size_t most = 0;
+  for (std::size_t i = 0; i < Coalescer::kMaxFlights + 2; ++i)
+    f.start(std::to_string(i), R"(["0xab",")" + std::to_string(i) + "\"]");
+  f.start("again", R"(["0xab","0"])");  // joins the first flight
+  asio::co_spawn(
+      f.io,
+      [&]() -> asio::awaitable<void> {
+        most = f.coalescer.in_flight();
+        co_return;
+      },
+      asio::detached);
+  f.run();
+  CHECK(most == Coalescer::kMaxFlights);
+  CHECK(f.coalescer.stats().leaders == Coalescer::kMaxFlights);
+  CHECK(f.coalescer.stats().joined == 1);
+  CHECK(f.transport.log.size() == Coalescer::kMaxFlights + 2);
+  CHECK(f.coalescer.in_flight() == 0);
 }
