@@ -60,44 +60,85 @@ CALL_LATEST() { # ID
   printf '{"jsonrpc":"2.0","id":%s,"method":"eth_call","params":[{"to":"0x00000000000000000000000000000000000000aa","data":"0x"},"latest"]}' "$1"
 }
 
+# Waits (up to 60 s) until the fake NAME holds HELD answers and the sidecar has WAITING calls
+# waiting on another call's flight: every client is in, whatever the machine's load.
+wait_coalesced() { # NAME HELD WAITING
+  local deadline=$((SECONDS + 60)) held=""
+  while ((SECONDS < deadline)); do
+    held=$(fake_stats "$1" | jq -r '.held')
+    sidecar_get /status
+    if [[ $held == "$2" ]] && jq -e --argjson w "$3" '.cache.coalesced_waiting == $w' <<<"$body" >/dev/null; then
+      return 0
+    fi
+    nap 0.2
+  done
+  echo "not all in flight: the fake holds $held (want $2); /status: $body" >&2
+  return 1
+}
+
 @test "cache: 1,000 identical concurrent reads make one upstream request, each answered with its id" {
+  ulimit -n 4096 2>/dev/null || true # a sidecar with 1,000 clients, under a 1,024 default
   start_fake f1 --height 100
-  write_profile "$P" f1
-  # No head poller: its polls would wait on the slow answers below too. Slow answers keep the first
-  # read in flight while the others arrive; `latest` is never cached, so every one of them is a
-  # coalescing candidate, not a cache hit.
+  # A deadline long enough for the slowest arrival on a loaded machine (the default is 30 s).
+  cat >"$P" <<EOF
+chains:
+  local:
+    chain_id: 31337
+    block_time_ms: 1000
+    providers:
+      - { id: f1, url: "$(node_url f1)", timeout_ms: 120000 }
+routing: { timeout_ms: 120000 }
+EOF
+  # No head poller: the head stays where it is. The fake holds the first read until every client
+  # is in; `latest` is never cached, so each later one is a coalescing candidate, not a cache hit.
   sidecar_start sc -p "$P" --no-state --no-probe --max-connections 2000
-  fake_control f1 '{"mode":"delay","delay_ms":15000,"reset_stats":true}'
-  local cfg=$BATS_TEST_TMPDIR/curl.cfg i
-  : >"$cfg"
-  # One transfer per entry: `next` keeps each entry's data and output its own.
-  for ((i = 1; i <= 1000; i++)); do
-    ((i == 1)) || echo next >>"$cfg"
-    printf 'url = "%s/"\nheader = "content-type: application/json"\ndata = "%s"\noutput = "%s/out.%d"\nmax-time = 60\n' \
-      "$SC_URL" "$(CALL_LATEST "$i" | sed 's/"/\\"/g')" "$BATS_TEST_TMPDIR" "$i" >>"$cfg"
+  fake_control f1 '{"hold":true,"reset_stats":true}'
+  # curl runs at most 300 transfers at once whatever --parallel-max says: four curls of 250, their
+  # configs written first (bash's printf: no process per entry) so that all start together.
+  local i k cfg data pids=() call
+  call=$(CALL_LATEST %d)
+  for k in 0 1 2 3; do
+    cfg=$BATS_TEST_TMPDIR/curl.$k.cfg
+    for ((i = k * 250 + 1; i <= (k + 1) * 250; i++)); do
+      ((i > k * 250 + 1)) && echo next # one transfer per entry, none empty at the end
+      # shellcheck disable=SC2059 # the format is the call with %d for its id
+      printf -v data "$call" "$i"
+      printf 'url = "%s/"\nheader = "content-type: application/json"\ndata = "%s"\noutput = "%s/out.%d"\n' \
+        "$SC_URL" "${data//\"/\\\"}" "$BATS_TEST_TMPDIR" "$i"
+    done >"$cfg"
   done
-  run curl -s --parallel --parallel-immediate --parallel-max 1000 -K "$cfg"
-  [ "$status" -eq 0 ]
+  for k in 0 1 2 3; do
+    curl -s --max-time 180 --parallel --parallel-immediate --parallel-max 250 \
+      -K "$BATS_TEST_TMPDIR/curl.$k.cfg" 2>"$BATS_TEST_TMPDIR/curl.$k.err" &
+    pids+=($!)
+  done
+  wait_coalesced f1 1 999
+  fake_control f1 '{"hold":false}'
+  for k in "${pids[@]}"; do wait "$k"; done
   assert_equal "$(fake_calls f1 eth_call)" 1 "eth_call requests upstream"
-  for ((i = 1; i <= 1000; i++)); do
-    assert_json "$(cat "$BATS_TEST_TMPDIR/out.$i")" '.id == $i and .result == "0x"' --argjson i "$i"
-  done
+  for ((i = 1; i <= 1000; i++)); do cat "$BATS_TEST_TMPDIR/out.$i"; done >"$BATS_TEST_TMPDIR/all"
+  run jq -s -e 'length == 1000 and (map(.id) | sort) == [range(1; 1001)] and
+    all(.[]; .result == "0x" and .jsonrpc == "2.0")' "$BATS_TEST_TMPDIR/all"
+  [ "$status" -eq 0 ]
   sidecar_get /metrics
-  [[ $body == *"rpcroute_coalesced_calls_total 999"* ]]
+  [[ $body == *"rpcroute_coalesced_flights_total 1"$'\n'* ]]
+  [[ $body == *"rpcroute_coalesced_calls_total 999"$'\n'* ]]
 }
 
 @test "cache: a shared failure is one failure upstream, each client gets it under its own id" {
   start_fake f1 --height 100
   write_profile "$P" f1
   sidecar_start sc -p "$P" --no-state --no-probe
-  fake_control f1 '{"mode":"rpc_error","code":-32000,"message":"execution reverted","delay_ms":2000,"reset_stats":true}'
+  fake_control f1 '{"mode":"rpc_error","code":-32000,"message":"execution reverted","hold":true,"reset_stats":true}'
   local pids=() i
   for i in 1 2 3 4 5; do
-    curl -s --max-time 20 -H 'content-type: application/json' --data-binary "$(CALL_LATEST "$i")" \
+    curl -s --max-time 60 -H 'content-type: application/json' --data-binary "$(CALL_LATEST "$i")" \
       -o "$BATS_TEST_TMPDIR/err.$i" "$SC_URL/" &
     pids+=($!)
   done
-  wait "${pids[@]}"
+  wait_coalesced f1 1 4
+  fake_control f1 '{"hold":false}'
+  for i in "${pids[@]}"; do wait "$i"; done
   assert_equal "$(fake_calls f1 eth_call)" 1 "eth_call requests upstream"
   for i in 1 2 3 4 5; do
     assert_json "$(cat "$BATS_TEST_TMPDIR/err.$i")" '.id == $i and .error.message == "execution reverted"' \
@@ -134,7 +175,7 @@ CALL_LATEST() { # ID
   assert_equal "$(cache_header)" MISS
   assert_equal "$(fake_calls f1 eth_getBalance)" 5 "eth_getBalance requests upstream"
   # A provider named in the URL gives its own answer.
-  sidecar_post /e2e/local/provider/f1 "$(BALANCE_AT 0x50 13)"
+  sidecar_post /rpc/provider/f1/local "$(BALANCE_AT 0x50 13)"
   assert_equal "$(cache_header)" BYPASS
   # net_version is a constant: kept after the first (eth_chainId is answered from the profile).
   sidecar_post / '{"jsonrpc":"2.0","id":1,"method":"net_version","params":[]}'
@@ -165,6 +206,13 @@ CALL_LATEST() { # ID
   sidecar_start sc2 -p "$P" --no-state
   sidecar_get /status
   assert_json "$body" '.cache.max_bytes == 1048576'
+  sidecar_stop sc2
+  # --no-cache: nothing kept, and said so.
+  sidecar_start sc3 -p "$P" --no-state --no-probe --no-cache
+  sidecar_post / "$(BALANCE_AT 0x50 3)"
+  assert_equal "$(cache_header)" BYPASS
+  sidecar_get /status
+  assert_json "$body" '.cache.max_bytes == 0'
   run "$RPCROUTE_BIN" serve --cache-mb 70000 --no-state -p "$P"
   [ "$status" -ne 0 ]
 }
