@@ -13,9 +13,9 @@
 #include <string_view>
 #include <vector>
 
-#include "dashboard.hpp"
 #include "cache.hpp"
 #include "coalesce.hpp"
+#include "dashboard.hpp"
 #include "metrics.hpp"
 #include "reply.hpp"
 #include "request.hpp"
@@ -39,7 +39,7 @@ struct ProfileRuntime {
   std::unique_ptr<ResponseCache> cache;  // null: off (cache.max_mb 0, --cache-mb 0)
   std::vector<std::string> chain_keys;   // chain_key() of each chain, in profile.chains order
   std::vector<std::vector<std::string>> provider_keys;  // provider_key() of each, per chain
-  std::vector<std::uint64_t> last_head;  // the head the cache last saw, per chain
+  std::vector<std::uint64_t> last_head;                 // the head the cache last saw, per chain
 };
 
 /// A JSON-RPC request on its way to the router: what prepare() found, what finish_rpc() needs.

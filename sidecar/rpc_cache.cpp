@@ -23,8 +23,7 @@ ChainFinality Handlers::finality(const ProfileRuntime& rt, std::size_t chain_ind
   return f;
 }
 
-bool Handlers::consult_cache(bool no_cache, const RpcTarget& target, RpcJob& job,
-                             Reply& reply) {
+bool Handlers::consult_cache(bool no_cache, const RpcTarget& target, RpcJob& job, Reply& reply) {
   const jsonrpc::Call& call = job.parsed.calls.front();
   // The catalogue row is the last one looked up (method_info keeps it per thread): reads without a
   // block, hash or constant to name (eth_blockNumber) leave here at no cost.

@@ -1,7 +1,8 @@
+#include "cache.hpp"
+
 #include <catch2/catch.hpp>
 #include <string>
 
-#include "cache.hpp"
 #include "coalesce.hpp"
 #include "policy.hpp"
 #include "rpcroute/methods.hpp"
@@ -19,7 +20,8 @@ std::string key_of(std::string_view method, std::string_view params, std::uintpt
 
 }  // namespace
 
-TEST_CASE("cache key: whitespace outside strings goes, hex strings go to lower case", "[sidecar][cache]") {
+TEST_CASE("cache key: whitespace outside strings goes, hex strings go to lower case",
+          "[sidecar][cache]") {
   const auto canonical = key_of("eth_getBalance", R"(["0xab12","0x10"])");
   CHECK(key_of("eth_getBalance", " [ \"0xAB12\" ,\n\t\"0x10\" ] ") == canonical);
   CHECK(key_of("eth_getBalance", R"(["0xAb12","0x10"])") == canonical);
@@ -82,7 +84,7 @@ TEST_CASE("cache eligibility: numbered reads at or below finalized; never a movi
     bool without;
   };
   const Row rows[] = {
-      {"eth_getBlockByNumber", R"(["0x64",false])", true, false},  // 100 = finalized
+      {"eth_getBlockByNumber", R"(["0x64",false])", true, false},   // 100 = finalized
       {"eth_getBlockByNumber", R"(["0x65",false])", false, false},  // 101: not yet final
       {"eth_getBlockByNumber", R"(["latest",false])", false, false},
       {"eth_getBlockByNumber", R"(["pending",false])", false, false},
@@ -122,7 +124,8 @@ TEST_CASE("cache eligibility: unfinalized data is never kept, so never served ac
   CHECK(result_cacheable(CacheRule::mined, receipt("0x64"), f));
   CHECK_FALSE(result_cacheable(CacheRule::mined, receipt("0x65"), f));  // may be reorganised away
   CHECK_FALSE(result_cacheable(CacheRule::mined, receipt("0x64"), ChainFinality{200, 0, false}));
-  CHECK_FALSE(result_cacheable(CacheRule::mined, R"({"hash":"0x01","blockNumber":null})", f));  // pending
+  CHECK_FALSE(
+      result_cacheable(CacheRule::mined, R"({"hash":"0x01","blockNumber":null})", f));  // pending
   CHECK_FALSE(result_cacheable(CacheRule::mined, "null", f));
   CHECK_FALSE(result_cacheable(CacheRule::by_hash, "null", f));  // not known yet: asked again
   CHECK(result_cacheable(CacheRule::by_hash, R"({"number":"0x500"})", f));  // fixed by its hash
@@ -174,7 +177,8 @@ TEST_CASE("cache: an entry over an eighth of the cap is not kept", "[sidecar][ca
 TEST_CASE("coalescing: a shared answer is given each client's own id", "[sidecar][cache]") {
   CHECK(reid_response(R"({"jsonrpc":"2.0","id":7,"result":"0x1"})", "7", R"("abc")") ==
         R"({"jsonrpc":"2.0","id":"abc","result":"0x1"})");
-  CHECK(reid_response(R"({"jsonrpc":"2.0","id":"x","error":{"code":-32000,"message":"m"}})", R"("x")", "12") ==
+  CHECK(reid_response(R"({"jsonrpc":"2.0","id":"x","error":{"code":-32000,"message":"m"}})",
+                      R"("x")", "12") ==
         R"({"jsonrpc":"2.0","id":12,"error":{"code":-32000,"message":"m"}})");
   // Not the shape this process writes, or another id: nothing (the call is routed on its own).
   CHECK(reid_response(R"({"id":7,"jsonrpc":"2.0","result":"0x1"})", "7", "8").empty());
@@ -182,8 +186,9 @@ TEST_CASE("coalescing: a shared answer is given each client's own id", "[sidecar
   CHECK(reid_response(R"({"jsonrpc":"2.0","id":7)", "7", "8").empty());
 }
 
-TEST_CASE("policy: the cache is bypassed on Cache-Control no-cache/no-store or X-Rpcroute-Cache: bypass",
-          "[sidecar][policy]") {
+TEST_CASE(
+    "policy: the cache is bypassed on Cache-Control no-cache/no-store or X-Rpcroute-Cache: bypass",
+    "[sidecar][policy]") {
   CHECK(policy::cache_bypass("no-cache", ""));
   CHECK(policy::cache_bypass("max-age=0, No-Store", ""));
   CHECK(policy::cache_bypass(" NO-CACHE ", ""));

@@ -1,10 +1,11 @@
 // Coalescing over the Transport seam: identical calls in flight at once share one upstream request.
+#include "coalesce.hpp"
+
 #include <catch2/catch.hpp>
 #include <deque>
 
 #include "../support/fake_transport.hpp"
 #include "cache.hpp"
-#include "coalesce.hpp"
 #include "rpcroute/router.hpp"
 
 using namespace rpcroute;
@@ -39,7 +40,8 @@ struct Fixture {
   std::deque<std::vector<CallOutcome>> outs;
 
   /// Starts a client's call (not run until run()).
-  void start(std::string id, std::string_view params, std::uint64_t head = 7, Cancellation* cancel = nullptr) {
+  void start(std::string id, std::string_view params, std::uint64_t head = 7,
+             Cancellation* cancel = nullptr) {
     auto& c = calls.emplace_back(1);
     c[0].id = std::move(id);
     c[0].method = "eth_getBalance";
@@ -87,7 +89,8 @@ TEST_CASE("coalescing: identical concurrent reads make one upstream request; eac
   CHECK(f.coalescer.in_flight() == 0);
 }
 
-TEST_CASE("coalescing: different params, or the same at another head, are not shared", "[sidecar][coalesce]") {
+TEST_CASE("coalescing: different params, or the same at another head, are not shared",
+          "[sidecar][coalesce]") {
   Fixture f;
   f.transport.on("http://a.test", test::FakeTransport::results("\"0x2a\""), 50);
   f.start("1", kParams);
@@ -98,7 +101,8 @@ TEST_CASE("coalescing: different params, or the same at another head, are not sh
   CHECK(f.coalescer.stats().joined == 0);
 }
 
-TEST_CASE("coalescing: a failure is shared as one failure, not one per client", "[sidecar][coalesce]") {
+TEST_CASE("coalescing: a failure is shared as one failure, not one per client",
+          "[sidecar][coalesce]") {
   Fixture f;
   f.transport.on("http://a.test", test::FakeTransport::status(503), 50);
   for (int i = 0; i < 10; ++i) f.start(std::to_string(i), kParams);
@@ -110,7 +114,8 @@ TEST_CASE("coalescing: a failure is shared as one failure, not one per client", 
     CHECK(o.status == CallOutcome::Status::unavailable);
     CHECK(o.response.starts_with(R"({"jsonrpc":"2.0","id":)" + std::to_string(i) + R"(,"error":)"));
   }
-  const auto* ps = f.store.provider(provider_key(f.profile.name, f.chain.name, f.chain.providers[0]));
+  const auto* ps =
+      f.store.provider(provider_key(f.profile.name, f.chain.name, f.chain.providers[0]));
   REQUIRE(ps != nullptr);
   CHECK(ps->breaker.failures <= 1);
 }
@@ -126,7 +131,12 @@ TEST_CASE("coalescing: when the first client leaves, the next leads a new flight
   f.start("4", kParams);
   // Once all have joined, the leader's client leaves: its routing ends cancelled.
   asio::co_spawn(
-      f.io, [&]() -> asio::awaitable<void> { gone.request(); co_return; }, asio::detached);
+      f.io,
+      [&]() -> asio::awaitable<void> {
+        gone.request();
+        co_return;
+      },
+      asio::detached);
   f.run();
   CHECK(f.outs[0].at(0).status == CallOutcome::Status::unavailable);
   for (int i = 2; i <= 4; ++i) {
