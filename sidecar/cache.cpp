@@ -21,27 +21,25 @@ struct RuleRow {
   CacheRule rule;
 };
 
-using enum CacheRule;
-
 // Sorted by name (checked below). Every method here is a read in the catalogue (methods.cpp); a
 // unit test holds the two together.
 constexpr std::array kRules = {
-    RuleRow{"eth_call", at_block},
-    RuleRow{"eth_getBalance", at_block},
-    RuleRow{"eth_getBlockByHash", by_hash},
-    RuleRow{"eth_getBlockByNumber", at_block},
-    RuleRow{"eth_getBlockReceipts", at_block},
-    RuleRow{"eth_getBlockTransactionCountByHash", by_hash},
-    RuleRow{"eth_getBlockTransactionCountByNumber", at_block},
-    RuleRow{"eth_getCode", at_block},
-    RuleRow{"eth_getLogs", at_block},
-    RuleRow{"eth_getProof", at_block},
-    RuleRow{"eth_getStorageAt", at_block},
-    RuleRow{"eth_getTransactionByBlockNumberAndIndex", at_block},
-    RuleRow{"eth_getTransactionByHash", mined},
-    RuleRow{"eth_getTransactionCount", at_block},
-    RuleRow{"eth_getTransactionReceipt", mined},
-    RuleRow{"net_version", constant},
+    RuleRow{"eth_call", CacheRule::at_block},
+    RuleRow{"eth_getBalance", CacheRule::at_block},
+    RuleRow{"eth_getBlockByHash", CacheRule::by_hash},
+    RuleRow{"eth_getBlockByNumber", CacheRule::at_block},
+    RuleRow{"eth_getBlockReceipts", CacheRule::at_block},
+    RuleRow{"eth_getBlockTransactionCountByHash", CacheRule::by_hash},
+    RuleRow{"eth_getBlockTransactionCountByNumber", CacheRule::at_block},
+    RuleRow{"eth_getCode", CacheRule::at_block},
+    RuleRow{"eth_getLogs", CacheRule::at_block},
+    RuleRow{"eth_getProof", CacheRule::at_block},
+    RuleRow{"eth_getStorageAt", CacheRule::at_block},
+    RuleRow{"eth_getTransactionByBlockNumberAndIndex", CacheRule::at_block},
+    RuleRow{"eth_getTransactionByHash", CacheRule::mined},
+    RuleRow{"eth_getTransactionCount", CacheRule::at_block},
+    RuleRow{"eth_getTransactionReceipt", CacheRule::mined},
+    RuleRow{"net_version", CacheRule::constant},
 };
 static_assert(std::is_sorted(kRules.begin(), kRules.end(),
                              [](const RuleRow& a, const RuleRow& b) {
@@ -54,7 +52,7 @@ bool is_hex_digit(char c) {
 }
 
 /// Whether a numbered or hashed block may be read from the cache: at or below finalized.
-bool settled(const std::optional<BlockRef>& ref, const ChainFinality& chain) {
+bool settled_block(const std::optional<BlockRef>& ref, const ChainFinality& chain) {
   if (!ref) return false;
   switch (ref->kind) {
     case BlockRef::Kind::hash:
@@ -71,6 +69,7 @@ bool settled(const std::optional<BlockRef>& ref, const ChainFinality& chain) {
 }  // namespace
 
 CacheRule cache_rule(std::string_view method) {
+  using enum CacheRule;
   const auto* it =
       std::lower_bound(kRules.begin(), kRules.end(), method,
                        [](const RuleRow& row, std::string_view m) { return row.method < m; });
@@ -125,6 +124,7 @@ bool cache_key(std::string& out, std::uintptr_t chain_tag, std::string_view meth
 
 bool request_cacheable(CacheRule rule, std::string_view method, std::string_view params,
                        const ChainFinality& chain) {
+  using enum CacheRule;
   switch (rule) {
     case never:
       return false;
@@ -136,11 +136,12 @@ bool request_cacheable(CacheRule rule, std::string_view method, std::string_view
       break;
   }
   const BlockNeed need = analyze_block_need(method, params);
-  if (need.block) return settled(need.block, chain);
-  return need.from && need.to && settled(need.from, chain) && settled(need.to, chain);
+  if (need.block) return settled_block(need.block, chain);
+  return need.from && need.to && settled_block(need.from, chain) && settled_block(need.to, chain);
 }
 
 bool result_cacheable(CacheRule rule, std::string_view result, const ChainFinality& chain) {
+  using enum CacheRule;
   if (rule == never || result.empty() || result == "null") return false;
   if (rule != mined) return true;
   // A transaction or receipt moves with a reorganisation until its block is final.

@@ -10,19 +10,20 @@
 namespace rpcroute::sidecar {
 
 namespace {
-constexpr std::string_view kHead = R"({"jsonrpc":"2.0","id":)";
+constexpr std::string_view kReidHead = R"({"jsonrpc":"2.0","id":)";
 }  // namespace
 
 std::string reid_response(std::string_view response, std::string_view old_id,
                           std::string_view new_id) {
-  if (!response.starts_with(kHead) || response.substr(kHead.size()).size() <= old_id.size() ||
-      response.substr(kHead.size(), old_id.size()) != old_id ||
-      response[kHead.size() + old_id.size()] != ',')
+  if (!response.starts_with(kReidHead) ||
+      response.substr(kReidHead.size()).size() <= old_id.size() ||
+      response.substr(kReidHead.size(), old_id.size()) != old_id ||
+      response[kReidHead.size() + old_id.size()] != ',')
     return {};
-  const auto rest = response.substr(kHead.size() + old_id.size());
+  const auto rest = response.substr(kReidHead.size() + old_id.size());
   std::string out;
-  out.reserve(kHead.size() + new_id.size() + rest.size());
-  out.append(kHead).append(new_id).append(rest);
+  out.reserve(kReidHead.size() + new_id.size() + rest.size());
+  out.append(kReidHead).append(new_id).append(rest);
   return out;
 }
 
