@@ -61,6 +61,13 @@ void setup_serve(CLI::App& app, int& exit_code) {
                   "Client connections open at once, 1 to 1000000 (default 1024); more are answered "
                   "503 with Retry-After")
       ->check(whole_number(1, 1'000'000));
+  sub->add_option("--cache-mb", opts->cache_mb,
+                  "Answer cache size in MiB, 0 to 65536 (0: off; default: the profile's "
+                  "cache.max_mb, 32)")
+      ->check(whole_number(0, 65'536));
+  sub->add_flag("--no-cache", opts->no_cache,
+                "No answer cache: every read goes to a provider (X-Rpcroute-Cache: BYPASS); "
+                "identical reads in flight are still shared");
   sub->add_option("--max-inflight-mb", opts->max_inflight_mb,
                   "Request-body MiB held at once by all requests, 1 to 1048576 (default 256); a "
                   "body past it: 503 with Retry-After")
@@ -128,6 +135,8 @@ bool parse_limits(const ServeOptions& options, sidecar::ServerConfig& config) {
     return false;
   }
   config.max_connections = options.max_connections;
+  config.cache_mb = options.no_cache ? std::optional<std::int64_t>(0) : options.cache_mb;
+  config.no_cache = options.no_cache;
   config.max_inflight_bytes = options.max_inflight_mb << 20;
   config.ws_max_buffered = options.ws_max_buffer_kb << 10;
   // A grace of 0 stops at once; a zero read or idle timeout would close every connection unread.

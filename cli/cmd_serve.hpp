@@ -1,5 +1,6 @@
 #pragma once
 #include <CLI/CLI.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,8 @@ struct ServeOptions {
   std::size_t max_batch = 1000;
   std::size_t max_connections = 1024;
   std::size_t max_inflight_mb = 256;
+  std::optional<std::int64_t> cache_mb;  // overrides each profile's cache.max_mb
+  bool no_cache = false;                 // --no-cache: as --cache-mb 0, and said BYPASS
   std::string grace = "10s";
   std::string read_timeout = "10s";
   std::string idle_timeout = "60s";

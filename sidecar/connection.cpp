@@ -216,8 +216,14 @@ asio::awaitable<void> Server::serve_connection(tcp::socket socket) {
           s.cancel.reset();
           s.job.options.cancel = &s.cancel;
           conn.routing = true;
-          std::vector<CallOutcome> outs =
-              co_await s.job.rt->router->route(*s.job.chain, calls, s.job.options);
+          std::vector<CallOutcome> outs;
+          if (s.job.shared) {  // may share a flight with identical calls (coalesce.hpp)
+            outs =
+                co_await handlers_.coalescer().route(*s.job.rt->router, *s.job.chain, calls,
+                                                     s.job.options, s.job.key, s.job.finality.head);
+          } else {
+            outs = co_await s.job.rt->router->route(*s.job.chain, calls, s.job.options);
+          }
           conn.routing = false;
           if (s.cancel.requested()) {
             metrics_.on_cancelled();

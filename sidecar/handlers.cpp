@@ -45,6 +45,15 @@ std::shared_ptr<ProfileRuntime> Handlers::make_runtime(Profile profile) {
   rt->profile = std::move(profile);
   rt->router = std::make_unique<Router>(rt->profile, engine_, health(), clock_, rng_);
   if (shared_ != nullptr) shared_->watch(rt->profile);
+  const std::int64_t mb = config_.cache_mb.value_or(rt->profile.cache.max_mb);
+  if (mb > 0) rt->cache = std::make_unique<ResponseCache>(static_cast<std::size_t>(mb) << 20);
+  for (const auto& chain : rt->profile.chains) {
+    rt->chain_keys.push_back(chain_key(rt->profile.name, chain));
+    auto& keys = rt->provider_keys.emplace_back();
+    for (const auto& p : chain.providers)
+      keys.push_back(provider_key(rt->profile.name, chain.name, p));
+  }
+  rt->last_head.assign(rt->profile.chains.size(), 0);
   return rt;
 }
 
@@ -122,7 +131,7 @@ bool Handlers::prepare(const Request& req, Reply& reply, RpcJob& job, EdgeLoad e
     reply.header("Allow", "POST, OPTIONS");
     return false;
   }
-  return prepare_rpc(req.body, route, reply, job);
+  return prepare_rpc(req.body, route, reply, job, req.no_cache);
 }
 
 bool Handlers::prepare_upgrade(const Request& req, Reply& reply, Route& route) {
@@ -194,6 +203,7 @@ void Handlers::answer_get(const Route& route, Reply& reply, EdgeLoad edge) {
     std::vector<const Profile*> list;
     for (auto& [name, rt] : profiles_) list.push_back(&rt->profile);
     metrics_.edge(edge.connections, edge.request_bytes);
+    metrics_.cache(cache_stats(), coalescer_.stats());
     reply.body = metrics_.render(list, store_.state(), now);
     if (shared_ != nullptr) reply.body += Metrics::render_shared(shared_->status());
     reply.content_type = "text/plain; version=0.0.4";
@@ -231,6 +241,7 @@ void Handlers::write_status(json::Writer& w, EdgeLoad edge, std::int64_t now) {
     for (const auto& chain : rt->profile.chains) write_chain_health(w, *rt, chain, now, true);
   }
   w.end_array();
+  write_cache_status(w);
   w.key("in_flight");
   w.value(metrics_.in_flight());
   w.key("request_bytes_in_flight");

@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "cache.hpp"
+#include "coalesce.hpp"
 #include "dashboard.hpp"
 #include "metrics.hpp"
 #include "reload.hpp"
@@ -36,8 +38,12 @@ struct ProfileRuntime {
   Profile profile;
   std::unique_ptr<Router> router;
   bool polled = false;  // the background polls watch its providers (/healthz wants fresh answers)
-  bool stop = false;    // replaced by a reload, or shutting down: its pollers end
+  bool stop = false;       // replaced by a reload, or shutting down: its pollers end
   bool on_demand = false;  // loaded on first use by a URL's name, not given to serve
+  std::unique_ptr<ResponseCache> cache;  // null: off (cache.max_mb 0, --cache-mb 0)
+  std::vector<std::string> chain_keys;   // chain_key() of each chain, in profile.chains order
+  std::vector<std::vector<std::string>> provider_keys;  // provider_key() of each, per chain
+  std::vector<std::uint64_t> last_head;                 // the head the cache last saw, per chain
 };
 using Runtimes = std::map<std::string, std::shared_ptr<ProfileRuntime>, std::less<>>;
 
@@ -51,6 +57,13 @@ struct RpcJob {
   char request_id_text[40];
   std::string_view request_id;  // into request_id_text
   std::int64_t started_us = 0;  // steady_us() when prepared: the feed's total time
+  // Coalescing and the cache (rpc_cache.cpp), for a single call that may use them.
+  std::string_view cache_header = "MISS";  // X-Rpcroute-Cache: MISS, HIT or BYPASS (static text)
+  bool shared = false;                     // routed through the coalescer under `key`
+  bool keep = false;                       // a good answer may be kept in the cache under `key`
+  CacheRule rule = CacheRule::never;
+  ChainFinality finality;  // when the call was taken
+  std::string key;         // the canonical key (reused buffer)
 };
 
 /// The edge right now, for /metrics and /status.
@@ -79,6 +92,8 @@ class Handlers {
     return prepare_rpc(body, route, reply, job);
   }
 
+  /// Identical in-flight reads share one upstream request (coalesce.hpp).
+  [[nodiscard]] Coalescer& coalescer() { return coalescer_; }
   /// The Host (DNS rebinding) check; off only for a remote listen address (Server::listen).
   void check_host(bool on) { check_host_ = on; }
   /// The live dashboard's memory (dashboard.hpp): the connection hands it an events stream.
@@ -119,7 +134,8 @@ class Handlers {
   /// GET / is the page; the root's POST stays JSON-RPC.
   [[nodiscard]] bool dashboard_root(const Route& route, const Request& req) const;
   /// The profile, chain and provider of an RPC route, and its body parsed into `job`.
-  bool prepare_rpc(const std::string& body, const Route& route, Reply& reply, RpcJob& job);
+  bool prepare_rpc(const std::string& body, const Route& route, Reply& reply, RpcJob& job,
+                   bool no_cache = false);
   bool find_chain(const RpcTarget& target, Reply& reply, RpcJob& job);
   void next_request_id(RpcJob& job);
   /// Empty: the default profile; a null pointer when there is no such profile.
@@ -127,6 +143,16 @@ class Handlers {
   std::shared_ptr<ProfileRuntime> make_runtime(Profile profile);
   void record_decisions(const RpcJob& job, const std::vector<CallOutcome>& outs);
   void write_rpc_body(const RpcJob& job, std::vector<CallOutcome>& outs, Reply& reply);
+  /// A single call that may be coalesced or cached: its key in `job`; true when answered from the
+  /// cache into `reply` (rpc_cache.cpp).
+  bool consult_cache(bool no_cache, const RpcTarget& target, RpcJob& job, Reply& reply);
+  [[nodiscard]] ChainFinality finality(const ProfileRuntime& rt, std::size_t chain_index) const;
+  /// A cache hit's reply: the result under the call's id, with the X-Rpcroute-* headers.
+  void finish_hit(const RpcJob& job, const std::string& result, Reply& reply);
+  /// Keeps a routed call's good answer when the job may (before the reply takes the response).
+  void keep_answer(RpcJob& job, const CallOutcome& out);
+  void write_cache_status(json::Writer& w);
+  [[nodiscard]] CacheStats cache_stats() const;
   static constexpr std::size_t kMaxUnloadable = 256;  // unknown profile names remembered
 
   const ServerConfig& config_;
@@ -144,6 +170,7 @@ class Handlers {
   Route route_cache_;               // ... and its route
   Runtimes profiles_;
   std::set<std::string, std::less<>> unloadable_;
+  Coalescer coalescer_;
   std::uint64_t request_counter_ = 0;
   std::uint64_t request_prefix_ = 0;
   Dashboard dashboard_;

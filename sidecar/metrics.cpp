@@ -119,6 +119,33 @@ std::string Metrics::render_shared(const shared::SharedStatus& s) {
       s.state == shared::LinkState::up ? 1 : 0, s.fallbacks, s.syncs, s.adopted, s.write_errors);
 }
 
+void Metrics::render_cache(std::string& out) const {
+  auto it = std::back_inserter(out);
+  const std::pair<const char*, std::uint64_t> counters[] = {
+      {"cache_hits_total", cache_.hits},
+      {"cache_misses_total", cache_.misses},
+      {"cache_bypasses_total", cache_.bypasses},
+      {"cache_evictions_total", cache_.evictions},
+      {"cache_inserts_total", cache_.inserts},
+      {"cache_too_large_total", cache_.too_large},
+      {"coalesced_flights_total", coalesce_.leaders},
+      {"coalesced_calls_total", coalesce_.joined},
+      {"coalesced_rerouted_total", coalesce_.rerouted},
+  };
+  fmt::format_to(it,
+                 "# HELP rpcroute_cache_hits_total Answer cache (issue 19): hits, misses, bypasses "
+                 "(asked by the client), evictions, inserts, results too large to keep; coalesced "
+                 "flights, calls answered by another call's flight, joined calls routed alone.\n");
+  for (const auto& [name, v] : counters)
+    fmt::format_to(it, "# TYPE rpcroute_{0} counter\nrpcroute_{0} {1}\n", name, v);
+  fmt::format_to(it, "# HELP rpcroute_cache_bytes Bytes the answer cache holds, and its cap.\n");
+  fmt::format_to(it, "# TYPE rpcroute_cache_bytes gauge\nrpcroute_cache_bytes {}\n", cache_.bytes);
+  fmt::format_to(it, "# TYPE rpcroute_cache_max_bytes gauge\nrpcroute_cache_max_bytes {}\n",
+                 cache_.max_bytes);
+  fmt::format_to(it, "# TYPE rpcroute_cache_entries gauge\nrpcroute_cache_entries {}\n",
+                 cache_.entries);
+}
+
 std::string Metrics::render(const std::vector<const Profile*>& profiles, const State& state,
                             std::int64_t now_ms) const {
   std::string out;
@@ -209,6 +236,7 @@ std::string Metrics::render(const std::vector<const Profile*>& profiles, const S
     fmt::format_to(it, "rpcroute_hedges_total{{profile=\"{}\",chain=\"{}\",won=\"{}\"}} {}\n",
                    label(profile), label(chain), won, v);
   }
+  render_cache(out);
 
   fmt::format_to(it,
                  "# HELP rpcroute_breaker_state Circuit breaker per provider: 0 closed, 1 "

@@ -7,6 +7,8 @@
 #include <tuple>
 #include <vector>
 
+#include "cache.hpp"
+#include "coalesce.hpp"
 #include "labels.hpp"
 #include "rpcroute/config.hpp"
 #include "rpcroute/router.hpp"
@@ -38,6 +40,13 @@ class Metrics {
 
   /// The shared state's link (issue 20): up or not, fallbacks, refreshes, refused writes.
   [[nodiscard]] static std::string render_shared(const shared::SharedStatus& s);
+
+  /// The answer cache's and the coalescer's counters as of now.
+  void cache(const CacheStats& cache, const CoalesceStats& coalesce) {
+    cache_ = cache;
+    coalesce_ = coalesce;
+  }
+
   /// Everything, with breaker, rate-limit and height gauges read from the state.
   [[nodiscard]] std::string render(const std::vector<const Profile*>& profiles, const State& state,
                                    std::int64_t now_ms) const;
@@ -65,6 +74,9 @@ class Metrics {
   std::size_t connections_ = 0;
   std::size_t request_bytes_ = 0;
   std::uint64_t cancelled_ = 0;
+  CacheStats cache_;
+  CoalesceStats coalesce_;
+  void render_cache(std::string& out) const;
   std::map<std::string, std::uint64_t, std::less<>> refused_;
   std::int64_t websockets_ = 0;
   std::map<int, std::uint64_t> websocket_closes_;

@@ -73,4 +73,26 @@ bool bearer_token_matches(std::string_view authorization, std::string_view token
          constant_time_equal(authorization.substr(7), token);
 }
 
+bool cache_bypass(std::string_view cache_control, std::string_view rpcroute_cache) {
+  auto iequal = [](std::string_view a, std::string_view b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+             return std::tolower(static_cast<unsigned char>(x)) == y;
+           });
+  };
+  auto trim = [](std::string_view v) {
+    while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+    while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+    return v;
+  };
+  if (iequal(trim(rpcroute_cache), "bypass")) return true;
+  while (!cache_control.empty()) {
+    const auto comma = cache_control.find(',');
+    const auto directive = trim(cache_control.substr(0, comma));
+    if (iequal(directive, "no-cache") || iequal(directive, "no-store")) return true;
+    if (comma == std::string_view::npos) break;
+    cache_control.remove_prefix(comma + 1);
+  }
+  return false;
+}
+
 }  // namespace rpcroute::sidecar::policy

@@ -33,4 +33,9 @@ namespace rpcroute::sidecar::policy {
 /// (RFC 9110 section 11.1), the token exactly.
 [[nodiscard]] bool bearer_token_matches(std::string_view authorization, std::string_view token);
 
+/// A request that asks not to be answered from the cache: Cache-Control with a no-cache or no-store
+/// directive, or X-Rpcroute-Cache: bypass (any case).
+///   cache_bypass("max-age=0, No-Cache", "") == true;  cache_bypass("", "BYPASS") == true
+[[nodiscard]] bool cache_bypass(std::string_view cache_control, std::string_view rpcroute_cache);
+
 }  // namespace rpcroute::sidecar::policy

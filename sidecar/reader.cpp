@@ -4,6 +4,7 @@
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/field.hpp>
 
+#include "policy.hpp"
 #include "rpcroute/asio_compat.hpp"
 #include "rpcroute/http1.hpp"
 #include "rpcroute/transport.hpp"
@@ -36,6 +37,16 @@ void RequestReader::on_request_impl(http::verb method, string_view method_str, s
   r_.version = static_cast<unsigned>(version);
 }
 
+void RequestReader::keep_cache_field(bool cache_control, std::string_view value) {
+  // The first of each, as the fast path reads them.
+  const unsigned bit = cache_control ? 8 : 16;
+  if ((r_.seen & bit) != 0) return;
+  r_.seen |= bit;
+  const bool bypass =
+      cache_control ? policy::cache_bypass(value, {}) : policy::cache_bypass({}, value);
+  r_.no_cache = r_.no_cache || bypass;
+}
+
 void RequestReader::on_field_impl(field name, string_view name_string, string_view value,
                                   error_code& ec) {
   if (r_.field_count == r_.field_slots.size()) r_.field_slots.emplace_back();
@@ -60,6 +71,8 @@ void RequestReader::on_field_impl(field name, string_view name_string, string_vi
     r_.expect_continue = beast::iequals(value, "100-continue");
   else if (name == field::upgrade)
     r_.upgrade = true;
+  else if (name == field::cache_control || beast::iequals(name_string, "x-rpcroute-cache"))
+    keep_cache_field(name == field::cache_control, sv(value));
 }
 
 void RequestReader::on_header_impl(error_code&) { r_.keep_alive = keep_alive(); }
@@ -112,6 +125,8 @@ bool take_plain_request(beast::flat_buffer& buffer, std::uint64_t max_body, Requ
   if (!m.host.empty()) r.host.assign(m.host);  // clear() emptied them
   if (!m.origin.empty()) r.origin.assign(m.origin);
   if (!m.authorization.empty()) r.authorization.assign(m.authorization);
+  if (m.cache_control.data() != nullptr || m.rpcroute_cache.data() != nullptr)
+    r.no_cache = policy::cache_bypass(m.cache_control, m.rpcroute_cache);
   const auto body = m.body(in);
   r.body.reserve(body.size() + kBodySlack);  // parsed in place, like RequestReader's
   r.body.assign(body);

@@ -34,6 +34,7 @@ class RequestReader final : public boost::beast::http::basic_parser<true> {
   void on_request_impl(boost::beast::http::verb method, string_view method_str, string_view target,
                        int version, error_code&) override;
   void on_response_impl(int, string_view, int, error_code&) override {}
+  void keep_cache_field(bool cache_control, std::string_view value);
   void on_field_impl(field name, string_view name_string, string_view value,
                      error_code& ec) override;
   void on_header_impl(error_code&) override;

@@ -34,6 +34,7 @@ struct Request {
   bool expect_continue =
       false;             // Expect: 100-continue (HTTP/1.1): the client waits before the body
   bool upgrade = false;  // an Upgrade field arrived
+  bool no_cache = false;  // Cache-Control: no-cache / no-store, or X-Rpcroute-Cache: bypass
   unsigned seen = 0;     // which of host, origin, authorization arrived
   using Field = std::pair<std::string, std::string>;  // name as sent, value
   std::vector<Field>
@@ -58,6 +59,7 @@ struct Request {
     body.clear();
     expect_continue = false;
     upgrade = false;
+    no_cache = false;
     field_count = 0;
     seen = 0;
   }

@@ -16,7 +16,8 @@ namespace rpcroute::sidecar {
 namespace http = boost::beast::http;
 using namespace std::string_view_literals;
 
-bool Handlers::prepare_rpc(const std::string& body, const Route& route, Reply& reply, RpcJob& job) {
+bool Handlers::prepare_rpc(const std::string& body, const Route& route, Reply& reply, RpcJob& job,
+                           bool no_cache) {
   if (!find_chain(route.target, reply, job)) return false;
   auto parsed = config_.plain_json ? jsonrpc::parse_body(body, body.capacity())
                                    : jsonrpc::detail::parse_full_body(body, body.capacity());
@@ -36,6 +37,10 @@ bool Handlers::prepare_rpc(const std::string& body, const Route& route, Reply& r
   options.keep_result = false;  // only responses are written: large results become them in place
   next_request_id(job);
   job.started_us = config_.dashboard ? steady_us() : 0;
+  job.cache_header = "MISS";
+  job.shared = job.keep = false;
+  if (!job.parsed.batch && job.routed == 1 && consult_cache(no_cache, route.target, job, reply))
+    return false;  // answered from the cache
   return true;
 }
 
@@ -147,7 +152,8 @@ char* put_latency(char* p, double latency) {
 }
 
 /// The six X-Rpcroute headers of every RPC answer, written through a cursor in one append.
-void put_rpcroute_headers(std::string& lines, const Tally& t, std::string_view request_id) {
+void put_rpcroute_headers(std::string& lines, const Tally& t, std::string_view request_id,
+                          std::string_view cache) {
   const std::string_view provider_list =
       t.providers.empty() ? "-"sv : std::string_view(t.providers);
   const std::string_view strategy_text = strategy_name(t.strategy);
@@ -167,7 +173,9 @@ void put_rpcroute_headers(std::string& lines, const Tally& t, std::string_view r
   p = std::to_chars(p, p + 24, t.attempts).ptr;
   put("\r\nX-Rpcroute-Strategy: "sv);
   put(strategy_text);
-  put("\r\nX-Rpcroute-Cache: MISS\r\nX-Rpcroute-Request-Id: "sv);
+  put("\r\nX-Rpcroute-Cache: "sv);
+  put(cache);
+  put("\r\nX-Rpcroute-Request-Id: "sv);
   put(request_id);
   put("\r\n"sv);
   if (!t.hedges.empty()) {  // issue 19: a hedge fired, and which attempt answered
@@ -183,6 +191,7 @@ void put_rpcroute_headers(std::string& lines, const Tally& t, std::string_view r
 void Handlers::finish_rpc(RpcJob& job, std::vector<CallOutcome>& outs, Reply& reply) {
   Tally tally;
   if (!outs.empty()) tally.strategy = outs.front().strategy;
+  if (job.keep && outs.size() == 1) keep_answer(job, outs.front());
   for (std::size_t i = 0; i < outs.size(); ++i) {
     metrics_.on_call(job.rt->profile.name, job.chain->name, job.parsed.calls[i].method, outs[i]);
     count(tally, outs[i]);
@@ -197,7 +206,23 @@ void Handlers::finish_rpc(RpcJob& job, std::vector<CallOutcome>& outs, Reply& re
   }
   if (config_.verbose) reply.provider = tally.providers;
   reply.attempts = tally.attempts;
-  put_rpcroute_headers(reply.header_lines, tally, job.request_id);
+  put_rpcroute_headers(reply.header_lines, tally, job.request_id, job.cache_header);
+}
+
+void Handlers::finish_hit(const RpcJob& job, const std::string& result, Reply& reply) {
+  const std::string_view id = job.parsed.calls.front().id;
+  std::string& body = reply.body;
+  body.reserve(jsonrpc::kResultHead.size() + id.size() + jsonrpc::kResultMiddle.size() +
+               result.size() + 1);
+  body.append(jsonrpc::kResultHead).append(id).append(jsonrpc::kResultMiddle).append(result);
+  body.push_back('}');
+  if (config_.verbose) {
+    reply.rpc_method = job.parsed.calls.front().method;
+    reply.provider = "cache";
+  }
+  Tally tally;
+  tally.strategy = job.options.strategy.value_or(job.rt->profile.routing.default_strategy);
+  put_rpcroute_headers(reply.header_lines, tally, job.request_id, "HIT");
 }
 
 void Handlers::record_decisions(const RpcJob& job, const std::vector<CallOutcome>& outs) {

@@ -34,7 +34,9 @@ struct ServerConfig {
   std::size_t ws_max_queued = 4096;                    // messages queued for a client; past: 1008
   std::size_t ws_max_in_flight = 64;  // one client's messages routed at once; past: reading waits
   std::size_t ws_max_subscriptions = 64;  // one client's subscriptions; past: -32600
-  bool dashboard = true;  // GET / (the page), /dashboard/state and /dashboard/events
+  bool dashboard = true;                 // GET / (the page), /dashboard/state and /dashboard/events
+  std::optional<std::int64_t> cache_mb;  // --cache-mb: overrides each profile's cache.max_mb
+  bool no_cache = false;  // --no-cache: no cache (cache_mb 0), every cacheable read says BYPASS
   // The fences around the fast paths, so that each can be switched off and measured (tests/perf
   // ablation). Server's constructor also turns each off when its variable is "0" in the
   // environment, read once there: RPCROUTE_FAST_HTTP1, RPCROUTE_PLAIN_JSON.

@@ -240,7 +240,10 @@ asio::awaitable<std::vector<CallOutcome>> WsSession::route_calls(RpcJob& job,
   std::vector<CallOutcome> outs;
   const bool any_subscription = std::any_of(
       calls.begin(), calls.end(), [](const auto& c) { return subscription_method(c.method); });
-  if (!any_subscription) {
+  if (job.shared) {  // a single read that may share a flight (coalesce.hpp), as over HTTP
+    outs = co_await hub_.handlers_.coalescer().route(*job.rt->router, *job.chain, calls,
+                                                     job.options, job.key, job.finality.head);
+  } else if (!any_subscription) {
     outs = co_await job.rt->router->route(*job.chain, calls, job.options);
   } else {
     outs.resize(calls.size());

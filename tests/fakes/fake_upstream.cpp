@@ -93,13 +93,17 @@
 //                                       replaces what /PATH had. One fake, many faulty "providers".
 //     "clear_paths": true   drop every per-path behaviour (before "paths" of the same body)
 //     "reset_stats": true   zero the counters
+//     "hold": true|false    true: every JSON-RPC answer from now on waits (after its delay) until
+//                           a "hold": false releases them all at once; to have a router's
+//                           clients all in flight at a known moment, whatever the machine's load
 //   GET /_stats  {"requests":N,"calls":N,"methods":{"eth_blockNumber":N,…},"paths":{"/":N,…},
-//                 "mode":"ok","height":N,"chain_id":N,"queued":N,"hanging":N}
+//                 "mode":"ok","height":N,"chain_id":N,"queued":N,"hanging":N,"held":N}
 //     requests: JSON-RPC HTTP requests received (counted on receipt, whatever the answer);
 //     calls: JSON-RPC calls in them (batch items each count; non-JSON or [] count none);
 //     paths: those requests by path.
 //     hanging: requests hang mode holds now (their client has not left); 0 once every client
 //     gave up (a router that abandons work it no longer needs brings it back to 0 at once).
+//     held: requests "hold" keeps waiting now.
 //     With --tls-cert only, a last member "tls":{"connections":N,"handshakes":N,"failures":N,
 //     "hanging":N}: TCP connections accepted, TLS handshakes completed and failed (the client
 //     refused the certificate, gave none under --tls-client-ca, …), connections held now by
@@ -753,6 +757,9 @@ struct Upstream {
   std::map<std::string, Behaviour, std::less<>> paths;
   Stats stats;
   std::int64_t hanging = 0;  // requests held by hang mode now (not a counter: reset_stats keeps it)
+  bool holding = false;      // "hold": answers wait on `gate` until released
+  std::int64_t held = 0;     // requests waiting on it now
+  std::unique_ptr<asio::steady_timer> gate;  // made by the first held request (its executor)
   bool tls = false;          // serving HTTPS: /_stats shows the "tls" member
   std::int64_t handshakes_hanging = 0;  // --tls-handshake hang: connections held now
   RequestReader reader;
@@ -786,8 +793,9 @@ struct Upstream {
       fmt::format_to(std::back_inserter(out), ":{}", count);
     }
     fmt::format_to(std::back_inserter(out),
-                   R"(}},"mode":"{}","height":{},"chain_id":{},"queued":{},"hanging":{}}})",
-                   mode_name(behaviour.mode), chain.height(), chain.chain_id(), queue.size(), hanging);
+                   R"(}},"mode":"{}","height":{},"chain_id":{},"queued":{},"hanging":{},"held":{}}})",
+                   mode_name(behaviour.mode), chain.height(), chain.chain_id(), queue.size(), hanging,
+                   held);
     if (tls) {
       out.pop_back();
       fmt::format_to(std::back_inserter(out),
@@ -813,9 +821,14 @@ struct ControlRequest {
   bool clear_queue = false;
   bool clear_paths = false;
   bool reset_stats = false;
+  std::optional<bool> hold;
 
   void apply_to(Upstream& upstream) const {
     if (reset_stats) upstream.stats = Stats{};
+    if (hold) {
+      upstream.holding = *hold;
+      if (!*hold && upstream.gate) upstream.gate->cancel();  // every held answer goes now
+    }
     if (clear_queue) upstream.queue.clear();
     if (clear_paths) upstream.paths.clear();
     for (const auto& [path, b] : paths) upstream.paths.insert_or_assign(path, b);
@@ -947,6 +960,8 @@ Expected<ControlRequest> read_control(std::string& body, RequestReader& reader) 
         control.mine_per_sec = v;
         return {};
       });
+    } else if (key == "hold") {
+      read = read_value<bool>(value, key).map([&](bool v) { control.hold = v; });
     } else if (key == "reset_stats") {
       read = read_value<bool>(value, key).map([&](bool v) { control.reset_stats = v; });
     } else if (key == "clear_queue") {
@@ -1117,6 +1132,16 @@ class Connection {
       timer.expires_after(std::chrono::milliseconds(behaviour.delay_ms));
       beast::error_code ignored;
       co_await timer.async_wait(on_error(ignored));
+    }
+    if (upstream_.holding) {
+      if (!upstream_.gate) {
+        upstream_.gate = std::make_unique<asio::steady_timer>(stream_.get_executor(),
+                                                              asio::steady_timer::time_point::max());
+      }
+      ++upstream_.held;
+      beast::error_code ignored;
+      co_await upstream_.gate->async_wait(on_error(ignored));
+      --upstream_.held;
     }
 
     Response response;
@@ -1642,6 +1667,7 @@ int main(int argc, char** argv) {
                    accept_connections(acceptor, upstream, tls.get(), options->tls.hang_handshake),
                    asio::detached);
     io.run();
+    upstream.gate.reset();  // before the io_context it was made on goes
   } catch (const std::exception& e) {
     fmt::print(stderr, "fake_upstream: {}\n", e.what());
     return 1;

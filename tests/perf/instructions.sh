@@ -15,6 +15,7 @@
 #   h1      https://localhost, the upstream offering HTTP/1.1 only (curl)
 #   curl    http://127.0.0.1 with RPCROUTE_HTTP_CLIENT=curl
 #   native  http://127.0.0.1, the native client (the reference)
+#   nocache the same with the answer cache off (cache: { max_mb: 0 }; issue 19)
 # Environment: RPCROUTE_BIN (default build-perf/cli/rpcroute, not rebuilt), DURATION=5,
 #   CONNECTIONS="1 64", SIDECAR_ENV="VAR=VALUE …" (added to every variant), KEEP_WORK=1.
 set -euo pipefail
@@ -56,13 +57,15 @@ exec valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=$work/cal
 EOF
 chmod +x "$work/callgrind-rpcroute"
 
-declare -A path=([h2]=/rpc/tls_h2 [h1]=/rpc/tls_h1 [curl]=/rpc/local [native]=/rpc/local)
-declare -A profile=([h2]=$work/https.yaml [h1]=$work/https.yaml [curl]=$work/serve.yaml [native]=$work/serve.yaml)
-declare -A variant_env=([h2]="" [h1]="" [curl]="RPCROUTE_HTTP_CLIENT=curl" [native]="")
+{ cat "$work/serve.yaml"; echo "cache: { max_mb: 0 }"; } >"$work/serve-nocache.yaml"
+declare -A path=([h2]=/rpc/tls_h2 [h1]=/rpc/tls_h1 [curl]=/rpc/local [native]=/rpc/local [nocache]=/rpc/local)
+declare -A profile=([h2]=$work/https.yaml [h1]=$work/https.yaml [curl]=$work/serve.yaml [native]=$work/serve.yaml
+  [nocache]=$work/serve-nocache.yaml)
+declare -A variant_env=([h2]="" [h1]="" [curl]="RPCROUTE_HTTP_CLIENT=curl" [native]="" [nocache]="")
 
 rows=()
 for v in "${variants[@]}"; do
-  [[ -n ${path[$v]:-} ]] || die "unknown variant '$v' (h2 h1 curl native)"
+  [[ -n ${path[$v]:-} ]] || die "unknown variant '$v' (h2 h1 curl native nocache)"
   # shellcheck disable=SC2086 # one VAR=VALUE word, or none
   sidecar_profile=${profile[$v]} start_sidecar "cg_$v" "$work/callgrind-rpcroute" ${variant_env[$v]} "${extra_env[@]}"
   pid_var=cg_${v}_pid port_var=cg_${v}_port

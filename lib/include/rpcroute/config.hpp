@@ -184,6 +184,12 @@ struct SharedStateConfig {
   std::string password;  // usually ${ENV}; else the URL's
 };
 
+/// The sidecar's answer cache and coalescing of identical in-flight reads (issue 19; `cache:`).
+struct CacheConfig {
+  std::int64_t max_mb = 32;  // 0: no cache
+  bool coalesce = true;
+};
+
 /// A loaded, validated, immutable profile.
 struct Profile {
   std::string
@@ -196,6 +202,7 @@ struct Profile {
   HealthConfig health;
   StrategyParams strategies;
   SharedStateConfig shared_state;
+  CacheConfig cache;
   std::vector<std::string> secrets;  // substituted values; scrubbed from any text we print
   // Each provider URL's path and query ("/v2/KEY?x=1"): scrubbed too, as an upstream that echoes
   // its request line shows them whole, key-looking or not.

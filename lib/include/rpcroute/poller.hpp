@@ -5,6 +5,8 @@
 // of its chain is usable. The sidecar only schedules them (Server::run).
 
 #include <cstdint>
+#include <optional>
+#include <string_view>
 
 #include "rpcroute/asio_compat.hpp"
 #include "rpcroute/clock.hpp"
@@ -76,6 +78,31 @@ inline constexpr std::int64_t kWatchSliceMs = 250;
 [[nodiscard]] asio::awaitable<bool> poll_head_once(const PollTarget& target,
                                                    std::int64_t timeout_ms,
                                                    RecordOptions options = {});
+
+/// The `number` of a block object (an eth_getBlockByNumber answer); nullopt for null or anything
+/// else.
+[[nodiscard]] std::optional<std::uint64_t> block_object_number(std::string_view block_json);
+
+/// When the poller asks a provider for its `safe` and `finalized` blocks: at the first poll, then
+/// whenever its head has moved kFinalityStepBlocks since (finality moves by epochs, not blocks),
+/// and every kFinalityEveryPolls polls anyway; a provider that answered neither tag is asked half
+/// as often each time, down to one poll in 8 × kFinalityEveryPolls.
+inline constexpr std::uint64_t kFinalityStepBlocks = 8;
+inline constexpr int kFinalityEveryPolls = 32;
+struct FinalityPace {
+  bool asked = false;
+  std::uint64_t last_head = 0;
+  int polls = 0;   // head polls since the last finality poll
+  int misses = 0;  // finality polls in a row that learned nothing
+  [[nodiscard]] bool due(std::uint64_t head) const;
+  void done(std::uint64_t head, bool answered);
+};
+
+/// eth_getBlockByNumber("safe") and ("finalized") to the provider, whose head is `head`; what it
+/// answers is recorded as a FinalityEvent on the chain (a tag it does not know is left out). True
+/// when either was answered.
+[[nodiscard]] asio::awaitable<bool> poll_finality_once(const PollTarget& target,
+                                                       std::int64_t timeout_ms, std::uint64_t head);
 
 /// A full probe first (chain id, archive, batch), then the head at the chain's block time, backing
 /// off while it fails, until `stop` is true (read after every wait).

@@ -61,6 +61,9 @@ struct PendingEvents {
   };
   std::map<std::string, PerProvider, std::less<>> providers;
   std::map<std::string, HighWaterEvent, std::less<>> high_water;
+  // The newest safe/finalized report per chain. Not journaled (one-shot commands do not poll it);
+  // saved with the snapshot, so that a save's re-read keeps it.
+  std::map<std::string, FinalityEvent, std::less<>> finality;
   std::map<std::string, std::uint64_t, std::less<>> cursors;
   std::map<std::string, FilterPin, std::less<>> filters;
   std::size_t count = 0;  // events added

@@ -1,10 +1,14 @@
 #include "rpcroute/poller.hpp"
 
 #include <fmt/format.h>
+#include <simdjson.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <cstring>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "rpcroute/blocks.hpp"
@@ -104,6 +108,56 @@ asio::awaitable<bool> poll_head_once(const PollTarget& t, std::int64_t timeout_m
   co_return true;
 }
 
+std::optional<std::uint64_t> block_object_number(std::string_view block_json) {
+  thread_local simdjson::dom::parser parser;
+  simdjson::dom::element root;
+  if (parser.parse(block_json.data(), block_json.size(), true).get(root)) return std::nullopt;
+  simdjson::dom::element number;
+  if (root.at_key("number").get(number)) return std::nullopt;  // null, or not a block
+  std::string_view s;
+  if (number.get_string().get(s) || s.size() > 20) return std::nullopt;
+  char quoted[24];
+  quoted[0] = '"';
+  std::memcpy(quoted + 1, s.data(), s.size());
+  quoted[s.size() + 1] = '"';
+  return jsonrpc::parse_quantity(std::string_view(quoted, s.size() + 2));
+}
+
+bool FinalityPace::due(std::uint64_t head) const {
+  if (!asked) return true;
+  const auto wait = kFinalityEveryPolls << std::min(misses, 3);
+  return (misses == 0 && head >= last_head + kFinalityStepBlocks) || polls >= wait;
+}
+
+void FinalityPace::done(std::uint64_t head, bool answered) {
+  asked = true;
+  last_head = head;
+  polls = 0;
+  misses = answered ? 0 : misses + 1;
+}
+
+asio::awaitable<bool> poll_finality_once(const PollTarget& t, std::int64_t timeout_ms,
+                                         std::uint64_t head) {
+  // Two single calls, not a batch: not every provider takes batches. Not recorded as traffic: the
+  // head poll already judges the provider, and a node that does not know a tag is not failing.
+  static constexpr std::string_view kSafe = R"(["safe",false])";
+  static constexpr std::string_view kFinalized = R"(["finalized",false])";
+  FinalityEvent event{chain_key(t.profile.name, t.chain), {}, {}, head};
+  bool any = false;
+  for (auto [params, mark] : {std::pair{kSafe, &event.safe}, {kFinalized, &event.finalized}}) {
+    const std::array calls{UpstreamCall{"eth_getBlockByNumber", params}};
+    Exchange ex =
+        co_await send_exchange(t.transport, t.provider, calls, timeout_ms, t.clock, t.profile);
+    if (ex.per_call[0].cls != OutcomeClass::success || !ex.replies[0]->result) continue;
+    if (auto n = block_object_number(*ex.replies[0]->result)) {
+      *mark = Height{*n, t.clock.now_ms()};
+      any = true;
+    }
+  }
+  if (any) t.store.record(std::move(event), t.profile.health);
+  co_return any;
+}
+
 namespace {
 asio::awaitable<void> sleep_ms(asio::steady_timer& timer, std::int64_t ms) {
   timer.expires_after(std::chrono::milliseconds(ms));
@@ -139,6 +193,7 @@ asio::awaitable<void> poll_provider(PollTarget t, const bool& stop) {
   // chain would never be excluded.
   bool chain_known = first.chain_id.has_value();
   bool was_up = first.reachable;
+  FinalityPace finality;
   std::int64_t wait = first.reachable ? interval : interval * 2;
   const auto key = provider_key(t.profile.name, t.chain.name, t.provider);
   std::int64_t polled_ms = t.clock.now_ms();
@@ -148,6 +203,11 @@ asio::awaitable<void> poll_provider(PollTarget t, const bool& stop) {
     bool answered = false;
     if (chain_known) {
       answered = co_await poll_head_once(t, timeout);
+      ++finality.polls;
+      const ProviderState* ps = t.store.provider(key);
+      const std::uint64_t head = ps != nullptr ? ps->height.block : 0;
+      if (answered && finality.due(head) && !stop)
+        finality.done(head, co_await poll_finality_once(t, timeout, head));
     } else {
       const ProbeReport again = co_await probe_provider(t.transport, t.profile, t.chain, t.provider,
                                                         &t.store, t.clock, t.rng, timeout);

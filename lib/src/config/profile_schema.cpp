@@ -34,7 +34,8 @@ class ProfileSchema : public detail::YamlReader {
     const YAML::Node root = parse(text);
     if (!root.IsMap()) throw error(root, "a profile must be a mapping with a 'chains' key");
     check_keys(root,
-               {"name", "description", "chains", "routing", "health", "strategies", "shared_state"},
+               {"name", "description", "chains", "routing", "health", "strategies", "shared_state",
+                "cache"},
                "profile");
 
     Profile p;
@@ -48,6 +49,7 @@ class ProfileSchema : public detail::YamlReader {
     read_chains(root, p.chains);
     if (auto r = root["routing"]) read_routing(r, p);
     if (auto s = root["shared_state"]) read_shared_state(s, p.shared_state);
+    if (auto c = root["cache"]) read_cache(c, p.cache);
     p.secrets = take_secrets();
     p.url_paths = std::move(url_paths_);
     return p;
@@ -78,6 +80,14 @@ class ProfileSchema : public detail::YamlReader {
       lp.min_calls = static_cast<int>(opt_int(l, "min_calls", 0).value_or(lp.min_calls));
       lp.min_success_rate = opt_double(l, "min_success_rate", 0, 1).value_or(lp.min_success_rate);
     }
+  }
+
+  void read_cache(const YAML::Node& c, CacheConfig& out) const {
+    require_map(c, "cache");
+    check_keys(c, {"max_mb", "coalesce"}, "cache");
+    out.max_mb = opt_int(c, "max_mb", 0).value_or(out.max_mb);
+    if (out.max_mb > 65'536) throw error(c["max_mb"], "cache.max_mb must be at most 65536");
+    if (auto b = c["coalesce"]) out.coalesce = boolean(b);
   }
 
   void read_health(const YAML::Node& h, HealthConfig& out) const {

@@ -243,6 +243,22 @@ void apply_event(State& state, const Event& event, const HealthConfig& health) {
                             (e.height.block == hw.block && e.height.t_ms > hw.t_ms)) {
             hw = e.height;
           }
+          // A mark reset lower (a restarted dev chain) takes the finality it passed with it.
+          if (auto& cs = state.chains[e.chain_key]; e.reset) {
+            if (cs.safe.block > hw.block) cs.safe = {};
+            if (cs.finalized.block > hw.block) cs.finalized = {};
+          }
+        } else if constexpr (std::is_same_v<T, FinalityEvent>) {
+          auto& cs = state.chains[e.chain_key];
+          // Rises only, and never past the reporting provider's head: a claim above it is not
+          // believed (the cache trusts `finalized`).
+          auto raise = [&](Height& mark, const Height& seen) {
+            if (seen.t_ms == 0 || seen.block > e.head) return;
+            if (seen.block > mark.block || (seen.block == mark.block && seen.t_ms > mark.t_ms))
+              mark = seen;
+          };
+          raise(cs.safe, e.safe);
+          raise(cs.finalized, e.finalized);
         } else if constexpr (std::is_same_v<T, CursorEvent>) {
           state.chains[e.chain_key].rr_cursor += e.advance;
         } else if constexpr (std::is_same_v<T, FilterEvent>) {

@@ -76,6 +76,15 @@ void PendingEvents::add(Event event, const HealthConfig& health) {
               hw.height = e.height;
             }
           }
+        } else if constexpr (std::is_same_v<T, FinalityEvent>) {
+          auto [it, fresh] = finality.try_emplace(e.chain_key, e);
+          auto& f = it->second;
+          if (!fresh) {
+            if (e.safe.block >= f.safe.block && e.safe.t_ms > 0) f.safe = e.safe;
+            if (e.finalized.block >= f.finalized.block && e.finalized.t_ms > 0)
+              f.finalized = e.finalized;
+            f.head = std::max(f.head, e.head);
+          }
         } else if constexpr (std::is_same_v<T, CursorEvent>) {
           cursors[e.chain_key] += e.advance;
         } else if constexpr (std::is_same_v<T, FilterEvent>) {
@@ -107,6 +116,7 @@ void PendingEvents::replay(State& onto) const {
   }
   const HealthConfig none;
   for (const auto& [key, hw] : high_water) apply_event(onto, hw, none);
+  for (const auto& [key, f] : finality) apply_event(onto, f, none);
   for (const auto& [key, n] : cursors) apply_event(onto, CursorEvent{key, n}, none);
   for (const auto& [key, pin] : filters) apply_event(onto, FilterEvent{key, pin}, none);
 }

@@ -186,6 +186,16 @@ std::string serialize_state(const State& state, std::int64_t now_ms, std::uint64
     w.end_object();
     w.key("rr_cursor");
     w.value(static_cast<std::uint64_t>(cs.rr_cursor));
+    for (const auto& [name, h] : {std::pair{"safe", &cs.safe}, {"finalized", &cs.finalized}}) {
+      if (h->t_ms == 0) continue;
+      w.key(name);
+      w.begin_object();
+      w.key("block");
+      w.value(static_cast<std::uint64_t>(h->block));
+      w.key("t_ms");
+      w.value(h->t_ms);
+      w.end_object();
+    }
     w.end_object();
   }
   w.end_object();
@@ -448,6 +458,11 @@ Result<State> parse_state(std::string_view text, std::size_t* dropped_out, std::
             cs.high_water.t_ms = get_int(hw, "t_ms");
           }
           cs.rr_cursor = get_uint(co, "rr_cursor");
+          for (auto [name, h] : {std::pair{"safe", &cs.safe}, {"finalized", &cs.finalized}}) {
+            if (!has(co, name)) continue;
+            auto o = get_obj(co, name);
+            *h = Height{get_uint(o, "block"), get_int(o, "t_ms")};
+          }
           state.chains.emplace(std::string(key), cs);
         } catch (const Bad&) {
           ++dropped;

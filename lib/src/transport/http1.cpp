@@ -220,7 +220,10 @@ bool parse_fields(const char*& p, const char* end, Message& out, bool& has_lengt
         if (name_is(name, "retry-after")) keep_first(out.retry_after, value);
         break;
       case 13:
-        if (name_is(name, "authorization")) keep_first(out.authorization, value);
+        if (name_is(name, "authorization"))
+          keep_first(out.authorization, value);
+        else if (name_is(name, "cache-control"))
+          keep_first(out.cache_control, value);
         break;
       case 14:
         if (name_is(name, "content-length")) {
@@ -231,6 +234,7 @@ bool parse_fields(const char*& p, const char* end, Message& out, bool& has_lengt
       case 16:
         // A coded body (the native client asks for identity) is Beast's path to judge and refuse.
         if (name_is(name, "proxy-connection") || name_is(name, "content-encoding")) return false;
+        if (name_is(name, "x-rpcroute-cache")) keep_first(out.rpcroute_cache, value);
         break;
       case 17:
         if (name_is(name, "transfer-encoding")) return false;

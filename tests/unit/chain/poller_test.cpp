@@ -211,3 +211,95 @@ TEST_CASE("wrong chain: a warning only when every provider was seen on another c
         "b is on 5): its requests will be refused and /healthz is 503 until the profile or the "
         "providers are fixed");
 }
+
+TEST_CASE("poller: finality is asked at first, after the head moved 8 blocks, and every 32 polls",
+          "[poller][finality]") {
+  FinalityPace pace;
+  CHECK(pace.due(100));
+  pace.done(100, true);
+  CHECK_FALSE(pace.due(100));
+  CHECK_FALSE(pace.due(107));
+  CHECK(pace.due(108));
+  pace.polls = kFinalityEveryPolls;
+  CHECK(pace.due(100));  // a head that stands still: asked now and then anyway
+  // A provider that answers neither tag is asked less and less often, not on head moves.
+  pace.done(100, false);
+  CHECK_FALSE(pace.due(200));
+  pace.polls = 2 * kFinalityEveryPolls - 1;
+  CHECK_FALSE(pace.due(200));
+  pace.polls = 2 * kFinalityEveryPolls;
+  CHECK(pace.due(200));
+  for (int i = 0; i < 10; ++i) pace.done(100, false);
+  pace.polls = 8 * kFinalityEveryPolls;
+  CHECK(pace.due(100));  // capped
+}
+
+TEST_CASE("poller: block_object_number reads a block's number; null or junk is none", "[poller][finality]") {
+  CHECK(block_object_number(R"({"number":"0x1b4","hash":"0x01"})") == 436U);
+  CHECK_FALSE(block_object_number("null").has_value());
+  CHECK_FALSE(block_object_number(R"({"number":436})").has_value());
+  CHECK_FALSE(block_object_number(R"({"hash":"0x01"})").has_value());
+  CHECK_FALSE(block_object_number("[1]").has_value());
+}
+
+TEST_CASE("poller: a finality poll records safe and finalized on the chain, tolerating an unknown tag",
+          "[poller][finality]") {
+  PollFixture f;
+  f.transport.on("http://a.test", test::FakeTransport::results("\"0x64\""));
+  REQUIRE(f.poll());  // the head first: 100
+  f.transport.on("http://a.test", [](const HttpRequest&, const std::vector<test::FakeTransport::Call>& calls) {
+    return test::FakeTransport::reply(calls, [](const test::FakeTransport::Call& c) -> std::string {
+      if (c.params.find("safe") != std::string::npos) return R"("error":{"code":-32602,"message":"unknown block tag"})";
+      return R"("result":{"number":"0x40","hash":"0x01"})";
+    });
+  });
+  bool answered = false;
+  asio::co_spawn(
+      f.io, [&]() -> asio::awaitable<void> { answered = co_await poll_finality_once(f.target, 2'000, 100); },
+      asio::detached);
+  f.io.run();
+  f.io.restart();
+  CHECK(answered);
+  const ChainState* cs = f.store.chain(chain_key(f.profile.name, f.chain));
+  REQUIRE(cs != nullptr);
+  CHECK(cs->finalized.block == 64);
+  CHECK(cs->safe.t_ms == 0);  // not answered: not known
+  // Neither finality lookup counts as traffic for the breaker.
+  CHECK(f.state()->breaker.failures == 0);
+}
+
+TEST_CASE("finality: rises only, never above the reporting provider's head, and goes with a reset mark",
+          "[poller][finality]") {
+  State state;
+  const HealthConfig health;
+  apply_event(state, HighWaterEvent{"c", Height{100, 1}}, health);
+  apply_event(state, FinalityEvent{"c", Height{90, 2}, Height{60, 2}, 100}, health);
+  CHECK(state.chains["c"].safe.block == 90);
+  CHECK(state.chains["c"].finalized.block == 60);
+  apply_event(state, FinalityEvent{"c", Height{80, 3}, Height{50, 3}, 100}, health);  // lower: kept
+  CHECK(state.chains["c"].finalized.block == 60);
+  apply_event(state, FinalityEvent{"c", Height{0, 0}, Height{500, 4}, 400}, health);  // past its head
+  CHECK(state.chains["c"].finalized.block == 60);
+  CHECK(state.chains["c"].safe.block == 90);  // an unanswered tag changes nothing
+  apply_event(state, HighWaterEvent{"c", Height{10, 5}, true}, health);  // a restarted chain
+  CHECK(state.chains["c"].finalized.t_ms == 0);
+  CHECK(state.chains["c"].safe.t_ms == 0);
+}
+
+TEST_CASE("finality: kept across a save of the state file", "[poller][finality]") {
+  PendingEvents pending;
+  const HealthConfig health;
+  pending.add(HighWaterEvent{"c", Height{100, 1}}, health);
+  pending.add(FinalityEvent{"c", Height{90, 2}, Height{60, 2}, 100}, health);
+  pending.add(FinalityEvent{"c", Height{0, 0}, Height{64, 3}, 100}, health);
+  State onto;
+  pending.replay(onto);
+  CHECK(onto.chains["c"].safe.block == 90);
+  CHECK(onto.chains["c"].finalized.block == 64);
+  const auto text = serialize_state(onto, 10, 1);
+  auto back = parse_state(text);
+  REQUIRE(back);
+  CHECK(back->chains["c"].finalized.block == 64);
+  CHECK(back->chains["c"].safe.block == 90);
+  CHECK(back->chains["c"].safe.t_ms == 2);
+}

@@ -136,7 +136,7 @@ State rich_state() {
   b.breaker.state = BreakerState::half_open;
   b.breaker.successes = 1;
   b.last_used_ms = kNow;
-  s.chains[kChain] = ChainState{Height{19'000'000, kNow - 100}, 12'345'678'901ULL};
+  s.chains[kChain] = ChainState{Height{19'000'000, kNow - 100}, 12'345'678'901ULL, {}, {}};
   s.chains["other/base"] = ChainState{};
   s.filters["prof/eth/0xabc"] = FilterPin{"alpha", kNow - 1'000};
   return s;
@@ -193,9 +193,9 @@ TEST_CASE("prune: a chain entry whose mark is older than the retention goes (key
           "[state]") {
   State s;
   const std::string fresh = "prof/eth#1:0123456789ab";
-  s.chains["prof/eth"] = ChainState{Height{5, kNow - kProviderRetentionMs - 1}, 3};  // a key of old
-  s.chains[fresh] = ChainState{Height{7, kNow - 1'000}, 0};
-  s.chains["cursor-only"] = ChainState{Height{}, 4};
+  s.chains["prof/eth"] = ChainState{Height{5, kNow - kProviderRetentionMs - 1}, 3, {}, {}};  // a key of old
+  s.chains[fresh] = ChainState{Height{7, kNow - 1'000}, 0, {}, {}};
+  s.chains["cursor-only"] = ChainState{Height{}, 4, {}, {}};
   prune(s, kNow);
   CHECK_FALSE(s.chains.contains("prof/eth"));
   CHECK(s.chains.contains(fresh));

@@ -121,6 +121,11 @@ struct ProviderState {
 struct ChainState {
   Height high_water;
   std::uint64_t rr_cursor = 0;
+  // The highest `safe` and `finalized` blocks a provider has reported (the head poller asks; t_ms
+  // 0: none yet), never above that provider's head: the cache keeps numbered reads at or below
+  // `finalized`.
+  Height safe;
+  Height finalized;
 };
 
 struct FilterPin {
@@ -192,6 +197,14 @@ struct HighWaterEvent {
   Height height;
   bool reset = false;  // replace the mark even when lower (it went stale: a restarted chain)
 };
+/// A provider's `safe` and `finalized` blocks (block 0 with t_ms 0: that tag was not answered), and
+/// its head then: a mark above it is not believed.
+struct FinalityEvent {
+  std::string chain_key;
+  Height safe;
+  Height finalized;
+  std::uint64_t head = 0;
+};
 struct CursorEvent {
   std::string chain_key;
   std::uint64_t advance = 1;
@@ -228,7 +241,7 @@ struct CordonEvent {
 };
 using Event =
     std::variant<AttemptEvent, SampleEvent, HeightEvent, HighWaterEvent, CursorEvent, FilterEvent,
-                 ProbeEvent, QuotaEvent, LagEvent, ArchivalEvent, CordonEvent>;
+                 ProbeEvent, QuotaEvent, LagEvent, ArchivalEvent, CordonEvent, FinalityEvent>;
 
 /// Applies one event; entries are created from their keys when missing. `health` decides breaker
 /// thresholds.
