@@ -153,7 +153,7 @@ STUB
   run --separate-stderr env PATH="$T/stubs:$PATH" "$T/scripts/rpcroute" call eth_blockNumber
   assert_status 0
   assert_equal "$output" "built rpcroute call eth_blockNumber" "stdout is rpcroute's alone"
-  [[ $stderr == *"about 5 minutes"* ]] || { echo "no build time said up front: $stderr" >&2; false; }
+  [[ $stderr =~ about\ [0-9]+\ minutes ]] || { echo "no build time said up front: $stderr" >&2; false; }
   grep -qx "setup --no-build" "$CALLS" || { cat "$CALLS" >&2; false; }
   grep -q "^cmake --preset default (in $T)$" "$CALLS" || { cat "$CALLS" >&2; false; }
   # One build, of the rpcroute target only: no unit_tests, no fake_upstream, no "all".
