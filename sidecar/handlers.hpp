@@ -38,8 +38,8 @@ struct ProfileRuntime {
   Profile profile;
   std::unique_ptr<Router> router;
   bool polled = false;  // the background polls watch its providers (/healthz wants fresh answers)
-  bool stop = false;       // replaced by a reload, or shutting down: its pollers end
-  bool on_demand = false;  // loaded on first use by a URL's name, not given to serve
+  bool stop = false;    // replaced by a reload, or shutting down: its pollers end
+  bool on_demand = false;                // loaded on first use by a URL's name, not given to serve
   std::unique_ptr<ResponseCache> cache;  // null: off (cache.max_mb 0, --cache-mb 0)
   std::vector<std::string> chain_keys;   // chain_key() of each chain, in profile.chains order
   std::vector<std::vector<std::string>> provider_keys;  // provider_key() of each, per chain

@@ -32,10 +32,10 @@ struct Request {
   std::string body;
   std::string remote;
   bool expect_continue =
-      false;             // Expect: 100-continue (HTTP/1.1): the client waits before the body
-  bool upgrade = false;  // an Upgrade field arrived
+      false;              // Expect: 100-continue (HTTP/1.1): the client waits before the body
+  bool upgrade = false;   // an Upgrade field arrived
   bool no_cache = false;  // Cache-Control: no-cache / no-store, or X-Rpcroute-Cache: bypass
-  unsigned seen = 0;     // which of host, origin, authorization arrived
+  unsigned seen = 0;      // which of host, origin, authorization arrived
   using Field = std::pair<std::string, std::string>;  // name as sent, value
   std::vector<Field>
       field_slots;  // the first field_count hold this request's fields (Beast's reader)
