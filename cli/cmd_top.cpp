@@ -4,7 +4,6 @@
 // on every way out (q, end of input, SIGINT, SIGTERM, SIGHUP).
 #include "cmd_top.hpp"
 
-#include <curl/curl.h>
 #include <fmt/format.h>
 #include <poll.h>
 #include <simdjson.h>
@@ -19,6 +18,8 @@
 #include "options.hpp"
 #include "output.hpp"
 #include "rpcroute/router.hpp"
+#include "rpcroute/transport.hpp"
+#include "rpcroute/transport/curl_api.hpp"
 #include "setup.hpp"
 
 namespace rpcroute::cli {
@@ -93,26 +94,27 @@ Result<std::string> fetch_state(const std::string& base, const std::string& toke
   std::string url = base;
   while (!url.empty() && url.back() == '/') url.pop_back();
   url += "/dashboard/state";
-  CURL* curl = curl_easy_init();
-  if (curl == nullptr) return fail("cannot start an HTTP client");
+  if (!init_curl()) return fail(curl::load_error());
+  CURL* easy = curl::easy_init();
+  if (easy == nullptr) return fail("cannot start an HTTP client");
   std::string body;
   curl_slist* headers = nullptr;
   const std::string auth = "Authorization: Bearer " + token;
-  if (!token.empty()) headers = curl_slist_append(headers, auth.c_str());
-  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 3000L);
-  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, append_capped);
-  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &body);
-  const CURLcode rc = curl_easy_perform(curl);
+  if (!token.empty()) headers = curl::slist_append(headers, auth.c_str());
+  curl::easy_setopt(easy, CURLOPT_URL, url.c_str());
+  curl::easy_setopt(easy, CURLOPT_HTTPHEADER, headers);
+  curl::easy_setopt(easy, CURLOPT_TIMEOUT_MS, 3000L);
+  curl::easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+  curl::easy_setopt(easy, CURLOPT_WRITEFUNCTION, append_capped);
+  curl::easy_setopt(easy, CURLOPT_WRITEDATA, &body);
+  const CURLcode rc = curl::easy_perform(easy);
   long status = 0;
-  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
-  curl_slist_free_all(headers);
-  curl_easy_cleanup(curl);
+  curl::easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
+  curl::slist_free_all(headers);
+  curl::easy_cleanup(easy);
   if (rc != CURLE_OK)
     return fail(
-        fmt::format("sidecar {} unreachable: {}", redact_url(base), curl_easy_strerror(rc)));
+        fmt::format("sidecar {} unreachable: {}", redact_url(base), curl::easy_strerror(rc)));
   if (status == 401) return fail("the sidecar wants a bearer token (--token or $RPCROUTE_TOKEN)");
   if (status == 404) return fail("the sidecar serves no dashboard (started with --no-dashboard?)");
   if (status != 200) return fail(fmt::format("the sidecar answered HTTP {}", status));

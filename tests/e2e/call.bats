@@ -47,6 +47,27 @@ three_fakes() { # [write_profile options]
   [[ $output =~ ^\"0x(0|[1-9a-f][0-9a-f]*)\"$ ]] || { _dump_run; false; }
 }
 
+@test "libcurl is loaded only when a request needs curl; without it the native client still serves" {
+  # The binary does not link libcurl (rpcroute/transport/curl_api.hpp): a call to an http:// node
+  # starts without its thirty-odd libraries.
+  run ldd "$RPCROUTE_BIN"
+  assert_status 0
+  [[ $output != *libcurl* && $output != *libldap* && $output != *libgssapi* ]] || { _dump_run; false; }
+  # A libcurl.so.4 that is not curl (no curl_* functions) found first: the native path answers,
+  # a request that needs curl fails with a message naming what is missing, not a crash.
+  local fake=$BATS_TEST_TMPDIR/fakecurl
+  mkdir -p "$fake"
+  printf 'int rpcroute_not_curl;\n' >"$fake/empty.c"
+  g++ -x c -shared -fPIC -o "$fake/libcurl.so.4" "$fake/empty.c"
+  write_profile "$P" a1
+  LD_LIBRARY_PATH=$fake run --separate-stderr rpcroute call --profile "$P" eth_getBalance "$DEV_ACCOUNT" latest
+  assert_status 0
+  assert_equal "$output" "\"$DEV_BALANCE\"" "balance through the native client"
+  LD_LIBRARY_PATH=$fake RPCROUTE_HTTP_CLIENT=curl run --separate-stderr rpcroute call --profile "$P" -v eth_getBalance "$DEV_ACCOUNT" latest
+  assert_status 3
+  [[ $stderr == *"libcurl.so.4 has no curl_global_init"* ]] || { _dump_run; false; }
+}
+
 @test "anvil: eth_getBalance with bare-word params (address, latest)" {
   write_profile "$P" a1 a2 a3
   run --separate-stderr rpcroute call --profile "$P" eth_getBalance "$DEV_ACCOUNT" latest

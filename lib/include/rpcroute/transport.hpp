@@ -88,7 +88,8 @@ class Engine final : public Transport {
   std::shared_ptr<Core> core_;
 };
 
-/// curl_global_init once per process (thread-safe through a static).
-void init_curl();
+/// Loads libcurl (rpcroute/transport/curl_api.hpp) and runs curl_global_init, once per process
+/// (thread-safe); false when it cannot (curl::load_error() says why).
+bool init_curl();
 
 }  // namespace rpcroute

@@ -1,12 +1,13 @@
 #include "yaml_reader.hpp"
 
-#include <curl/curl.h>
 #include <fmt/format.h>
 #include <yaml-cpp/depthguard.h>
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cmath>
+#include <optional>
 #include <set>
 
 namespace rpcroute::detail {
@@ -15,6 +16,62 @@ namespace {
 
 /// yaml-cpp converts "1" (quoted) to a number; a quoted scalar is a string in a profile.
 bool quoted(const YAML::Node& n) { return n.Tag() == "!"; }
+
+bool alnum(char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; }
+
+/// The scheme (lower case) of an absolute URL, scheme://[user@]host[:port][/path][?query], with a
+/// host name or address and a port in range; nullopt for anything else. It applies what curl's
+/// URL parser checked for profiles before the binary stopped linking libcurl (curl_api.hpp): no
+/// space or control character anywhere, a host of letters, digits, '-', '.', '_' and '~' (or an
+/// IPv6 address in brackets), a decimal port up to 65535. Path and query are the provider's.
+std::optional<std::string> url_scheme(std::string_view url) {
+  for (char c : url) {
+    if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f) return std::nullopt;
+  }
+  const auto sep = url.find("://");
+  if (sep == std::string_view::npos || sep == 0 ||
+      std::isalpha(static_cast<unsigned char>(url[0])) == 0)
+    return std::nullopt;
+  std::string scheme;
+  for (char c : url.substr(0, sep)) {
+    if (!alnum(c) && c != '+' && c != '-' && c != '.') return std::nullopt;
+    scheme += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  auto authority = url.substr(sep + 3);
+  authority = authority.substr(0, authority.find_first_of("/?#"));
+  if (auto at = authority.rfind('@'); at != std::string_view::npos) authority.remove_prefix(at + 1);
+  std::string_view host;
+  std::string_view port;
+  bool has_port = false;
+  if (!authority.empty() && authority.front() == '[') {
+    const auto close = authority.find(']');
+    if (close == std::string_view::npos) return std::nullopt;
+    host = authority.substr(1, close - 1);
+    for (char c : host) {
+      if (std::isxdigit(static_cast<unsigned char>(c)) == 0 && c != ':' && c != '.')
+        return std::nullopt;
+    }
+    const auto after = authority.substr(close + 1);
+    if (!after.empty() && after.front() != ':') return std::nullopt;
+    has_port = !after.empty();
+    if (has_port) port = after.substr(1);
+  } else {
+    const auto colon = authority.find(':');
+    host = authority.substr(0, colon);
+    has_port = colon != std::string_view::npos;
+    if (has_port) port = authority.substr(colon + 1);
+    for (char c : host) {
+      if (!alnum(c) && c != '-' && c != '.' && c != '_' && c != '~') return std::nullopt;
+    }
+  }
+  if (host.empty()) return std::nullopt;
+  if (has_port && !port.empty()) {  // "host:" is the scheme's default port
+    unsigned value = 0;
+    const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+    if (ec != std::errc{} || end != port.data() + port.size() || value > 65535) return std::nullopt;
+  }
+  return scheme;
+}
 
 }  // namespace
 
@@ -191,18 +248,9 @@ std::string YamlReader::substitute(const YAML::Node& n, const std::string& text,
 
 void YamlReader::check_url(const YAML::Node& n, const std::string& url,
                            std::initializer_list<std::string_view> schemes) const {
-  CURLU* u = curl_url();
-  auto rc = curl_url_set(u, CURLUPART_URL, url.c_str(), CURLU_NON_SUPPORT_SCHEME);
-  char* scheme = nullptr;
-  char* host = nullptr;
-  bool ok = rc == CURLUE_OK && curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
-            curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK && host != nullptr &&
-            host[0] != '\0';
-  std::string s = scheme != nullptr ? scheme : "";
-  curl_free(scheme);
-  curl_free(host);
-  curl_url_cleanup(u);
-  if (!ok) throw error(n, fmt::format("bad URL '{}'", redact_url(url)));
+  const auto scheme = url_scheme(url);
+  if (!scheme) throw error(n, fmt::format("bad URL '{}'", redact_url(url)));
+  const std::string& s = *scheme;
   if (std::find(schemes.begin(), schemes.end(), s) == schemes.end()) {
     throw error(n, fmt::format("bad URL '{}': scheme must be {}", redact_url(url),
                                *schemes.begin() == "http" ? "http or https" : "ws or wss"));

@@ -26,7 +26,7 @@ bool same_tls(const TlsOptions* a, const TlsOptions& b) {
 Slist build_header_list(const std::vector<Header>& extra) {
   curl_slist* list = nullptr;
   auto add = [&list](const char* line) {
-    curl_slist* next = curl_slist_append(list, line);
+    curl_slist* next = curl::slist_append(list, line);
     if (next == nullptr) throw std::bad_alloc();
     list = next;
   };
@@ -37,7 +37,7 @@ Slist build_header_list(const std::vector<Header>& extra) {
     add("Expect:");                    // no 100-continue round trip on large bodies
     for (const auto& h : extra) add(fmt::format("{}: {}", h.name, h.value).c_str());
   } catch (...) {
-    curl_slist_free_all(list);
+    curl::slist_free_all(list);
     throw;
   }
   return Slist(list);
@@ -72,8 +72,8 @@ EasyPool::Setup& EasyPool::setup_for(const CurlSetupRef& want) {
 
 void EasyPool::configure(CURL* e, const Setup& s) const {
   if (common_) common_(e);
-  curl_easy_setopt(e, CURLOPT_HTTPHEADER, s.header_list.get());
-  curl_easy_setopt(e, CURLOPT_HTTP_VERSION, s.http_version);
+  curl::easy_setopt(e, CURLOPT_HTTPHEADER, s.header_list.get());
+  curl::easy_setopt(e, CURLOPT_HTTP_VERSION, s.http_version);
   if (!s.tls.empty()) apply_tls(e, s.tls);
 }
 
@@ -85,7 +85,7 @@ EasyPool::Lease EasyPool::acquire(const CurlSetupRef& want) {
     lease.easy = std::move(s.idle.back());
     s.idle.pop_back();
   } else {
-    lease.easy.reset(curl_easy_init());
+    lease.easy.reset(curl::easy_init());
     if (!lease.easy) return lease;
     ++handles_made_;
     configure(lease.easy.get(), s);

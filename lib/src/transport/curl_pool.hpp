@@ -3,8 +3,6 @@
 // callbacks, the header list, the HTTP version, the TLS options — and then only what changes per
 // request is set on it (URL, body, timeouts, the transfer's pointers): no curl_easy_reset and ~30
 // setopts per request, no header list built per request.
-#include <curl/curl.h>
-
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -13,16 +11,17 @@
 #include <vector>
 
 #include "rpcroute/config.hpp"
+#include "rpcroute/transport/curl_api.hpp"
 
 namespace rpcroute::detail {
 
 struct EasyDeleter {
-  void operator()(CURL* e) const { curl_easy_cleanup(e); }
+  void operator()(CURL* e) const { curl::easy_cleanup(e); }
 };
 using EasyHandle = std::unique_ptr<CURL, EasyDeleter>;
 
 struct SlistDeleter {
-  void operator()(curl_slist* l) const { curl_slist_free_all(l); }
+  void operator()(curl_slist* l) const { curl::slist_free_all(l); }
 };
 using Slist = std::unique_ptr<curl_slist, SlistDeleter>;
 

@@ -7,12 +7,7 @@
 
 namespace rpcroute {
 
-void init_curl() {
-  static const bool initialised = [] {
-    return curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
-  }();
-  (void)initialised;
-}
+bool init_curl() { return curl::available(); }
 
 TransportError transport_error_of(CURLcode code) {
   switch (code) {
@@ -115,19 +110,19 @@ std::optional<std::string_view> tls_cause(CURLcode code, long verify_result,
 
 void apply_tls(CURL* easy, const TlsOptions& tls) {
   if (tls.insecure) {
-    curl_easy_setopt(easy, CURLOPT_SSL_VERIFYPEER, 0L);
-    curl_easy_setopt(easy, CURLOPT_SSL_VERIFYHOST, 0L);
+    curl::easy_setopt(easy, CURLOPT_SSL_VERIFYPEER, 0L);
+    curl::easy_setopt(easy, CURLOPT_SSL_VERIFYHOST, 0L);
   }
   if (!tls.ca_file.empty() || !tls.ca_dir.empty()) {
     // Exactly the CAs given: a null string turns the built-in bundle or folder off.
-    curl_easy_setopt(easy, CURLOPT_CAINFO, tls.ca_file.empty() ? nullptr : tls.ca_file.c_str());
-    curl_easy_setopt(easy, CURLOPT_CAPATH, tls.ca_dir.empty() ? nullptr : tls.ca_dir.c_str());
+    curl::easy_setopt(easy, CURLOPT_CAINFO, tls.ca_file.empty() ? nullptr : tls.ca_file.c_str());
+    curl::easy_setopt(easy, CURLOPT_CAPATH, tls.ca_dir.empty() ? nullptr : tls.ca_dir.c_str());
   }
   if (!tls.cert_file.empty()) {
-    curl_easy_setopt(easy, CURLOPT_SSLCERT, tls.cert_file.c_str());
-    curl_easy_setopt(easy, CURLOPT_SSLCERTTYPE, "PEM");
+    curl::easy_setopt(easy, CURLOPT_SSLCERT, tls.cert_file.c_str());
+    curl::easy_setopt(easy, CURLOPT_SSLCERTTYPE, "PEM");
   }
-  if (!tls.key_file.empty()) curl_easy_setopt(easy, CURLOPT_SSLKEY, tls.key_file.c_str());
+  if (!tls.key_file.empty()) curl::easy_setopt(easy, CURLOPT_SSLKEY, tls.key_file.c_str());
 }
 
 std::string abandoned_message(TransportError why, std::uint64_t cap) {

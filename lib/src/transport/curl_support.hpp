@@ -3,14 +3,13 @@
 // machinery: how curl's result codes map to TransportError, and the message of a transfer the
 // client abandoned itself, what a TLS failure was, and how a provider's tls: settings become
 // curl options.
-#include <curl/curl.h>
-
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 
 #include "rpcroute/config.hpp"
+#include "rpcroute/transport/curl_api.hpp"
 #include "rpcroute/transport/error.hpp"
 
 namespace rpcroute {

@@ -1,4 +1,3 @@
-#include <curl/curl.h>
 #include <fmt/format.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -15,19 +14,20 @@
 #include "native_http.hpp"
 #include "rpcroute/clock.hpp"
 #include "rpcroute/transport.hpp"
+#include "rpcroute/transport/curl_api.hpp"
 
 namespace rpcroute {
 
 namespace {
 
 struct MultiDeleter {
-  void operator()(CURLM* m) const { curl_multi_cleanup(m); }
+  void operator()(CURLM* m) const { curl::multi_cleanup(m); }
 };
 using MultiHandle = std::unique_ptr<CURLM, MultiDeleter>;
 
 struct ShareDeleter {
   // A handle still using the share (a transfer outliving its Engine) keeps it: left to the process.
-  void operator()(CURLSH* s) const { (void)curl_share_cleanup(s); }
+  void operator()(CURLSH* s) const { (void)curl::share_cleanup(s); }
 };
 using ShareHandle = std::unique_ptr<CURLSH, ShareDeleter>;
 
@@ -83,7 +83,7 @@ struct Engine::Core : std::enable_shared_from_this<Engine::Core> {
   void ensure_multi();
   void socket_action(curl_socket_t fd, int mask) {
     int running = 0;
-    curl_multi_socket_action(multi.get(), fd, mask, &running);
+    curl::multi_socket_action(multi.get(), fd, mask, &running);
     check_done();
   }
 
@@ -260,7 +260,7 @@ struct Transfer {
     auto c = core.lock();
     if (!c) return;  // the handle is freed with the lease
     if (attached) {
-      curl_multi_remove_handle(c->multi.get(), lease.easy.get());
+      curl::multi_remove_handle(c->multi.get(), lease.easy.get());
       --c->in_flight;
     }
     c->pool.release(std::move(lease));
@@ -382,44 +382,44 @@ struct Transfer {
 };
 
 void Engine::Core::set_common_options(CURL* e) {
-  curl_easy_setopt(e, CURLOPT_POST, 1L);
-  curl_easy_setopt(e, CURLOPT_USERAGENT, "rpcroute/0.1");
-  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &Transfer::on_write);
-  curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, &Transfer::on_header);
-  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
-  curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
-  curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
-  curl_easy_setopt(e, CURLOPT_SOCKOPTFUNCTION, &Engine::Core::on_sockopt);
-  curl_easy_setopt(e, CURLOPT_SOCKOPTDATA, this);
-  curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, &Engine::Core::on_close_socket);
-  curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, this);
-  curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
-  if (share) curl_easy_setopt(e, CURLOPT_SHARE, share.get());
+  curl::easy_setopt(e, CURLOPT_POST, 1L);
+  curl::easy_setopt(e, CURLOPT_USERAGENT, "rpcroute/0.1");
+  curl::easy_setopt(e, CURLOPT_WRITEFUNCTION, &Transfer::on_write);
+  curl::easy_setopt(e, CURLOPT_HEADERFUNCTION, &Transfer::on_header);
+  curl::easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+  curl::easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+  curl::easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+  curl::easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
+  curl::easy_setopt(e, CURLOPT_SOCKOPTFUNCTION, &Engine::Core::on_sockopt);
+  curl::easy_setopt(e, CURLOPT_SOCKOPTDATA, this);
+  curl::easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, &Engine::Core::on_close_socket);
+  curl::easy_setopt(e, CURLOPT_CLOSESOCKETDATA, this);
+  curl::easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl::easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
+  if (share) curl::easy_setopt(e, CURLOPT_SHARE, share.get());
 }
 
 void Engine::Core::check_done() {
   int pending = 0;
-  while (CURLMsg* msg = curl_multi_info_read(multi.get(), &pending)) {
+  while (CURLMsg* msg = curl::multi_info_read(multi.get(), &pending)) {
     if (msg->msg != CURLMSG_DONE) continue;
     Transfer* t = nullptr;
-    curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, reinterpret_cast<char**>(&t));
+    curl::easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, reinterpret_cast<char**>(&t));
     if (t == nullptr || t->done) continue;
     CURLcode code = msg->data.result;
     auto& r = t->response;
     r.error = transport_error_of(code);
     if (code != CURLE_OK) {
       r.error_message =
-          t->error_buffer[0] != '\0' ? std::string(t->error_buffer) : curl_easy_strerror(code);
+          t->error_buffer[0] != '\0' ? std::string(t->error_buffer) : curl::easy_strerror(code);
       long verify = 0;
-      curl_easy_getinfo(msg->easy_handle, CURLINFO_SSL_VERIFYRESULT, &verify);
+      curl::easy_getinfo(msg->easy_handle, CURLINFO_SSL_VERIFYRESULT, &verify);
       if (auto cause = tls_cause(code, verify, r.error_message)) {
         r.error = TransportError::tls;
         r.error_message = fmt::format("TLS: {} ({})", *cause, r.error_message);
       }
     }
-    curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &r.status);
+    curl::easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &r.status);
     if (t->abandoned != TransportError::none) {
       r.error = t->abandoned;
       r.error_message = abandoned_message(t->abandoned, t->request.max_response_bytes);
@@ -440,13 +440,13 @@ void Engine::Core::check_done() {
       // their own ids: an answer there cannot come out of step).
       long version = 0;
       curl_socket_t fd = CURL_SOCKET_BAD;
-      curl_easy_getinfo(msg->easy_handle, CURLINFO_HTTP_VERSION, &version);
-      curl_easy_getinfo(msg->easy_handle, CURLINFO_ACTIVESOCKET, &fd);
+      curl::easy_getinfo(msg->easy_handle, CURLINFO_HTTP_VERSION, &version);
+      curl::easy_getinfo(msg->easy_handle, CURLINFO_ACTIVESOCKET, &fd);
       if (version != CURL_HTTP_VERSION_2_0 && fd != CURL_SOCKET_BAD) {
         if (auto it = curl_sockets.find(fd); it != curl_sockets.end()) {
           r.connection = ConnectionRef{ConnectionRef::Client::curl, it->second};
           const char* scheme = nullptr;
-          curl_easy_getinfo(msg->easy_handle, CURLINFO_SCHEME, &scheme);
+          curl::easy_getinfo(msg->easy_handle, CURLINFO_SCHEME, &scheme);
           if (scheme != nullptr && (scheme[0] == 'h' || scheme[0] == 'H') &&
               std::strlen(scheme) == 4) {
             plain_http.insert(it->second);  // "http", not "https"
@@ -456,8 +456,8 @@ void Engine::Core::check_done() {
     }
     curl_off_t connect = 0;
     curl_off_t start = 0;
-    curl_easy_getinfo(msg->easy_handle, CURLINFO_CONNECT_TIME_T, &connect);
-    curl_easy_getinfo(msg->easy_handle, CURLINFO_STARTTRANSFER_TIME_T, &start);
+    curl::easy_getinfo(msg->easy_handle, CURLINFO_CONNECT_TIME_T, &connect);
+    curl::easy_getinfo(msg->easy_handle, CURLINFO_STARTTRANSFER_TIME_T, &start);
     r.connect_us = connect;
     r.latency_us = steady_us() - t->started_us;
     t->done = true;
@@ -473,19 +473,18 @@ void Engine::Core::ensure_multi() {
   // On first use: a `call` whose providers are all served by the native client never pays for
   // curl_global_init (TLS library set-up) and the multi handle.
   if (multi) return;
-  init_curl();
-  multi.reset(curl_multi_init());
+  multi.reset(curl::multi_init());
   CURLM* m = multi.get();
-  curl_multi_setopt(m, CURLMOPT_SOCKETFUNCTION, &Core::on_socket);
-  curl_multi_setopt(m, CURLMOPT_SOCKETDATA, this);
-  curl_multi_setopt(m, CURLMOPT_TIMERFUNCTION, &Core::on_timer);
-  curl_multi_setopt(m, CURLMOPT_TIMERDATA, this);
-  curl_multi_setopt(m, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
-  curl_multi_setopt(m, CURLMOPT_MAXCONNECTS, 256L);
+  curl::multi_setopt(m, CURLMOPT_SOCKETFUNCTION, &Core::on_socket);
+  curl::multi_setopt(m, CURLMOPT_SOCKETDATA, this);
+  curl::multi_setopt(m, CURLMOPT_TIMERFUNCTION, &Core::on_timer);
+  curl::multi_setopt(m, CURLMOPT_TIMERDATA, this);
+  curl::multi_setopt(m, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
+  curl::multi_setopt(m, CURLMOPT_MAXCONNECTS, 256L);
   // TLS sessions are kept per handle unless shared: with a pool of handles, a new connection
   // would otherwise resume only if its handle had made one to the same host before.
-  share.reset(curl_share_init());
-  if (share) curl_share_setopt(share.get(), CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+  share.reset(curl::share_init());
+  if (share) curl::share_setopt(share.get(), CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
 }
 
 Engine::~Engine() {
@@ -524,6 +523,14 @@ asio::awaitable<HttpResponse> Engine::perform(HttpRequest request) {
 }
 
 asio::awaitable<HttpResponse> Engine::perform_curl(HttpRequest request) {
+  if (!init_curl()) {
+    // libcurl is loaded on first use; a machine without it still serves what the native client
+    // can, and says why the rest fails.
+    HttpResponse r;
+    r.error = TransportError::other;
+    r.error_message = curl::load_error();
+    co_return r;
+  }
   core_->ensure_multi();
   auto t = std::make_unique<Transfer>(core_, std::move(request));
   static const std::vector<Header> no_headers;
@@ -538,22 +545,23 @@ asio::awaitable<HttpResponse> Engine::perform_curl(HttpRequest request) {
     co_return std::move(t->response);
   }
   // Only what changes per request: the rest was set once on the handle (EasyPool).
-  curl_easy_setopt(e, CURLOPT_URL, t->request.url.c_str());
-  curl_easy_setopt(e, CURLOPT_POSTFIELDS, t->request.body.data());
-  curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(t->request.body.size()));
-  curl_easy_setopt(e, CURLOPT_WRITEDATA, t.get());
-  curl_easy_setopt(e, CURLOPT_HEADERDATA, t.get());
-  curl_easy_setopt(e, CURLOPT_PRIVATE, t.get());
-  curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t->error_buffer);
-  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS,
-                   static_cast<long>(std::max<std::int64_t>(1, t->request.timeout_ms)));
-  curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
-                   static_cast<long>(std::clamp<std::int64_t>(t->request.timeout_ms, 1, 5'000)));
+  curl::easy_setopt(e, CURLOPT_URL, t->request.url.c_str());
+  curl::easy_setopt(e, CURLOPT_POSTFIELDS, t->request.body.data());
+  curl::easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE,
+                    static_cast<curl_off_t>(t->request.body.size()));
+  curl::easy_setopt(e, CURLOPT_WRITEDATA, t.get());
+  curl::easy_setopt(e, CURLOPT_HEADERDATA, t.get());
+  curl::easy_setopt(e, CURLOPT_PRIVATE, t.get());
+  curl::easy_setopt(e, CURLOPT_ERRORBUFFER, t->error_buffer);
+  curl::easy_setopt(e, CURLOPT_TIMEOUT_MS,
+                    static_cast<long>(std::max<std::int64_t>(1, t->request.timeout_ms)));
+  curl::easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
+                    static_cast<long>(std::clamp<std::int64_t>(t->request.timeout_ms, 1, 5'000)));
 
   core_->retire_unclean_idle();
   t->started_us = steady_us();
   t->done_signal.expires_at(asio::steady_timer::time_point::max());
-  if (curl_multi_add_handle(core_->multi.get(), e) != CURLM_OK) {
+  if (curl::multi_add_handle(core_->multi.get(), e) != CURLM_OK) {
     t->response.error = TransportError::other;
     t->response.error_message = "curl_multi_add_handle failed";
     co_return std::move(t->response);

@@ -1080,3 +1080,25 @@ TEST_CASE("profile: http picks HTTP/1.1 (the default) or HTTP/2 per provider", "
     CHECK(load_error(provider_with({"url: https://h.example", bad})).find("'http'") != std::string::npos);
   }
 }
+
+TEST_CASE("provider URLs: what the URL check accepts and refuses", "[config]") {
+  // yaml_reader.cpp url_scheme: the rules curl's URL parser applied before libcurl was loaded
+  // lazily (no linking, so the profile check needs its own).
+  for (const char* good :
+       {"http://h", "HTTPS://Mainnet.Example.com/v3/abc?x=1#f", "http://127.0.0.1:8545",
+        "http://[::1]:8545/", "https://user:pw@host.example.com/", "http://h:/",
+        "https://eth-mainnet.g.alchemy.com/v2/a+b=c/{x}", "http://node_1.local~x:65535"}) {
+    INFO(good);
+    auto p =
+        load_profile_text(provider_with({std::string("url: \"") + good + "\""}), "t.yaml", kNoEnv);
+    CHECK(p.has_value());
+  }
+  for (const char* bad :
+       {"http://", "http://:8545", "http:///path", "//h", "h:8545", "http://h:65536",
+        "http://h:80x", "http://h:1:2", "http://a b/", "http://h/a b", "http://[::1",
+        "http://[zz]/", "http://h$x/", "http://h+q=/", "1http://h", "ht tp://h"}) {
+    INFO(bad);
+    auto message = load_error(provider_with({std::string("url: \"") + bad + "\""}));
+    CHECK(message.find("bad URL") != std::string::npos);
+  }
+}
