@@ -819,7 +819,9 @@ curl_load() { # URL WORKERS OUT_DIR
   report="requests=$answers failures=$failures socket_errors=$sockerr breaker(n2)=${states[*]} open_after_kill_ms=$((${t_open:-0} - t_kill)) closed_after_restart_ms=$((${t_closed:-0} - t_restart)) n2_successes=$n2_before->$n2_after"
   echo "# load: $report" >&3
   echo "$report" >&2
-  ((answers >= 5000)) || { echo "only $answers requests" >&2; false; }
+  # The load ran (speed is tests/perf's, not a functional test's: a loaded 2-core machine under
+  # ASan may move a tenth of what a quiet one does); what is checked is that none of it failed.
+  ((answers >= 500)) || { echo "only $answers requests: the load hardly ran" >&2; false; }
   assert_equal "$failures" 0 "failed client requests"
   assert_equal "$sockerr" 0 "socket errors"
   [[ -n $t_open ]] || { echo "the breaker of n2 never showed open" >&2; false; }
@@ -1122,10 +1124,12 @@ PY
   curl -s --max-time 30 -o /dev/null -X POST --data-binary "$BN" "$SC_URL/rpc/provider/stuck/local" 3>&- &
   local client=$! deadline=$((SECONDS + 10))
   while ((SECONDS < deadline)) && (($(fake_requests stuck) < 1)); do sleep 0.05; done
-  stop_sidecar 10
+  stop_sidecar 15
   wait "$client" || true
   assert_equal "$SC_EXIT" 0 "sidecar exit status"
-  ((SC_STOP_MS >= 900 && SC_STOP_MS < 3000)) || { echo "exit ${SC_STOP_MS} ms after SIGTERM with --grace 1s" >&2; false; }
+  # Not before the grace period; well before the stuck request's 30 s timeout (a loaded machine
+  # under ASan may take a few seconds more to save and exit, which is not what is tested).
+  ((SC_STOP_MS >= 900 && SC_STOP_MS < 10000)) || { echo "exit ${SC_STOP_MS} ms after SIGTERM with --grace 1s" >&2; false; }
   jq -e '.version == 1 and ([.providers[] | select(.provider == "f_ok") | .methods.eth_blockNumber.samples[]] | length == 1)' "$S" >/dev/null ||
     { cat "$S" >&2; false; }
 }
