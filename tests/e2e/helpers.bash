@@ -18,6 +18,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/tls_helpers.bash"
 
 REPO=$(cd "$BATS_TEST_DIRNAME/../.." && pwd)
 RPCROUTE_BIN=${RPCROUTE_BIN:-$REPO/build/cli/rpcroute}
+# RPCROUTE_E2E_BIN wins over the build tree's binary that ctest names: scripts/test points it at the
+# binary `cmake --install` wrote (stripped, as shipped) for the suites the g++ build runs.
+RPCROUTE_BIN=${RPCROUTE_E2E_BIN:-$RPCROUTE_BIN}
 FAKE_BIN=${FAKE_BIN:-$REPO/build/tests/fakes/fake_upstream}
 ANVIL=${ANVIL:-$REPO/.tools/node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil}
 CAST=${CAST:-$REPO/.tools/node_modules/@foundry-rs/cast-linux-amd64/bin/cast}
