@@ -212,7 +212,8 @@ asio::awaitable<tl::expected<std::uint64_t, std::string>> ws_chain_id(std::strin
   std::string answer;
   if (!ec) {
     step = "connect";
-    co_await asio::async_connect(ws.next_layer(), found, asio::redirect_error(asio::use_awaitable, ec));
+    co_await asio::async_connect(ws.next_layer(), found,
+                                 asio::redirect_error(asio::use_awaitable, ec));
   }
   if (!ec) {
     step = "handshake";
@@ -345,8 +346,8 @@ std::string ws_verdict(const std::string& ws_url, const WsAnswer& answer, std::u
     return "";
   }
   if (*answer != chain_id) {
-    note = fmt::format("WebSocket {}: not written, it answers chain {}", redact_url(ws_url),
-                       *answer);
+    note =
+        fmt::format("WebSocket {}: not written, it answers chain {}", redact_url(ws_url), *answer);
     return "";
   }
   note = fmt::format("WebSocket {}: yes", redact_url(ws_url));
@@ -363,8 +364,8 @@ int run_init(const InitOptions& options) {
   for (const auto& url : options.urls) {
     if (url.starts_with("ws://") || url.starts_with("wss://")) {
       if (urls.empty() || !given_ws.back().empty())
-        return usage_error(fmt::format("'{}' follows no http:// or https:// URL of its own",
-                                       redact_url(url)));
+        return usage_error(
+            fmt::format("'{}' follows no http:// or https:// URL of its own", redact_url(url)));
       given_ws.back() = url;
       continue;
     }
@@ -398,7 +399,8 @@ int run_init(const InitOptions& options) {
       continue;
     }
     std::string ws_note;
-    const std::string ws = ws_verdict(ws_urls[i], ws_answers[i], *r.chain_id, ws_written[i], ws_note);
+    const std::string ws =
+        ws_verdict(ws_urls[i], ws_answers[i], *r.chain_id, ws_written[i], ws_note);
     chains[*r.chain_id].push_back({ids[i], written[i], ws, r});
     for (const auto& v : vars.names) {
       if (written[i].find("${" + v + "}") != std::string::npos ||

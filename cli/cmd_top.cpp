@@ -188,8 +188,8 @@ std::string activity_line(simdjson::dom::element c) {
                        size_text(number_of(cache["max_bytes"], 0)));
   }
   if (has_hedges)
-    line += fmt::format("; hedges: {} fired, {} won", text_of(hedges["fired"]),
-                        text_of(hedges["won"]));
+    line +=
+        fmt::format("; hedges: {} fired, {} won", text_of(hedges["fired"]), text_of(hedges["won"]));
   return line + "\n";
 }
 

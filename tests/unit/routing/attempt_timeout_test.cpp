@@ -65,7 +65,7 @@ struct TimeoutFixture {
 TEST_CASE("attempt timeouts: the per-class defaults reach the transport", "[executor][timeouts]") {
   TimeoutFixture f;
   f.transport.on("http://a.test", FakeTransport::results("\"0x1\""));
-  CHECK(f.attempt_timeout("eth_blockNumber", "a") == 5'000);   // cheap
+  CHECK(f.attempt_timeout("eth_blockNumber", "a") == 5'000);                           // cheap
   CHECK(f.attempt_timeout("eth_call", "a", R"([{"to":"0x00"},"latest"])") == 10'000);  // standard
   CHECK(f.attempt_timeout("eth_getLogs", "a", R"([{"fromBlock":"0x1","toBlock":"0x2"}])") ==
         20'000);  // heavy
