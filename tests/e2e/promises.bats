@@ -2,7 +2,7 @@
 # Promises of the README and the man page that no test would have caught breaking (issue 23), one
 # short case each through the real binary: --idle-timeout closes an idle keep-alive connection;
 # SIGINT drains the sidecar like SIGTERM (the request in flight is answered, exit 0); --allow-origin
-# lets a browser origin in and no other. Each waits for events with a generous ceiling, never for a
+# lets a browser origin in and no other; $RPCROUTE_TOKEN is serve's and top's token. Each waits for events with a generous ceiling, never for a
 # wall-clock bound.
 
 # jq programs are single-quoted on purpose; $output comes from bats.
@@ -98,4 +98,21 @@ EOF
   sidecar_start sc2 -p "$P" --no-state --no-probe
   sidecar_post / "$BN" -H 'Origin: https://app.example'
   assert_equal "$code" 403
+}
+
+@test "\$RPCROUTE_TOKEN: serve requires it as the bearer token when --token is not given; top sends it" {
+  RPCROUTE_TOKEN=env-T0k3n sidecar_start sc -p "$P" --no-state --no-probe
+  sidecar_post / "$BN"
+  assert_equal "$code" 401
+  sidecar_post / "$BN" -H 'Authorization: Bearer wrong'
+  assert_equal "$code" 401
+  sidecar_post / "$BN" -H 'Authorization: Bearer env-T0k3n'
+  assert_equal "$code" 200
+  # top reads the same variable for its requests.
+  RPCROUTE_TOKEN=env-T0k3n run rpcroute top --url "$SC_URL" --once
+  [ "$status" -eq 0 ]
+  [[ $output == *"f1 "* ]]
+  RPCROUTE_TOKEN= run rpcroute top --url "$SC_URL" --once
+  [ "$status" -eq 3 ]
+  [[ $output == *"bearer token"* ]]
 }
