@@ -112,7 +112,7 @@ EOF
   RPCROUTE_TOKEN=env-T0k3n run rpcroute top --url "$SC_URL" --once
   [ "$status" -eq 0 ]
   [[ $output == *"f1 "* ]]
-  RPCROUTE_TOKEN= run rpcroute top --url "$SC_URL" --once
+  RPCROUTE_TOKEN='' run rpcroute top --url "$SC_URL" --once
   [ "$status" -eq 3 ]
   [[ $output == *"bearer token"* ]]
 }
