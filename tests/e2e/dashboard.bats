@@ -110,7 +110,7 @@ wait_for_text() { # FILE TEXT [LIMIT_S]
   assert_json "$last" '.method == "eth_gasPrice" and .chain == "local" and .status == "result" and (.provider | test("^a[123]$"))'
   assert_json "$last" '.attempts[0] | .class == "success" and .latency_ms >= 0'
   assert_json "$last" '.total_ms >= .attempts[0].latency_ms and .attempt_count == 1'
-  ! grep -q '127.0.0.1\|http://' "$out"
+  ! grep -q '127.0.0.1\|http://' "$out" || false
   # HEAD: the head alone, nothing held open.
   run curl -sI --max-time 5 "$SC_URL/dashboard/events"
   [ "$status" -eq 0 ]
@@ -192,7 +192,7 @@ wait_for_text() { # FILE TEXT [LIMIT_S]
   grep -qi '^access-control-allow-origin: http://localhost:3000' "$SC_HDRS"
   [[ $body == *"<title>rpcroute dashboard</title>"* ]]
   # Self-contained: nothing loaded from elsewhere.
-  ! grep -Eq '(src|href)="(https?:)?//' <<<"$body"
+  ! grep -Eq '(src|href)="(https?:)?//' <<<"$body" || false
   sidecar_get /dashboard/state -H 'Authorization: Bearer sesame'
   [ "$code" = 200 ]
   run curl -sN --max-time 2 -H 'Authorization: Bearer sesame' "$SC_URL/dashboard/events"
