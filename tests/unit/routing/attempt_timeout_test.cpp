@@ -66,7 +66,7 @@ TEST_CASE("attempt timeouts: the per-class defaults reach the transport", "[exec
   TimeoutFixture f;
   f.transport.on("http://a.test", FakeTransport::results("\"0x1\""));
   CHECK(f.attempt_timeout("eth_blockNumber", "a") == 5'000);                           // cheap
-  CHECK(f.attempt_timeout("erigon_getHeaderByNumber", "a", R"(["0x1"])") == 10'000);  // standard
+  CHECK(f.attempt_timeout("erigon_getHeaderByNumber", "a", R"(["0x1"])") == 10'000);   // standard
   CHECK(f.attempt_timeout("eth_call", "a", R"([{"to":"0x00"},"latest"])") == 20'000);  // heavy
   CHECK(f.attempt_timeout("eth_getLogs", "a", R"([{"fromBlock":"0x1","toBlock":"0x2"}])") ==
         20'000);  // heavy
