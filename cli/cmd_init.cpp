@@ -1,17 +1,26 @@
 // rpcroute init: a starter profile from provider URLs (issue 21). Each URL is probed (chain id,
-// archive, batch) and the providers are grouped into chains by the id they answer; key material
-// found in a URL is written as a ${ENV} reference, never as a literal.
+// archive, batch, WebSocket) and the providers are grouped into chains by the id they answer; key
+// material found in a URL is written as a ${ENV} reference, never as a literal.
 #include "cmd_init.hpp"
 
 #include <fmt/format.h>
+#include <simdjson.h>
 
+#include <algorithm>
+#include <boost/beast/core/buffers_to_string.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/websocket.hpp>
 #include <cctype>
+#include <charconv>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string_view>
+#include <tl/expected.hpp>
 
 #include "output.hpp"
 #include "rpcroute/probe.hpp"
@@ -23,9 +32,12 @@ void setup_init(CLI::App& app, int& exit_code) {
   auto opts = std::make_shared<InitOptions>();
   auto* sub = app.add_subcommand(
       "init",
-      "Write a starter profile from provider URLs: probes each (chain id, archive, batch), names "
-      "the chain, and writes keys as ${ENV} references");
-  sub->add_option("urls", opts->urls, "Provider URLs (http:// or https://)")->required();
+      "Write a starter profile from provider URLs: probes each (chain id, archive, batch, "
+      "WebSocket), names the chain, and writes keys as ${ENV} references");
+  sub->add_option("urls", opts->urls,
+                  "Provider URLs (http:// or https://), each optionally followed by its WebSocket "
+                  "URL (ws://; default: the http:// URL as ws://, which anvil and geth serve)")
+      ->required();
   sub->add_option("--name,-n", opts->name, "Profile name (default: mine)");
   sub->add_option("--output,-o", opts->output,
                   "Write the profile here (default: standard output); never over an existing file "
@@ -90,33 +102,168 @@ std::string provider_id(std::string_view url, std::set<std::string>& taken) {
   return id;
 }
 
-/// The URL with each credential replaced by ${VAR}; the variables in `vars`.
-std::string url_with_env(const std::string& url, const std::string& id,
-                         std::vector<std::string>& vars) {
+/// The variables written so far: their names in order, and the secret each stands for (a
+/// provider's WebSocket URL reuses its http URL's variable for the same key).
+struct EnvVars {
+  std::vector<std::string> names;
+  std::map<std::string, std::string> of_secret;
+};
+
+/// The URL with each credential replaced by ${VAR}; new variables join `vars`.
+std::string url_with_env(const std::string& url, const std::string& id, EnvVars& vars) {
   std::string out = url;
   std::string stem = "RPCROUTE_";
   for (char ch : id) stem += std::isalnum(static_cast<unsigned char>(ch)) ? std::toupper(ch) : '_';
   stem += "_KEY";
-  int n = 0;
   for (const auto& secret : url_credentials(url)) {
     const auto at = out.find(secret);
     if (at == std::string::npos) continue;  // a percent-decoded form: the raw one was replaced
-    const auto var = n == 0 ? stem : fmt::format("{}{}", stem, n + 1);
-    ++n;
-    out.replace(at, secret.size(), "${" + var + "}");
-    vars.push_back(var);
+    auto [it, added] = vars.of_secret.try_emplace(secret);
+    if (added) {
+      int n = 1;
+      it->second = stem;
+      while (std::find(vars.names.begin(), vars.names.end(), it->second) != vars.names.end())
+        it->second = fmt::format("{}{}", stem, ++n);
+      vars.names.push_back(it->second);
+    }
+    out.replace(at, secret.size(), "${" + it->second + "}");
   }
   return out;
 }
 
+/// The WebSocket URL to probe for a provider: the one given, or its http:// URL as ws:// (same
+/// host, port and path: what anvil and geth serve on their http port). "" for https:// without one.
+std::string ws_candidate(const std::string& url, const std::string& given) {
+  if (!given.empty()) return given;
+  if (url.starts_with("http://")) return "ws://" + url.substr(7);
+  if (url.starts_with("https://")) return "wss://" + url.substr(8);
+  return "";
+}
+
+struct WsAddress {
+  std::string host;
+  std::string port;
+  std::string target;
+};
+
+/// ws://host[:port][/path] (user info dropped); nullopt for anything else.
+std::optional<WsAddress> split_ws_url(std::string_view url) {
+  if (!url.starts_with("ws://")) return std::nullopt;
+  url.remove_prefix(5);
+  const auto slash = url.find_first_of("/?");
+  std::string_view authority = url.substr(0, slash);
+  WsAddress a;
+  a.target = slash == std::string_view::npos ? "/" : std::string(url.substr(slash));
+  if (a.target.front() == '?') a.target.insert(0, "/");
+  if (const auto at = authority.rfind('@'); at != std::string_view::npos)
+    authority.remove_prefix(at + 1);
+  a.port = "80";
+  if (!authority.empty() && authority.front() == '[') {
+    const auto close = authority.find(']');
+    if (close == std::string_view::npos) return std::nullopt;
+    a.host = std::string(authority.substr(1, close - 1));
+    if (close + 2 < authority.size() && authority[close + 1] == ':')
+      a.port = std::string(authority.substr(close + 2));
+  } else if (const auto colon = authority.rfind(':'); colon != std::string_view::npos) {
+    a.host = std::string(authority.substr(0, colon));
+    a.port = std::string(authority.substr(colon + 1));
+  } else {
+    a.host = std::string(authority);
+  }
+  if (a.host.empty() || a.port.empty()) return std::nullopt;
+  return a;
+}
+
+constexpr std::int64_t kWsProbeMs = 3'000;  // connect, handshake and answer, in all
+
+/// The chain id a WebSocket endpoint answers to eth_chainId, within kWsProbeMs; or why not (no
+/// URL in the text: it may hold a key).
+asio::awaitable<tl::expected<std::uint64_t, std::string>> ws_chain_id(std::string url) {
+  namespace beast = boost::beast;
+  using tcp = asio::ip::tcp;
+  if (url.starts_with("wss://"))
+    co_return tl::unexpected(std::string("not probed: wss:// is not served by this version"));
+  const auto addr = split_ws_url(url);
+  if (!addr) co_return tl::unexpected(std::string("not a ws:// URL"));
+  auto ex = co_await asio::this_coro::executor;
+  beast::websocket::stream<tcp::socket> ws(ex);
+  // One deadline for everything: the socket is closed under whatever step still waits.
+  asio::steady_timer limit(ex, std::chrono::milliseconds(kWsProbeMs));
+  bool expired = false;
+  limit.async_wait([&ws, &expired](const boost::system::error_code& e) {
+    if (e) return;
+    expired = true;
+    boost::system::error_code ignored;
+    ws.next_layer().close(ignored);
+  });
+  boost::system::error_code ec;
+  std::vector<tcp::endpoint> found;
+  std::uint16_t port = 0;
+  std::from_chars(addr->port.data(), addr->port.data() + addr->port.size(), port);
+  if (auto ip = asio::ip::make_address(addr->host, ec); !ec) {
+    found.emplace_back(ip, port);
+  } else {  // the loop has no resolver thread: a blocking lookup, once
+    tcp::resolver resolver(ex);
+    ec = {};
+    for (const auto& entry : resolver.resolve(addr->host, addr->port, ec))
+      found.push_back(entry.endpoint());
+  }
+  const char* step = "resolve";
+  std::string answer;
+  if (!ec) {
+    step = "connect";
+    co_await asio::async_connect(ws.next_layer(), found,
+                                 asio::redirect_error(asio::use_awaitable, ec));
+  }
+  if (!ec) {
+    step = "handshake";
+    ws.read_message_max(64 * 1024);
+    co_await ws.async_handshake(addr->host + ":" + addr->port, addr->target,
+                                asio::redirect_error(asio::use_awaitable, ec));
+  }
+  if (!ec) {
+    step = "eth_chainId";
+    ws.text(true);
+    const std::string call = R"({"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]})";
+    co_await ws.async_write(asio::buffer(call), asio::redirect_error(asio::use_awaitable, ec));
+  }
+  if (!ec) {
+    beast::flat_buffer buffer;
+    co_await ws.async_read(buffer, asio::redirect_error(asio::use_awaitable, ec));
+    answer = beast::buffers_to_string(buffer.data());
+  }
+  limit.cancel();
+  if (!ec) {
+    ws.async_close(beast::websocket::close_code::normal, asio::detached);
+  }
+  if (ec) {
+    co_return tl::unexpected(expired ? fmt::format("no answer within {} ms", kWsProbeMs)
+                                     : fmt::format("{}: {}", step, ec.message()));
+  }
+  simdjson::dom::parser parser;
+  std::string_view hex;
+  if (parser.parse(answer)["result"].get(hex) != simdjson::SUCCESS || !hex.starts_with("0x"))
+    co_return tl::unexpected(std::string("eth_chainId gave no id over the WebSocket"));
+  std::uint64_t id = 0;
+  const auto [end, err] = std::from_chars(hex.data() + 2, hex.data() + hex.size(), id, 16);
+  if (err != std::errc() || end != hex.data() + hex.size())
+    co_return tl::unexpected(std::string("eth_chainId gave no id over the WebSocket"));
+  co_return id;
+}
+
 struct Probed {
   std::string id;
-  std::string url;  // with ${VAR} references
+  std::string url;     // with ${VAR} references
+  std::string ws_url;  // with ${VAR} references; "" when no WebSocket answered the chain's id
   ProbeReport report;
 };
 
+using WsAnswer = tl::expected<std::uint64_t, std::string>;
+
 std::vector<ProbeReport> probe_urls(const std::vector<std::string>& urls,
-                                    const std::vector<std::string>& ids) {
+                                    const std::vector<std::string>& ids,
+                                    const std::vector<std::string>& ws_urls,
+                                    std::vector<WsAnswer>& ws_answers) {
   Profile profile;
   profile.name = "init";
   Chain chain;
@@ -144,6 +291,14 @@ std::vector<ProbeReport> probe_urls(const std::vector<std::string>& urls,
                      if (!e) reports[i] = std::move(r);
                    });
   }
+  ws_answers.assign(urls.size(), tl::unexpected(std::string("no WebSocket URL to try")));
+  for (std::size_t i = 0; i < urls.size(); ++i) {
+    if (ws_urls[i].empty()) continue;
+    asio::co_spawn(loop.io(), ws_chain_id(ws_urls[i]),
+                   [&ws_answers, i](const std::exception_ptr& e, WsAnswer r) {
+                     if (!e) ws_answers[i] = std::move(r);
+                   });
+  }
   loop.io().run();
   return reports;
 }
@@ -166,6 +321,9 @@ std::string render(const InitOptions& options,
     y += "    providers:\n";
     for (const auto& p : providers) {
       y += fmt::format("      - id: {}\n        url: \"{}\"\n", p.id, p.url);
+      if (!p.ws_url.empty())
+        y += fmt::format("        ws_url: \"{}\"  # it answered eth_chainId over WebSocket\n",
+                         p.ws_url);
       if (p.report.archival)
         y += fmt::format("        archival: {}  # the probe read state at an early block: {}\n",
                          *p.report.archival ? "true" : "false", *p.report.archival ? "yes" : "no");
@@ -176,43 +334,94 @@ std::string render(const InitOptions& options,
   return y;
 }
 
+/// What init says of a provider's WebSocket, and the ws_url to write ("" for none).
+std::string ws_verdict(const std::string& ws_url, const WsAnswer& answer, std::uint64_t chain_id,
+                       const std::string& written, std::string& note) {
+  if (ws_url.empty()) {
+    note = "WebSocket: none tried";
+    return "";
+  }
+  if (!answer) {
+    note = fmt::format("WebSocket {}: none ({})", redact_url(ws_url), answer.error());
+    return "";
+  }
+  if (*answer != chain_id) {
+    note =
+        fmt::format("WebSocket {}: not written, it answers chain {}", redact_url(ws_url), *answer);
+    return "";
+  }
+  note = fmt::format("WebSocket {}: yes", redact_url(ws_url));
+  return written;
+}
+
 }  // namespace
 
+// NOLINTNEXTLINE(readability-function-size): one pass over the arguments, then over the probes.
 int run_init(const InitOptions& options) {
   std::set<std::string> taken;
-  std::vector<std::string> ids;
-  std::vector<std::string> vars;
-  std::vector<std::string> written;  // the URLs as written
+  std::vector<std::string> urls;
+  std::vector<std::string> given_ws;  // a ws:// URL that followed the provider's, or ""
   for (const auto& url : options.urls) {
+    if (url.starts_with("ws://") || url.starts_with("wss://")) {
+      if (urls.empty() || !given_ws.back().empty())
+        return usage_error(
+            fmt::format("'{}' follows no http:// or https:// URL of its own", redact_url(url)));
+      given_ws.back() = url;
+      continue;
+    }
     if (!url.starts_with("http://") && !url.starts_with("https://"))
       return usage_error(fmt::format("'{}' is not an http:// or https:// URL", redact_url(url)));
-    ids.push_back(provider_id(url, taken));
-    written.push_back(url_with_env(url, ids.back(), vars));
+    urls.push_back(url);
+    given_ws.emplace_back();
+  }
+  std::vector<std::string> ids;
+  EnvVars vars;
+  std::vector<std::string> written;     // the URLs as written
+  std::vector<std::string> ws_urls;     // the WebSocket URLs to probe
+  std::vector<std::string> ws_written;  // ... as they would be written
+  for (std::size_t i = 0; i < urls.size(); ++i) {
+    ids.push_back(provider_id(urls[i], taken));
+    written.push_back(url_with_env(urls[i], ids.back(), vars));
+    ws_urls.push_back(ws_candidate(urls[i], given_ws[i]));
+    ws_written.push_back(url_with_env(ws_urls.back(), ids.back(), vars));
   }
   if (!options.output.empty() && !options.force && std::filesystem::exists(options.output))
     return usage_error(fmt::format("{} exists; --force replaces it", options.output));
-  const auto reports = probe_urls(options.urls, ids);
+  std::vector<WsAnswer> ws_answers;
+  const auto reports = probe_urls(urls, ids, ws_urls, ws_answers);
   std::map<std::uint64_t, std::vector<Probed>> chains;
+  std::set<std::string> used_vars;  // only those of URLs written
   for (std::size_t i = 0; i < reports.size(); ++i) {
     const auto& r = reports[i];
     if (!r.chain_id) {
-      print_error(fmt::format("{} ({}): left out, no chain id: {}", ids[i],
-                              redact_url(options.urls[i]),
+      print_error(fmt::format("{} ({}): left out, no chain id: {}", ids[i], redact_url(urls[i]),
                               r.failure.empty() ? "eth_chainId gave no answer" : r.failure));
       continue;
     }
-    chains[*r.chain_id].push_back({ids[i], written[i], r});
+    std::string ws_note;
+    const std::string ws =
+        ws_verdict(ws_urls[i], ws_answers[i], *r.chain_id, ws_written[i], ws_note);
+    chains[*r.chain_id].push_back({ids[i], written[i], ws, r});
+    for (const auto& v : vars.names) {
+      if (written[i].find("${" + v + "}") != std::string::npos ||
+          ws.find("${" + v + "}") != std::string::npos)
+        used_vars.insert(v);
+    }
     const auto* known = known_chain(*r.chain_id);
-    print_info(fmt::format("{}: chain {} ({}), archive {}, batch {}", ids[i], *r.chain_id,
+    print_info(fmt::format("{}: chain {} ({}), archive {}, batch {}, {}", ids[i], *r.chain_id,
                            known ? known->name : "unknown",
                            r.archival ? (*r.archival ? "yes" : "no") : "?",
-                           r.batch ? (*r.batch ? "yes" : "no") : "?"));
+                           r.batch ? (*r.batch ? "yes" : "no") : "?", ws_note));
+  }
+  std::vector<std::string> listed;
+  for (const auto& v : vars.names) {
+    if (used_vars.contains(v)) listed.push_back(v);
   }
   if (chains.empty()) {
     print_error("no provider answered eth_chainId: nothing written");
     return code_of(ExitCode::unavailable);
   }
-  const auto yaml = render(options, chains, vars);
+  const auto yaml = render(options, chains, listed);
   if (options.output.empty()) {
     write_stdout(yaml);
     return 0;

@@ -169,6 +169,32 @@ std::string breaker_text(simdjson::dom::element p) {
   return paint(stdout, text, sgr);
 }
 
+std::string size_text(double bytes) {
+  if (bytes < 1024) return fmt::format("{:.0f} B", bytes);
+  if (bytes < 1024 * 1024) return fmt::format("{:.1f} KiB", bytes / 1024);
+  return fmt::format("{:.1f} MiB", bytes / (1024 * 1024));
+}
+
+/// A sidecar's chain: one line of its cache use and hedges ("" from the state file).
+std::string activity_line(simdjson::dom::element c) {
+  simdjson::dom::element cache;
+  simdjson::dom::element hedges;
+  const bool has_cache = c["cache"].get(cache) == simdjson::SUCCESS;
+  const bool has_hedges = c["hedges"].get(hedges) == simdjson::SUCCESS;
+  if (!has_cache && !has_hedges) return "";
+  std::string line = "cache: off";
+  if (has_cache && !cache.is_null()) {
+    line = fmt::format("cache: {} hits, {} misses, {} bypasses, {} of {}", text_of(cache["hits"]),
+                       text_of(cache["misses"]), text_of(cache["bypasses"]),
+                       size_text(number_of(cache["bytes"], 0)),
+                       size_text(number_of(cache["max_bytes"], 0)));
+  }
+  if (has_hedges)
+    line +=
+        fmt::format("; hedges: {} fired, {} won", text_of(hedges["fired"]), text_of(hedges["won"]));
+  return line + "\n";
+}
+
 /// One chain's table. Share: of first attempts when the sidecar counted them, else of samples.
 std::string render_chain(simdjson::dom::element c) {
   std::string out = fmt::format("{} / {} (chain {}), strategy {}, head {}\n", text_of(c["profile"]),
@@ -191,7 +217,7 @@ std::string render_chain(simdjson::dom::element c) {
            share < 0 ? "-" : fmt::format("{:.0f}%", share * 100),
            success < 0 ? "-" : fmt::format("{:.0f}%", success * 100), excluded});
   }
-  return out + t.render();
+  return out + t.render() + activity_line(c);
 }
 
 Result<std::string> render(const std::string& json, std::string_view source, bool once) {
@@ -203,6 +229,11 @@ Result<std::string> render(const std::string& json, std::string_view source, boo
   if (doc["chains"].get_array().get(chains) != simdjson::SUCCESS)
     return fail("the state has no chains");
   for (auto c : chains) out += render_chain(c) + "\n";
+  simdjson::dom::element ws;
+  if (doc["websocket"].get(ws) == simdjson::SUCCESS) {
+    out += fmt::format("websocket: {} clients, {} upstream subscriptions\n", text_of(ws["clients"]),
+                       text_of(ws["upstream_subscriptions"]));
+  }
   return out;
 }
 

@@ -81,7 +81,24 @@ void Dashboard::record(std::string_view profile, std::string_view chain, std::st
     slot.latency_ms = static_cast<float>(a.latency_ms);
   }
   d.total_ms = static_cast<float>(total_ms);
+  d.cache_hit = false;
+  d.hedge = out.hedge;
   if (is_watched(now_ms)) count(profile, chain, method, out, now_ms);
+}
+
+void Dashboard::record_hit(std::string_view profile, std::string_view chain,
+                           std::string_view method, std::int64_t now_ms, double total_ms) {
+  Decision& d = ring_.next();
+  d.at_ms = now_ms;
+  d.profile.assign(profile);
+  d.chain.assign(chain);
+  d.method.assign(method);
+  d.provider.assign({});
+  d.status = CallOutcome::Status::result;
+  d.attempt_count = 0;
+  d.total_ms = static_cast<float>(total_ms);
+  d.cache_hit = true;
+  d.hedge = CallOutcome::Hedge::none;
 }
 
 void Dashboard::count(std::string_view profile, std::string_view chain, std::string_view method,
@@ -181,6 +198,16 @@ void write_decision_json(json::Writer& w, const Decision& d) {
   w.value(static_cast<double>(d.total_ms), 3);
   w.key("attempt_count");
   w.value(static_cast<std::int64_t>(d.attempt_count));
+  w.key("cache");  // "hit", or null: routed
+  if (d.cache_hit)
+    w.value("hit");
+  else
+    w.null();
+  w.key("hedge");  // "first", "hedge" (the hedge won), "neither", or null: none fired
+  if (d.hedge != CallOutcome::Hedge::none)
+    w.value(hedge_name(d.hedge));
+  else
+    w.null();
   w.key("attempts");
   w.begin_array();
   const auto listed = std::min<std::size_t>(d.attempt_count, Decision::kMaxAttempts);

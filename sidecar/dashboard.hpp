@@ -70,6 +70,24 @@ struct Decision {
   std::uint32_t attempt_count = 0;
   std::array<Attempt, kMaxAttempts> attempts{};
   float total_ms = 0;
+  bool cache_hit = false;  // answered from the answer cache: no attempt, no provider
+  CallOutcome::Hedge hedge = CallOutcome::Hedge::none;  // a hedge fired, and who won
+};
+
+/// What a chain's calls did besides routing (issue 22), counted always: plain increments in the
+/// profile's runtime (one slot per chain), no lookups. Cache counts are those of the cache's own
+/// stats (a bypass, a hit, a miss), split by chain; hedges as /metrics counts them.
+struct ChainActivity {
+  std::uint64_t cache_hits = 0;
+  std::uint64_t cache_misses = 0;
+  std::uint64_t cache_bypasses = 0;
+  std::uint64_t hedges_fired = 0;  // a second provider was asked
+  std::uint64_t hedges_won = 0;    // ... and answered first
+  void on_hedge(CallOutcome::Hedge h) {
+    if (h == CallOutcome::Hedge::none) return;
+    ++hedges_fired;
+    hedges_won += h == CallOutcome::Hedge::hedge_won ? 1 : 0;
+  }
 };
 
 /// The last `capacity` decisions; the slots are allocated once.
@@ -151,6 +169,9 @@ class Dashboard {
   /// time in the sidecar.
   void record(std::string_view profile, std::string_view chain, std::string_view method,
               const CallOutcome& out, std::int64_t now_ms, double total_ms);
+  /// A call answered from the answer cache into the ring: no provider, no attempt.
+  void record_hit(std::string_view profile, std::string_view chain, std::string_view method,
+                  std::int64_t now_ms, double total_ms);
   /// Someone looks: series and counts are kept for kWatchMs from `now_ms`.
   void watched(std::int64_t now_ms) { watched_until_ms_ = now_ms + kWatchMs; }
   [[nodiscard]] bool is_watched(std::int64_t now_ms) const {

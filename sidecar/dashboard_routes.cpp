@@ -61,10 +61,22 @@ void Handlers::write_dashboard_state(json::Writer& w, std::int64_t now) {
   w.key("chains");
   w.begin_array();
   for (auto& [name, rt] : profiles_) {
-    for (const auto& chain : rt->profile.chains)
-      write_chain_view(w, *rt->router, chain, store_, config_.strategy, now, &dashboard_);
+    const CacheStats* cache = rt->cache ? &rt->cache->stats() : nullptr;
+    for (std::size_t i = 0; i < rt->profile.chains.size(); ++i) {
+      const ChainCounters counters{rt->activity[i], cache};
+      write_chain_view(w, *rt->router, rt->profile.chains[i], store_, config_.strategy, now,
+                       &dashboard_, &counters);
+    }
   }
   w.end_array();
+  // WebSocket clients and the subscriptions held upstream for them: the sidecar's, not a chain's.
+  w.key("websocket");
+  w.begin_object();
+  w.key("clients");
+  w.value(metrics_.websockets());
+  w.key("upstream_subscriptions");
+  w.value(static_cast<std::uint64_t>(metrics_.websocket_upstream_subscriptions()));
+  w.end_object();
   w.key("feed");
   w.begin_object();
   w.key("capacity");

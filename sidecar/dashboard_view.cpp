@@ -71,10 +71,40 @@ void write_routing(json::Writer& w, const Candidate* c, const Exclusion* e) {
   value_or_null(w, e != nullptr, e ? exclusion_kind_name(e->kind) : std::string_view());
 }
 
+/// "cache": {hits, misses, bypasses, bytes, max_bytes} (null: off), "hedges": {fired, won}.
+void write_counters(json::Writer& w, const ChainCounters& c) {
+  const ChainActivity& a = c.activity;
+  w.key("cache");
+  if (c.cache == nullptr) {
+    w.null();
+  } else {
+    w.begin_object();
+    w.key("hits");
+    w.value(a.cache_hits);
+    w.key("misses");
+    w.value(a.cache_misses);
+    w.key("bypasses");
+    w.value(a.cache_bypasses);
+    w.key("bytes");  // the profile's cache: shared by its chains
+    w.value(static_cast<std::uint64_t>(c.cache->bytes));
+    w.key("max_bytes");
+    w.value(static_cast<std::uint64_t>(c.cache->max_bytes));
+    w.end_object();
+  }
+  w.key("hedges");
+  w.begin_object();
+  w.key("fired");
+  w.value(a.hedges_fired);
+  w.key("won");
+  w.value(a.hedges_won);
+  w.end_object();
+}
+
 }  // namespace
 
 void write_chain_view(json::Writer& w, Router& router, const Chain& chain, const HealthView& view,
-                      std::optional<Strategy> strategy, std::int64_t now, const Dashboard* dash) {
+                      std::optional<Strategy> strategy, std::int64_t now, const Dashboard* dash,
+                      const ChainCounters* counters) {
   const Profile& profile = router.profile();
   RouteOptions opts;
   opts.strategy = strategy;
@@ -103,6 +133,7 @@ void write_chain_view(json::Writer& w, Router& router, const Chain& chain, const
   const std::uint64_t firsts = dash ? dash->chain_firsts(profile.name, chain.name) : 0;
   w.key("first_attempts");
   value_or_null(w, dash != nullptr, firsts);
+  if (counters != nullptr) write_counters(w, *counters);
   w.key("providers");
   w.begin_array();
   for (const auto& p : chain.providers) {

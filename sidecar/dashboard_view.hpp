@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "cache.hpp"
 #include "dashboard.hpp"
 #include "rpcroute/config.hpp"
 #include "rpcroute/health/store.hpp"
@@ -16,8 +17,17 @@
 
 namespace rpcroute::sidecar {
 
-/// `dash`: the sidecar's traffic and series (null from a state file: those members are left out).
+/// The sidecar's counts of one chain beyond routing: its cache use and hedges (ChainActivity),
+/// and the bytes of its profile's answer cache (one cache per profile; null: the cache is off).
+struct ChainCounters {
+  ChainActivity activity;
+  const CacheStats* cache = nullptr;
+};
+
+/// `dash`: the sidecar's traffic and series; `counters`: its cache and hedge counts (both null
+/// from a state file: those members are left out).
 void write_chain_view(json::Writer& w, Router& router, const Chain& chain, const HealthView& view,
-                      std::optional<Strategy> strategy, std::int64_t now_ms, const Dashboard* dash);
+                      std::optional<Strategy> strategy, std::int64_t now_ms, const Dashboard* dash,
+                      const ChainCounters* counters = nullptr);
 
 }  // namespace rpcroute::sidecar

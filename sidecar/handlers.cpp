@@ -54,6 +54,7 @@ std::shared_ptr<ProfileRuntime> Handlers::make_runtime(Profile profile) {
       keys.push_back(provider_key(rt->profile.name, chain.name, p));
   }
   rt->last_head.assign(rt->profile.chains.size(), 0);
+  rt->activity.assign(rt->profile.chains.size(), {});
   return rt;
 }
 

@@ -44,6 +44,7 @@ struct ProfileRuntime {
   std::vector<std::string> chain_keys;   // chain_key() of each chain, in profile.chains order
   std::vector<std::vector<std::string>> provider_keys;  // provider_key() of each, per chain
   std::vector<std::uint64_t> last_head;                 // the head the cache last saw, per chain
+  std::vector<ChainActivity> activity;  // cache and hedge counts per chain, for the dashboard
 };
 using Runtimes = std::map<std::string, std::shared_ptr<ProfileRuntime>, std::less<>>;
 

@@ -32,6 +32,11 @@ class Metrics {
   void websocket_open(int delta) { websockets_ += delta; }
   void on_websocket_close(int code) { ++websocket_closes_[code]; }
   void websocket_upstream_subscriptions(std::size_t n) { websocket_upstream_subs_ = n; }
+  /// WebSocket clients open now, and subscriptions held upstream (the dashboard shows both).
+  [[nodiscard]] std::int64_t websockets() const { return websockets_; }
+  [[nodiscard]] std::size_t websocket_upstream_subscriptions() const {
+    return websocket_upstream_subs_;
+  }
   /// The sidecar's edge right now: open connections and request-body bytes held.
   void edge(std::size_t connections, std::size_t request_bytes) {
     connections_ = connections;

@@ -46,16 +46,24 @@ bool Handlers::consult_cache(bool no_cache, const RpcTarget& target, RpcJob& job
   // what was final: nothing kept before is trusted.
   if (f.head < rt.last_head[index]) cache->clear();
   rt.last_head[index] = f.head;
+  ChainActivity& activity = rt.activity[index];
   if (bypass) {
     cache->on_bypass();
+    ++activity.cache_bypasses;
     return false;
   }
   job.rule = cache_rule(call.method);
   if (!request_cacheable(job.rule, call.method, call.params, f)) return false;
   if (const std::string* result = cache->find(job.key)) {
+    ++activity.cache_hits;
     finish_hit(job, *result, reply);
+    if (config_.dashboard) {
+      dashboard_.record_hit(rt.profile.name, job.chain->name, call.method, clock_.now_ms(),
+                            static_cast<double>(steady_us() - job.started_us) / 1000.0);
+    }
     return true;
   }
+  ++activity.cache_misses;
   job.keep = true;
   return false;
 }

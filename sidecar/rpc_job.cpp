@@ -192,9 +192,12 @@ void Handlers::finish_rpc(RpcJob& job, std::vector<CallOutcome>& outs, Reply& re
   Tally tally;
   if (!outs.empty()) tally.strategy = outs.front().strategy;
   if (job.keep && outs.size() == 1) keep_answer(job, outs.front());
+  ChainActivity& activity =
+      job.rt->activity[static_cast<std::size_t>(job.chain - job.rt->profile.chains.data())];
   for (std::size_t i = 0; i < outs.size(); ++i) {
     metrics_.on_call(job.rt->profile.name, job.chain->name, job.parsed.calls[i].method, outs[i]);
     count(tally, outs[i]);
+    activity.on_hedge(outs[i].hedge);
   }
   if (config_.dashboard) record_decisions(job, outs);
   write_rpc_body(job, outs, reply);

@@ -110,11 +110,66 @@ wait_for_text() { # FILE TEXT [LIMIT_S]
   assert_json "$last" '.method == "eth_gasPrice" and .chain == "local" and .status == "result" and (.provider | test("^a[123]$"))'
   assert_json "$last" '.attempts[0] | .class == "success" and .latency_ms >= 0'
   assert_json "$last" '.total_ms >= .attempts[0].latency_ms and .attempt_count == 1'
-  ! grep -q '127.0.0.1\|http://' "$out"
+  ! grep -q '127.0.0.1\|http://' "$out" || false
   # HEAD: the head alone, nothing held open.
   run curl -sI --max-time 5 "$SC_URL/dashboard/events"
   [ "$status" -eq 0 ]
   [[ $output == *"text/event-stream"* ]]
+}
+
+@test "dashboard: a cache hit shows in the chain's counts, the feed and top; so does a bypass" {
+  sidecar_start sc --profile "$P" --no-state
+  local nv='{"jsonrpc":"2.0","id":1,"method":"net_version","params":[]}'
+  # net_version is a constant: upstream once (a miss), then from the cache (a hit).
+  sidecar_post /rpc/local "$nv"
+  sidecar_post /rpc/local "$nv"
+  grep -qi '^X-Rpcroute-Cache: HIT' "$SC_HDRS" || { cat "$SC_HDRS" >&2; false; }
+  sidecar_post /rpc/local "$nv" -H 'Cache-Control: no-cache'
+  grep -qi '^X-Rpcroute-Cache: BYPASS' "$SC_HDRS" || { cat "$SC_HDRS" >&2; false; }
+  sidecar_get /dashboard/state
+  [ "$code" = 200 ]
+  assert_json "$body" '.chains[0].cache | .hits == 1 and .misses == 1 and .bypasses == 1 and .bytes > 0 and .max_bytes >= .bytes'
+  assert_json "$body" '.chains[0].hedges == {"fired": 0, "won": 0}'
+  assert_json "$body" '.websocket == {"clients": 0, "upstream_subscriptions": 0}'
+  # The feed: the hit is a decision of its own, answered by the cache with no attempt.
+  local out=$BATS_TEST_TMPDIR/events
+  curl -sN --max-time 20 "$SC_URL/dashboard/events" >"$out" 3>&- &
+  local curl_pid=$!
+  wait_for_text "$out" '"seq":3,'
+  kill "$curl_pid" 2>/dev/null || true
+  wait "$curl_pid" 2>/dev/null || true
+  local hits
+  hits=$(grep '^data: ' "$out" | cut -c7- | jq -c 'select(.cache == "hit")')
+  assert_equal "$(wc -l <<<"$hits")" 1 "cache hits in the feed"
+  assert_json "$hits" '.method == "net_version" and .provider == null and .attempt_count == 0 and .status == "result" and .hedge == null'
+  assert_json "$(grep '^data: ' "$out" | head -1 | cut -c7-)" '.cache == null and (.provider | test("^a[123]$"))'
+  # top: a line per chain.
+  run rpcroute top --url "$SC_URL" --once
+  [ "$status" -eq 0 ]
+  [[ $output == *"cache: 1 hits, 1 misses, 1 bypasses, "*" B of 32.0 MiB; hedges: 0 fired, 0 won"* ]] || { echo "$output" >&2; false; }
+  [[ $output == *"websocket: 0 clients, 0 upstream subscriptions"* ]]
+}
+
+@test "dashboard: a hedge that won shows in the chain's counts, the feed and top" {
+  start_fake slow --mode hang
+  start_fake fast
+  write_profile "$P" --strategy priority slow fast --extra $'  method_overrides:\n    eth_getBalance: { hedge: { min_ms: 50, max_ms: 150, max_extra: 0.5 } }'
+  sidecar_start sc --profile "$P" --no-probe --no-state
+  sidecar_post /rpc/local '{"jsonrpc":"2.0","id":7,"method":"eth_getBalance","params":["0x0000000000000000000000000000000000000001","latest"]}'
+  assert_equal "$code" 200
+  grep -qi '^X-Rpcroute-Hedge: hedge' "$SC_HDRS" || { cat "$SC_HDRS" >&2; false; }
+  sidecar_get /dashboard/state
+  assert_json "$body" '.chains[0].hedges == {"fired": 1, "won": 1}'
+  local out=$BATS_TEST_TMPDIR/events
+  curl -sN --max-time 20 "$SC_URL/dashboard/events" >"$out" 3>&- &
+  local curl_pid=$!
+  wait_for_text "$out" '"seq":1,'
+  kill "$curl_pid" 2>/dev/null || true
+  wait "$curl_pid" 2>/dev/null || true
+  assert_json "$(grep '^data: ' "$out" | head -1 | cut -c7-)" '.method == "eth_getBalance" and .hedge == "hedge" and .provider == "fast" and .cache == null'
+  run rpcroute top --url "$SC_URL" --once
+  [ "$status" -eq 0 ]
+  [[ $output == *"hedges: 1 fired, 1 won"* ]] || { echo "$output" >&2; false; }
 }
 
 @test "dashboard: the page, its state and its stream obey the Host, Origin and token rules" {
@@ -137,7 +192,7 @@ wait_for_text() { # FILE TEXT [LIMIT_S]
   grep -qi '^access-control-allow-origin: http://localhost:3000' "$SC_HDRS"
   [[ $body == *"<title>rpcroute dashboard</title>"* ]]
   # Self-contained: nothing loaded from elsewhere.
-  ! grep -Eq '(src|href)="(https?:)?//' <<<"$body"
+  ! grep -Eq '(src|href)="(https?:)?//' <<<"$body" || false
   sidecar_get /dashboard/state -H 'Authorization: Bearer sesame'
   [ "$code" = 200 ]
   run curl -sN --max-time 2 -H 'Authorization: Bearer sesame' "$SC_URL/dashboard/events"

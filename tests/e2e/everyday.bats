@@ -119,7 +119,7 @@ healthz_until() { # CODE LIMIT_MS
   start_serve sc -p "$P" --state "$RPCROUTE_STATE"
   healthz_until 200 5000
   sleep 1
-  ! grep -q "warning: every provider" "$(_proc_dir)/sc.log"
+  ! grep -q "warning: every provider" "$(_proc_dir)/sc.log" || false
   local out=$BATS_TEST_TMPDIR/rpc
   http_once "$(node_port sc)" /rpc/local '{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}' "$out"
   assert_equal "$HTTP_CODE" 200
@@ -347,6 +347,15 @@ command_paths() { # [PATH...]
   ! grep -q "$key" "$out" || { echo "the key was written as a literal" >&2; false; }
   [[ $stderr != *"$key"* ]] || { echo "the key was printed" >&2; false; }
   grep -q "/v2/\${RPCROUTE_NODE${fport}_KEY}\"" "$out"
+  # Each anvil answered eth_chainId over WebSocket on its http port: a ws_url each, said so. The
+  # fake serves no WebSocket: no ws_url for it, a plain note, and its key shown nowhere.
+  local n
+  for n in a1 a2 a3; do
+    grep -q "ws_url: \"ws://127.0.0.1:$(node_port "$n")\"" "$out" || { echo "no ws_url for $n" >&2; false; }
+  done
+  assert_equal "$(grep -c 'ws_url:' "$out")" 3 "ws_url lines"
+  assert_equal "$(grep -c 'WebSocket ws://127.0.0.1:[0-9]*: yes' <<<"$stderr")" 3 "WebSocket notes"
+  grep -q "node${fport}: .*WebSocket ws://127.0.0.1:${fport}/.*: none (" <<<"$stderr" || { _dump_run; false; }
   # Accepted once the variable is set; the calls reach the nodes.
   export "RPCROUTE_NODE${fport}_KEY=$key"
   run --separate-stderr rpcroute profiles validate "$out"
@@ -358,6 +367,27 @@ command_paths() { # [PATH...]
   assert_status 2
   run --separate-stderr rpcroute init "$(node_url a1)" --output "$out" --force
   assert_status 0
+}
+
+@test "init: a WebSocket that refuses, or answers another chain, gets no ws_url and a plain note" {
+  start_anvil a1
+  start_anvil b1 --chain-id 5
+  dead_port d1
+  local out=$BATS_TEST_TMPDIR/ws.yaml
+  # a1 with a WebSocket URL given (a port nobody listens on); a1 again with b1's WebSocket, which
+  # answers chain 5.
+  run --separate-stderr rpcroute init "$(node_url a1)" "ws://127.0.0.1:$(node_port d1)" \
+    "$(node_url a1)" "ws://127.0.0.1:$(node_port b1)" --output "$out"
+  assert_status 0
+  cat "$out" >&3
+  ! grep -q 'ws_url:' "$out" || { echo "a ws_url was written" >&2; false; }
+  grep -q "WebSocket ws://127.0.0.1:$(node_port d1): none (connect: Connection refused)" <<<"$stderr" || { _dump_run; false; }
+  grep -q "WebSocket ws://127.0.0.1:$(node_port b1): not written, it answers chain 5" <<<"$stderr" || { _dump_run; false; }
+  run --separate-stderr rpcroute profiles validate "$out"
+  assert_status 0
+  # A WebSocket URL must follow a provider's http URL.
+  run --separate-stderr rpcroute init "ws://127.0.0.1:$(node_port a1)"
+  assert_status 2
 }
 
 @test "call: a provider on another chain (HTTPS), no probe before: the right one answers, the state keeps the mismatch, the next call skips it" {

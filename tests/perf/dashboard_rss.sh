@@ -25,7 +25,7 @@ cleanup() {
 }
 trap cleanup EXIT
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
+rss_kb() { awk -v k="${2:-VmRSS}:" '$1 == k {print $2}' "/proc/$1/status"; }
 
 {
   echo "name: rss"
@@ -61,13 +61,18 @@ pids+=($!)
 
 echo "page: $page_bytes bytes; sidecar pid $sc; $duration s, a sample every $step s"
 echo
-echo "| t (s) | sidecar RSS (KiB) | decisions | streams |"
-echo "|---|---|---|---|"
+echo "| t (s) | sidecar RSS (KiB) | peak so far (VmHWM, KiB) | decisions | streams |"
+echo "|---|---|---|---|---|"
 start=$SECONDS
+first="" last=""
 while :; do
   t=$((SECONDS - start))
   feed=$(curl -s "$url/dashboard/state" | jq -r '"\(.feed.next_seq - 1) | \(.feed.streams)"')
-  echo "| $t | $(rss_kb "$sc") | $feed |"
+  last=$(rss_kb "$sc")
+  first=${first:-$last}
+  echo "| $t | $last | $(rss_kb "$sc" VmHWM) | $feed |"
   ((t >= duration)) && break
   sleep "$step"
 done
+echo
+echo "summary: RSS start $first KiB, peak $(rss_kb "$sc" VmHWM) KiB (VmHWM), end $last KiB; page $page_bytes bytes"

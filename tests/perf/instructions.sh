@@ -16,6 +16,9 @@
 #   curl    http://127.0.0.1 with RPCROUTE_HTTP_CLIENT=curl
 #   native  http://127.0.0.1, the native client (the reference)
 #   nocache the same with the answer cache off (cache: { max_mb: 0 }; issue 19)
+#   nodash  native with --no-dashboard: no decision recorded (issue 22; compare with native)
+#   watched native with one dashboard stream open while counting (/dashboard/events: the latency
+#           series and traffic counts are kept, and the stream's own writes are counted too)
 # Environment: RPCROUTE_BIN (default build-perf/cli/rpcroute, not rebuilt), DURATION=5,
 #   CONNECTIONS="1 64", SIDECAR_ENV="VAR=VALUE …" (added to every variant), KEEP_WORK=1.
 set -euo pipefail
@@ -56,23 +59,40 @@ cat >"$work/callgrind-rpcroute" <<EOF
 exec valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=$work/callgrind.%p.out "$rpcroute_bin" "\$@"
 EOF
 chmod +x "$work/callgrind-rpcroute"
+sed 's|"\$@"$|"$@" --no-dashboard|' "$work/callgrind-rpcroute" >"$work/callgrind-rpcroute-nodash"
+chmod +x "$work/callgrind-rpcroute-nodash"
+grep -q -- '--no-dashboard$' "$work/callgrind-rpcroute-nodash" || die "no --no-dashboard wrapper"
 
 { cat "$work/serve.yaml"; echo "cache: { max_mb: 0 }"; } >"$work/serve-nocache.yaml"
-declare -A path=([h2]=/rpc/tls_h2 [h1]=/rpc/tls_h1 [curl]=/rpc/local [native]=/rpc/local [nocache]=/rpc/local)
+declare -A path=([h2]=/rpc/tls_h2 [h1]=/rpc/tls_h1 [curl]=/rpc/local [native]=/rpc/local [nocache]=/rpc/local
+  [nodash]=/rpc/local [watched]=/rpc/local)
 declare -A profile=([h2]=$work/https.yaml [h1]=$work/https.yaml [curl]=$work/serve.yaml [native]=$work/serve.yaml
-  [nocache]=$work/serve-nocache.yaml)
-declare -A variant_env=([h2]="" [h1]="" [curl]="RPCROUTE_HTTP_CLIENT=curl" [native]="" [nocache]="")
+  [nocache]=$work/serve-nocache.yaml [nodash]=$work/serve.yaml [watched]=$work/serve.yaml)
+declare -A variant_env=([h2]="" [h1]="" [curl]="RPCROUTE_HTTP_CLIENT=curl" [native]="" [nocache]="" [nodash]=""
+  [watched]="")
 
 rows=()
 for v in "${variants[@]}"; do
-  [[ -n ${path[$v]:-} ]] || die "unknown variant '$v' (h2 h1 curl native nocache)"
+  [[ -n ${path[$v]:-} ]] || die "unknown variant '$v' (h2 h1 curl native nocache nodash watched)"
+  wrapper=$work/callgrind-rpcroute
+  [[ $v != nodash ]] || wrapper=$work/callgrind-rpcroute-nodash
   # shellcheck disable=SC2086 # one VAR=VALUE word, or none
-  sidecar_profile=${profile[$v]} start_sidecar "cg_$v" "$work/callgrind-rpcroute" ${variant_env[$v]} "${extra_env[@]}"
+  sidecar_profile=${profile[$v]} start_sidecar "cg_$v" "$wrapper" ${variant_env[$v]} "${extra_env[@]}"
   pid_var=cg_${v}_pid port_var=cg_${v}_port
   pid=${!pid_var} url="http://127.0.0.1:${!port_var}${path[$v]}"
   answer=$(post_any "$url" "$bn_req")
   [[ $(jq -r .result <<<"$answer" 2>/dev/null) == 0x1 ]] || die "$v: unexpected answer: ${answer:0:300}"
   run_wrk "$url" "$work/bn.lua" 64 1 "$work/wrk.warm.$v.txt" >/dev/null
+  stream_pid=""
+  if [[ $v == watched ]]; then
+    curl -sN -o /dev/null "http://127.0.0.1:${!port_var}/dashboard/events" &
+    stream_pid=$!
+    pids+=("$stream_pid")
+    for _ in $(seq 200); do
+      [[ $(curl -s "http://127.0.0.1:${!port_var}/dashboard/state" | jq -r '.feed.streams' 2>/dev/null) == 1 ]] && break
+      sleep 0.1
+    done
+  fi
   for c in "${connections[@]}"; do
     say "$v: counting, $c connection(s), ${duration}s"
     callgrind_control -i on "$pid" >/dev/null
@@ -93,6 +113,7 @@ for v in "${variants[@]}"; do
     errors=$(jq -r '(.status // 0) + (.connect // 0) + (.read // 0) + (.write // 0) + (.timeout // 0)' <<<"$line")
     rows+=("| $v | $c | $requests | $ir | $(awk -v i="$ir" -v r="$requests" 'BEGIN { if (r > 0) printf "%.0f", i / r; else print "n/a" }') | $errors |")
   done
+  [[ -z $stream_pid ]] || stop_pid "$stream_pid"
   stop_pid "$pid"
 done
 
