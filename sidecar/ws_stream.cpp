@@ -178,7 +178,7 @@ asio::awaitable<void> HeadStream::on_head(std::string raw, const WsChainConfig& 
   chain.emplace_back(*head, std::move(raw));
   while (true) {
     const BlockRef& front = chain.front().first;
-    if (known(front.parent) || front.number == 0 || front.number - 1 < ring_.front().number ||
+    if (front.parent.empty() || known(front.parent) || front.number == 0 || front.number - 1 < ring_.front().number ||
         (front.number - 1 > last && front.number - 1 <= cut) || chain.size() > max + 1)
       break;
     if (auto it = by_number.find(front.number - 1);
@@ -187,8 +187,9 @@ asio::awaitable<void> HeadStream::on_head(std::string raw, const WsChainConfig& 
       by_number.erase(it);
       continue;
     }
-    auto got = co_await fetcher.fetch(
-        {{"eth_getBlockByHash", fmt::format(R"(["{}",false])", front.parent)}});
+    Fetcher::Calls calls;
+    calls.emplace_back("eth_getBlockByHash", fmt::format(R"(["{}",false])", front.parent));
+    auto got = co_await fetcher.fetch(std::move(calls));
     auto b = got.empty() || !got[0] ? std::nullopt : parse_block(*got[0]);
     if (!b || b->hash != front.parent || b->number + 1 != front.number) {
       note(fmt::format("newHeads: block {} not found; the heads from {} are sent unconnected",
@@ -241,7 +242,9 @@ asio::awaitable<void> LogStream::catch_up(const std::string& params, const WsCha
                                           Fetcher& fetcher, const Deliver& deliver,
                                           const Note& note) {
   if (ring_.empty() || config.max_backfill_blocks == 0) co_return;  // nothing to continue from
-  auto head = co_await fetcher.fetch({{"eth_blockNumber", "[]"}});
+  Fetcher::Calls ask_head;
+  ask_head.emplace_back("eth_blockNumber", "[]");
+  auto head = co_await fetcher.fetch(std::move(ask_head));
   std::optional<std::uint64_t> to;
   if (!head.empty() && head[0] && head[0]->size() > 2)
     to = parse_hex(std::string_view(*head[0]).substr(1, head[0]->size() - 2));  // "0x…"
@@ -258,8 +261,9 @@ asio::awaitable<void> LogStream::catch_up(const std::string& params, const WsCha
     std::string delivered_hash;
     for (const auto& k : ring_)
       if (k.ref.block == n) delivered_hash = k.ref.block_hash;
-    auto got = co_await fetcher.fetch(
-        {{"eth_getBlockByNumber", fmt::format(R"(["{}",false])", hex(n))}});
+    Fetcher::Calls calls;
+    calls.emplace_back("eth_getBlockByNumber", fmt::format(R"(["{}",false])", hex(n)));
+    auto got = co_await fetcher.fetch(std::move(calls));
     auto b = got.empty() || !got[0] ? std::nullopt : parse_block(*got[0]);
     if (!b) {
       note(fmt::format("logs: block {} could not be fetched; the logs missed are not backfilled",
@@ -296,7 +300,9 @@ asio::awaitable<void> LogStream::catch_up(const std::string& params, const WsCha
                      *to - config.max_backfill_blocks));
     from = *to - config.max_backfill_blocks + 1;
   }
-  auto got = co_await fetcher.fetch({{"eth_getLogs", logs_filter(params, from, *to)}});
+  Fetcher::Calls ask_logs;
+  ask_logs.emplace_back("eth_getLogs", logs_filter(params, from, *to));
+  auto got = co_await fetcher.fetch(std::move(ask_logs));
   if (got.empty() || !got[0]) {
     note(fmt::format("logs: eth_getLogs {}..{} failed; those logs are not backfilled", from, *to));
     co_return;
