@@ -130,6 +130,7 @@ void HeadStream::record(const BlockRef& block) {
   while (ring_.size() > kWindow) ring_.pop_front();
 }
 
+// NOLINTNEXTLINE(readability-function-size): the gap fetch and the walk back are one sequence
 asio::awaitable<void> HeadStream::on_head(std::string raw, const WsChainConfig& config,
                                           Fetcher& fetcher, const Deliver& deliver,
                                           const Note& note) {
@@ -153,9 +154,10 @@ asio::awaitable<void> HeadStream::on_head(std::string raw, const WsChainConfig& 
     std::uint64_t lo = last + 1;
     const std::uint64_t hi = head->number - 1;
     if (hi - lo + 1 > max) {
-      note(fmt::format("newHeads: {} heads missed, more than max_backfill_blocks ({}); {}..{} "
-                       "are not sent",
-                       hi - lo + 1, max, lo, hi - max));
+      note(
+          fmt::format("newHeads: {} heads missed, more than max_backfill_blocks ({}); {}..{} "
+                      "are not sent",
+                      hi - lo + 1, max, lo, hi - max));
       lo = hi - max + 1;
       cut = lo - 1;
     }
@@ -178,7 +180,8 @@ asio::awaitable<void> HeadStream::on_head(std::string raw, const WsChainConfig& 
   chain.emplace_back(*head, std::move(raw));
   while (true) {
     const BlockRef& front = chain.front().first;
-    if (front.parent.empty() || known(front.parent) || front.number == 0 || front.number - 1 < ring_.front().number ||
+    if (front.parent.empty() || known(front.parent) || front.number == 0 ||
+        front.number - 1 < ring_.front().number ||
         (front.number - 1 > last && front.number - 1 <= cut) || chain.size() > max + 1)
       break;
     if (auto it = by_number.find(front.number - 1);
@@ -201,8 +204,8 @@ asio::awaitable<void> HeadStream::on_head(std::string raw, const WsChainConfig& 
   if (chain.size() > 1 || chain.front().first.number <= last) {
     const std::uint64_t first = chain.front().first.number;
     if (first <= last)
-      note(fmt::format("newHeads: reorg at {} ({} heads replaced), {} heads sent from there",
-                       first, last - first + 1, chain.size()));
+      note(fmt::format("newHeads: reorg at {} ({} heads replaced), {} heads sent from there", first,
+                       last - first + 1, chain.size()));
     else
       note(fmt::format("newHeads: {} heads backfilled ({}..{})", chain.size() - 1, first,
                        chain.back().first.number - 1));
@@ -289,15 +292,15 @@ asio::awaitable<void> LogStream::catch_up(const std::string& params, const WsCha
       }
     }
     from = standing ? *standing + 1 : *blocks.rbegin();
-    note(fmt::format("logs: reorg, {} logs sent as removed; fetching again from {}", removed,
-                     from));
+    note(
+        fmt::format("logs: reorg, {} logs sent as removed; fetching again from {}", removed, from));
   }
   if (*to < from) co_return;
   if (*to - from + 1 > config.max_backfill_blocks) {
-    note(fmt::format("logs: {} blocks missed, more than max_backfill_blocks ({}); {}..{} are not "
-                     "fetched",
-                     *to - from + 1, config.max_backfill_blocks, from,
-                     *to - config.max_backfill_blocks));
+    note(fmt::format(
+        "logs: {} blocks missed, more than max_backfill_blocks ({}); {}..{} are not "
+        "fetched",
+        *to - from + 1, config.max_backfill_blocks, from, *to - config.max_backfill_blocks));
     from = *to - config.max_backfill_blocks + 1;
   }
   Fetcher::Calls ask_logs;

@@ -1,7 +1,7 @@
 #pragma once
 // One continuous stream per shared subscription (issue 18), whatever provider serves it: newHeads
-// without gaps, duplicates or a missed reorg (HeadStream), logs without gaps or duplicates, with the
-// logs of blocks a failover finds replaced sent again as `removed: true` (LogStream). What was
+// without gaps, duplicates or a missed reorg (HeadStream), logs without gaps or duplicates, with
+// the logs of blocks a failover finds replaced sent again as `removed: true` (LogStream). What was
 // missed is fetched over HTTP through the router (a Fetcher), so failover applies to it too.
 
 #include <cstdint>

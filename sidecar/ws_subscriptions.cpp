@@ -20,7 +20,7 @@ namespace rpcroute::sidecar {
 
 namespace {
 
-constexpr std::size_t kMaxEarly = 256;  // events held for a client before its answer is out
+constexpr std::size_t kMaxEarly = 256;   // events held for a client before its answer is out
 constexpr std::size_t kMaxInbox = 1024;  // events waiting while a backfill runs
 constexpr auto kStallTick = std::chrono::milliseconds(250);
 constexpr auto kMinShun = std::chrono::seconds(60);  // a stalled provider is tried last this long
@@ -94,8 +94,8 @@ class RouterFetcher final : public Fetcher {
     std::vector<jsonrpc::Call> list;
     list.reserve(calls.size());
     for (std::size_t i = 0; i < calls.size(); ++i)
-      list.push_back({std::to_string(i + 1), std::move(calls[i].first),
-                      std::move(calls[i].second), {}});
+      list.push_back(
+          {std::to_string(i + 1), std::move(calls[i].first), std::move(calls[i].second), {}});
     RouteOptions options;
     options.timeout_ms = left;
     const std::vector<CallOutcome> outs = co_await rt_->router->route(
@@ -417,7 +417,8 @@ void WsSubscriptions::check_stalls() {
     if (shared->kind != Kind::heads || shared->provider == nullptr || shared->opening) continue;
     const WsChainConfig& config = shared->chain->websocket;
     if (config.stall_blocks <= 0) continue;
-    const auto limit = std::chrono::milliseconds(config.stall_blocks * shared->chain->block_time_ms);
+    const auto limit =
+        std::chrono::milliseconds(config.stall_blocks * shared->chain->block_time_ms);
     if (now - shared->last_event < limit) continue;
     const auto last = shared->heads.last_number();
     const std::uint64_t elsewhere = head_elsewhere(*shared);

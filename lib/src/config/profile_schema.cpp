@@ -218,8 +218,9 @@ class ProfileSchema : public detail::YamlReader {
     WsChainConfig o;
     require_map(w, "websocket");
     check_keys(w, {"max_backfill_blocks", "backfill_timeout_ms", "stall_blocks"}, "websocket");
-    o.max_backfill_blocks = static_cast<std::uint64_t>(
-        opt_int(w, "max_backfill_blocks", 0).value_or(static_cast<std::int64_t>(o.max_backfill_blocks)));
+    o.max_backfill_blocks =
+        static_cast<std::uint64_t>(opt_int(w, "max_backfill_blocks", 0)
+                                       .value_or(static_cast<std::int64_t>(o.max_backfill_blocks)));
     o.backfill_timeout_ms = opt_int(w, "backfill_timeout_ms", 1).value_or(o.backfill_timeout_ms);
     o.stall_blocks = opt_int(w, "stall_blocks", 0).value_or(o.stall_blocks);
     return o;

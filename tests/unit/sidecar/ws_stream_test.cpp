@@ -2,10 +2,9 @@
 // a reorg answered with the replacement heads, logs caught up and replayed as removed.
 #include "ws_stream.hpp"
 
-#include <catch2/catch.hpp>
-
 #include <fmt/format.h>
 
+#include <catch2/catch.hpp>
 #include <map>
 #include <string>
 #include <vector>
@@ -86,7 +85,8 @@ TEST_CASE("HeadStream: a reorg sends the replacement heads from the fork point",
   TableFetcher f;
   HeadStream s;
   const WsChainConfig config;
-  for (std::uint64_t n = 10; n <= 12; ++n) run.go(s.on_head(block(n), config, f, run.deliver, run.note));
+  for (std::uint64_t n = 10; n <= 12; ++n)
+    run.go(s.on_head(block(n), config, f, run.deliver, run.note));
   // Fork b branches off after 10: b11, b12, b13; the new provider's first head is b13.
   f.by_number(12, block(12, 'b'));  // not asked: 13 follows 12 by number
   f.by_hash("0xb12", block(12, 'b'));
@@ -132,8 +132,7 @@ TEST_CASE("LogStream: duplicates dropped; a catch-up fetches the gap and replays
   s.on_log(log(11, 'a', 0), run.deliver);
   CHECK(run.delivered.size() == 2);
   const std::string params = R"(["logs",{"address":"0x01"}])";
-  CHECK(logs_filter(params, 11, 13) ==
-        R"([{"address":"0x01","fromBlock":"0xb","toBlock":"0xd"}])");
+  CHECK(logs_filter(params, 11, 13) == R"([{"address":"0x01","fromBlock":"0xb","toBlock":"0xd"}])");
   // Same chain: from the last block (11) to the head (13).
   f.answers[R"(eth_blockNumber [])"] = R"("0xd")";
   f.by_number(11, block(11));
@@ -160,7 +159,8 @@ TEST_CASE("LogStream: duplicates dropped; a catch-up fetches the gap and replays
 TEST_CASE("ws_stream helpers", "[ws_stream]") {
   CHECK(mark_removed(R"({"a":1,"removed":false})") == R"({"a":1,"removed":true})");
   CHECK(mark_removed(R"({"a":1})") == R"({"removed":true,"a":1})");
-  CHECK(split_array(R"([{"a":1}, {"b":[2]}])") == std::vector<std::string>{R"({"a":1})", R"({"b":[2]})"});
+  CHECK(split_array(R"([{"a":1}, {"b":[2]}])") ==
+        std::vector<std::string>{R"({"a":1})", R"({"b":[2]})"});
   CHECK(parse_hex("0x1f") == 31);
   CHECK(!parse_hex("1f"));
   CHECK(logs_filter(R"(["logs",{}])", 1, 2) == R"([{"fromBlock":"0x1","toBlock":"0x2"}])");
