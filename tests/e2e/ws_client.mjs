@@ -18,6 +18,11 @@
 //                                            until HEADS heads came ({"head":N} for each), then a
 //                                            summary: the heads' order, gaps and duplicates, and
 //                                            the logs against eth_getLogs asked of NODE_URL
+//   node ws_client.mjs chain URL SECONDS NODE_URL   newHeads for SECONDS ({"head":N} for each),
+//                                            then a summary: reorgs seen (a head not above the
+//                                            one before), breaks (a head whose parent is not the
+//                                            last head delivered at the height below), and heads
+//                                            whose last hash delivered is not NODE_URL's now
 import { createRequire } from "node:module";
 import path from "node:path";
 
@@ -287,7 +292,47 @@ if (mode === "call") {
     }
   });
   ws.on("error", (e) => errors.push(e.message));
+} else if (mode === "chain") {
+  const [seconds, nodeUrl] = [Number(rest[0]), rest[1]];
+  const ws = new WebSocket(url);
+  const heads = [];
+  ws.on("open", () => ws.send(JSON.stringify({ jsonrpc: "2.0", id: 1, method: "eth_subscribe", params: ["newHeads"] })));
+  ws.on("message", (data) => {
+    const m = JSON.parse(data.toString());
+    if (m.method !== "eth_subscription") return;
+    const h = m.params.result;
+    heads.push({ n: Number(h.number), hash: h.hash, parent: h.parentHash });
+    print({ head: Number(h.number) });
+  });
+  setTimeout(async () => {
+    ws.close(1000);
+    const latest = new Map(); // number → the last hash delivered at it
+    let reorgs = 0;
+    let breaks = 0;
+    let dups = 0;
+    for (let i = 0; i < heads.length; ++i) {
+      const h = heads[i];
+      if (i > 0 && h.n <= heads[i - 1].n) reorgs++;
+      if (latest.get(h.n) === h.hash) dups++;
+      if (latest.has(h.n - 1) && latest.get(h.n - 1) !== h.parent) breaks++;
+      // A head replaces what was delivered at its height and above.
+      for (const n of [...latest.keys()]) if (n >= h.n) latest.delete(n);
+      latest.set(h.n, h.hash);
+    }
+    let stale = 0;
+    for (const [n, hash] of latest) {
+      const res = await fetch(nodeUrl, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "eth_getBlockByNumber", params: ["0x" + n.toString(16), false] }),
+      });
+      const b = (await res.json()).result;
+      if (!b || b.hash !== hash) stale++;
+    }
+    print({ heads: heads.length, reorgs, breaks, dups, stale });
+    done(0);
+  }, seconds * 1000);
 } else {
-  print({ usage: "call|open|hold|slow|subs|listen|follow URL ..." });
+  print({ usage: "call|open|hold|slow|subs|listen|follow|chain URL ..." });
   done(2);
 }

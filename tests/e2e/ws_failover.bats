@@ -133,3 +133,34 @@ wait_heads() { # FILE N
   # The stall left a gap that came over HTTP.
   grep -Eq 'newHeads: [0-9]+ heads backfilled' "$log"
 }
+
+@test "ws failover: a reorg while the serving provider stalls reaches the client from the fork point" {
+  start_anvil ch --block-time 1
+  start_proxy p1 ch
+  start_proxy p2 ch
+  local specs=() p
+  for p in p1 p2; do specs+=("$p,ws_url=ws://127.0.0.1:$(node_port "$p"),timeout_ms=1500"); done
+  write_profile "$P" --strategy priority "${specs[@]}"
+  start_serve sc -p "$P" --no-state
+  local out=$BATS_TEST_TMPDIR/chain.out log
+  log=$(_node_file sc log)
+  WS_CLIENT_LIMIT_MS=60000 timeout 70 node "$WS_CLIENT" chain "ws://127.0.0.1:$(node_port sc)/rpc/local" 20 "$(node_url ch)" >"$out" 3>&- &
+  local client=$!
+  wait_heads "$out" 4
+  # p1 stalls, and meanwhile the chain drops its last 3 blocks for others: p2's first head does
+  # not follow the last one sent; the sidecar walks back by parent hash to the fork point.
+  kill -STOP "$(node_pid p1)"
+  curl -sf --max-time 5 -X POST -H 'content-type: application/json' \
+    --data '{"jsonrpc":"2.0","id":1,"method":"anvil_reorg","params":[3,[]]}' "$(node_url ch)" >/dev/null
+  wait_for_line "$log" 'newHeads opened again on p2' 20
+  kill -KILL "$(node_pid p1)"
+  wait "$client"
+  local summary
+  summary=$(grep '"breaks"' "$out" | tail -n 1)
+  echo "# $summary" >&3
+  grep -E 'backfilled|reorg|opened again|treated as dropped' "$log" | sed 's/^/# /' >&3
+  # Every head follows the last one delivered at the height below, none twice, and what the client
+  # holds last at each height is the chain's.
+  assert_equal "$(jq -c '[.breaks, .dups, .stale, (.heads > 10)]' <<<"$summary")" '[0,0,0,true]'
+  grep -Eq 'newHeads: reorg at [0-9]+' "$log"
+}
