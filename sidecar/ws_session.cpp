@@ -366,7 +366,7 @@ WsClients::WsClients(const ServerConfig& config, Handlers& handlers, Metrics& me
     : config_(config),
       handlers_(handlers),
       metrics_(metrics),
-      subscriptions_(config.max_body, metrics) {}
+      subscriptions_(config.max_body, metrics, handlers) {}
 
 void WsClients::start(tcp::socket socket, const Request& req, Route route, std::string remote) {
   http::request<http::empty_body> upgrade(req.method, req.target, static_cast<int>(req.version));

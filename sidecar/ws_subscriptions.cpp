@@ -4,20 +4,28 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 #include <set>
+#include <span>
 #include <vector>
 
 #include "handlers.hpp"
 #include "metrics.hpp"
+#include "ws_stream.hpp"
 #include "ws_upstream.hpp"
 
 namespace rpcroute::sidecar {
 
 namespace {
 
-constexpr std::size_t kMaxEarly = 256;  // events held for a client before its answer is out
+constexpr std::size_t kMaxEarly = 256;   // events held for a client before its answer is out
+constexpr std::size_t kMaxInbox = 1024;  // events waiting while a backfill runs
+constexpr auto kStallTick = std::chrono::milliseconds(250);
+constexpr auto kMinShun = std::chrono::seconds(60);  // a stalled provider is tried last this long
+constexpr auto kMaxRetry = std::chrono::seconds(30);
+using Clock = std::chrono::steady_clock;
 
 /// The params without whitespace outside strings: `["newHeads"]` and `[ "newHeads" ]` share.
 std::string canonical(std::string_view params) {
@@ -69,6 +77,52 @@ CallOutcome error_answer(const jsonrpc::Call& call, std::int64_t code, std::stri
   return o;
 }
 
+/// The stream's fetches through the router (failover, breakers and limits as any call), all within
+/// the chain's backfill_timeout_ms from its creation.
+class RouterFetcher final : public Fetcher {
+ public:
+  RouterFetcher(std::shared_ptr<ProfileRuntime> rt, const Chain& chain)
+      : rt_(std::move(rt)),
+        chain_(chain),
+        deadline_(Clock::now() + std::chrono::milliseconds(chain.websocket.backfill_timeout_ms)) {}
+
+  asio::awaitable<std::vector<std::optional<std::string>>> fetch(Calls calls) override {
+    std::vector<std::optional<std::string>> out(calls.size());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()).count();
+    if (left <= 0) co_return out;
+    std::vector<jsonrpc::Call> list;
+    list.reserve(calls.size());
+    for (std::size_t i = 0; i < calls.size(); ++i)
+      list.push_back(
+          {std::to_string(i + 1), std::move(calls[i].first), std::move(calls[i].second), {}});
+    RouteOptions options;
+    options.timeout_ms = left;
+    const std::vector<CallOutcome> outs = co_await rt_->router->route(
+        chain_, std::span<const jsonrpc::Call>(list.data(), list.size()), options);
+    for (std::size_t i = 0; i < outs.size() && i < out.size(); ++i) {
+      if (outs[i].status == CallOutcome::Status::result && !outs[i].result.empty() &&
+          outs[i].result != "null")
+        out[i] = outs[i].result;
+    }
+    co_return out;
+  }
+
+ private:
+  std::shared_ptr<ProfileRuntime> rt_;  // the chain lives in it
+  const Chain& chain_;
+  Clock::time_point deadline_;
+};
+
+enum class Kind : std::uint8_t { heads, logs, other };
+
+Kind kind_of(std::string_view params) {
+  const std::string first = first_string(params);
+  if (first == "newHeads") return Kind::heads;
+  if (first == "logs") return Kind::logs;
+  return Kind::other;
+}
+
 }  // namespace
 
 struct WsSubscriptions::Shared {
@@ -90,12 +144,26 @@ struct WsSubscriptions::Shared {
     std::vector<std::string> early;
   };
   std::map<std::string, Client> clients;
+  // The stream (ws_stream.hpp): events wait in `inbox` while one is being handled (a backfill).
+  Kind kind = Kind::other;
+  HeadStream heads;
+  LogStream logs;
+  struct Item {
+    bool catch_up = false;  // logs: fetch what the last resubscribe missed
+    std::string result;
+  };
+  std::deque<Item> inbox;
+  bool draining = false;
+  Clock::time_point last_event{};  // the last event from upstream, or the last (re)open
 };
 
-WsSubscriptions::WsSubscriptions(std::size_t max_message, Metrics& metrics)
-    : max_message_(max_message), metrics_(metrics), id_prefix_(std::random_device{}()) {}
+WsSubscriptions::WsSubscriptions(std::size_t max_message, Metrics& metrics, Handlers& handlers)
+    : max_message_(max_message),
+      metrics_(metrics),
+      handlers_(handlers),
+      id_prefix_(std::random_device{}()) {}
 
-WsSubscriptions::~WsSubscriptions() = default;
+WsSubscriptions::~WsSubscriptions() { *alive_ = false; }
 
 std::size_t WsSubscriptions::upstream_count() const { return by_upstream_.size(); }
 
@@ -123,10 +191,15 @@ asio::awaitable<CallOutcome> WsSubscriptions::subscribe(std::uint64_t session,
   const std::string params = canonical(call.params);
   const std::string key = fmt::format("{}\n{}\n{}", rt->profile.name, chain.name, params);
   ex_ = co_await asio::this_coro::executor;
+  if (!watching_) {
+    watching_ = true;
+    asio::co_spawn(ex_, watch_stalls(alive_), asio::detached);
+  }
   auto it = by_key_.find(key);
   if (it == by_key_.end()) {
-    auto shared = std::make_unique<Shared>(ex_);
+    auto shared = std::make_shared<Shared>(ex_);
     shared->key = key;
+    shared->kind = kind_of(params);
     shared->rt = std::move(rt);
     shared->chain = &chain;
     shared->params = params;
@@ -176,8 +249,15 @@ asio::awaitable<std::string> WsSubscriptions::open(Shared& shared) {
   // points into this one.
   const std::shared_ptr<ProfileRuntime> rt = shared.rt;
   const Plan plan = rt->router->plan(*shared.chain, "eth_subscribe", shared.params, {});
-  for (const auto& candidate : plan.candidates) {
-    const Provider& provider = *candidate.provider;
+  std::vector<const Provider*> order;
+  for (const auto& candidate : plan.candidates) order.push_back(candidate.provider);
+  const auto now = Clock::now();
+  std::stable_partition(order.begin(), order.end(), [&](const Provider* p) {
+    auto it = shunned_.find(p);
+    return it == shunned_.end() || it->second < now;
+  });
+  for (const Provider* candidate : order) {
+    const Provider& provider = *candidate;
     if (provider.ws_url.empty()) continue;
     auto answer = co_await upstream_for(provider, rt).call("eth_subscribe", shared.params);
     if (!answer) {
@@ -185,6 +265,7 @@ asio::awaitable<std::string> WsSubscriptions::open(Shared& shared) {
       continue;
     }
     shared.provider = &provider;
+    shared.last_event = Clock::now();
     shared.upstream_id = first_string(*answer);
     by_upstream_[{&provider, shared.upstream_id}] = &shared;
     break;
@@ -208,7 +289,61 @@ void WsSubscriptions::on_event(const Provider& provider, std::string_view id,
                                std::string_view result) {
   auto it = by_upstream_.find({&provider, std::string(id)});
   if (it == by_upstream_.end()) return;
-  for (auto& [client_id, client] : it->second->clients) {
+  Shared& shared = *it->second;
+  shared.last_event = Clock::now();
+  if (shared.inbox.size() >= kMaxInbox) {
+    // Too much waiting behind a backfill: heads are fetched again from the gap they leave; logs
+    // by a catch-up from the last one delivered.
+    if (shared.kind == Kind::logs) {
+      shared.inbox.clear();
+      shared.inbox.push_back({true, {}});
+    } else {
+      shared.inbox.pop_front();
+    }
+  }
+  shared.inbox.push_back({false, std::string(result)});
+  if (auto found = by_key_.find(shared.key); found != by_key_.end()) kick(found->second);
+}
+
+void WsSubscriptions::kick(const std::shared_ptr<Shared>& shared) {
+  if (shared->draining || shared->inbox.empty()) return;
+  shared->draining = true;
+  asio::co_spawn(ex_, drain(shared, alive_), asio::detached);
+}
+
+asio::awaitable<void> WsSubscriptions::drain(std::shared_ptr<Shared> shared,
+                                             std::shared_ptr<bool> alive) {
+  const std::string chain = shared->chain->name;
+  const Note note = [chain](const std::string& line) {
+    fmt::print(stderr, "rpcroute: websocket subscription on {}: {}\n", chain, line);
+  };
+  const Deliver deliver = [this, shared, alive](const std::string& result) {
+    if (*alive) fan_out(*shared, result);
+  };
+  while (*alive && !shared->inbox.empty() && !shared->clients.empty()) {
+    Shared::Item item = std::move(shared->inbox.front());
+    shared->inbox.pop_front();
+    RouterFetcher fetcher(shared->rt, *shared->chain);
+    const WsChainConfig config = shared->chain->websocket;
+    try {
+      if (shared->kind == Kind::heads)
+        co_await shared->heads.on_head(std::move(item.result), config, fetcher, deliver, note);
+      else if (shared->kind == Kind::logs && item.catch_up)
+        co_await shared->logs.catch_up(shared->params, config, fetcher, deliver, note);
+      else if (shared->kind == Kind::logs)
+        shared->logs.on_log(item.result, deliver);
+      else
+        deliver(item.result);
+    } catch (const std::exception& e) {
+      note(fmt::format("an event was dropped: {}", e.what()));
+    }
+  }
+  shared->draining = false;
+  if (*alive && !shared->inbox.empty() && !shared->clients.empty()) kick(shared);
+}
+
+void WsSubscriptions::fan_out(Shared& shared, const std::string& result) {
+  for (auto& [client_id, client] : shared.clients) {
     auto event = fmt::format(
         R"({{"jsonrpc":"2.0","method":"eth_subscription","params":{{"subscription":"{}","result":{}}}}})",
         client_id, result);
@@ -232,21 +367,91 @@ void WsSubscriptions::on_drop(const Provider& provider) {
     }
   }
   publish();
-  for (const auto& key : keys) {
-    auto it = by_key_.find(key);
-    if (it == by_key_.end()) continue;
-    asio::co_spawn(
-        it->second->opened.get_executor(),
-        [this, key]() -> asio::awaitable<void> {
-          auto found = by_key_.find(key);
-          if (found == by_key_.end() || found->second->opening) co_return;
-          const std::string error = co_await open(*found->second);
-          found = by_key_.find(key);
-          if (found != by_key_.end() && found->second->provider == nullptr)
-            fmt::print(stderr, "rpcroute: a subscription could not be opened again: {}\n", error);
-        },
-        asio::detached);
+  for (const auto& key : keys) asio::co_spawn(ex_, reopen(key, alive_), asio::detached);
+}
+
+asio::awaitable<void> WsSubscriptions::reopen(std::string key, std::shared_ptr<bool> alive) {
+  asio::steady_timer pause(ex_);
+  auto wait = std::chrono::milliseconds(500);
+  while (*alive) {
+    auto found = by_key_.find(key);
+    if (found == by_key_.end() || found->second->opening || found->second->provider != nullptr)
+      co_return;
+    const std::shared_ptr<Shared> shared = found->second;
+    const std::string error = co_await open(*shared);
+    if (!*alive || by_key_.count(key) == 0) co_return;
+    if (shared->provider != nullptr) {
+      fmt::print(stderr, "rpcroute: websocket subscription on {}: {} opened again on {}\n",
+                 shared->chain->name, first_string(shared->params), shared->provider->id);
+      if (shared->kind == Kind::logs) {
+        shared->inbox.push_front({true, {}});
+        kick(shared);
+      }
+      co_return;
+    }
+    fmt::print(stderr,
+               "rpcroute: a subscription could not be opened again: {} (next try in {} ms)\n",
+               error, wait.count());
+    pause.expires_after(wait);
+    boost::system::error_code ignored;
+    co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+    wait = std::min<std::chrono::milliseconds>(wait * 2, kMaxRetry);
   }
+}
+
+asio::awaitable<void> WsSubscriptions::watch_stalls(std::shared_ptr<bool> alive) {
+  asio::steady_timer tick(ex_);
+  while (*alive) {
+    tick.expires_after(kStallTick);
+    boost::system::error_code ignored;
+    co_await tick.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+    if (!*alive) co_return;
+    check_stalls();
+  }
+}
+
+void WsSubscriptions::check_stalls() {
+  const auto now = Clock::now();
+  std::map<const Provider*, std::string> stalled;
+  for (auto& [key, shared] : by_key_) {
+    if (shared->kind != Kind::heads || shared->provider == nullptr || shared->opening) continue;
+    const WsChainConfig& config = shared->chain->websocket;
+    if (config.stall_blocks <= 0) continue;
+    const auto limit =
+        std::chrono::milliseconds(config.stall_blocks * shared->chain->block_time_ms);
+    if (now - shared->last_event < limit) continue;
+    const auto last = shared->heads.last_number();
+    const std::uint64_t elsewhere = head_elsewhere(*shared);
+    if (!last || elsewhere <= *last) continue;
+    stalled[shared->provider] = fmt::format(
+        "no newHeads from provider {} for {} ms while the chain's head moved to {} elsewhere "
+        "(last sent {}): treated as dropped",
+        shared->provider->id, limit.count(), elsewhere, *last);
+    shunned_[shared->provider] = now + std::max<Clock::duration>(kMinShun, 10 * limit);
+  }
+  for (const auto& [provider, why] : stalled) {
+    fmt::print(stderr, "rpcroute: websocket: {}\n", why);
+    if (auto up = upstreams_.find(provider); up != upstreams_.end()) up->second.socket->close();
+    on_drop(*provider);
+  }
+}
+
+std::uint64_t WsSubscriptions::head_elsewhere(const Shared& shared) const {
+  const ProfileRuntime& rt = *shared.rt;
+  const Chain& chain = *shared.chain;
+  std::size_t ci = 0;
+  while (ci < rt.profile.chains.size() && &rt.profile.chains[ci] != &chain) ++ci;
+  if (ci == rt.profile.chains.size() || ci >= rt.provider_keys.size()) return 0;
+  const HealthView& health = handlers_.health();
+  std::uint64_t best = 0;
+  for (std::size_t pi = 0; pi < chain.providers.size() && pi < rt.provider_keys[ci].size(); ++pi) {
+    if (&chain.providers[pi] == shared.provider) continue;
+    if (const ProviderState* ps = health.provider(rt.provider_keys[ci][pi]))
+      best = std::max(best, ps->height.block);
+  }
+  if (const ChainState* cs = health.chain(rt.chain_keys[ci]))
+    best = std::max(best, cs->high_water.block);
+  return best;
 }
 
 void WsSubscriptions::rebind(const Runtimes& current) {

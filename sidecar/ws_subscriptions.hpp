@@ -2,10 +2,14 @@
 // Subscriptions of the sidecar's WebSocket clients (issue 18): identical eth_subscribe calls (same
 // profile, chain and params) share one upstream subscription on a provider's WebSocket
 // (ws_upstream.hpp); each client gets its own id, and the last unsubscribe closes the upstream
-// one. When the provider's socket drops, each of its subscriptions is opened again on the first
-// candidate that takes it, by the routing order (no backfill of what was missed yet).
+// one. When the provider's socket drops, or stalls (no newHeads for `stall_blocks` block times
+// while the chain's head moves elsewhere), each of its subscriptions is opened again on the first
+// candidate that takes it, by the routing order, and what was missed meanwhile is fetched over HTTP
+// (ws_stream.hpp): clients see one stream, without gaps or duplicates.
 
+#include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -21,6 +25,7 @@ namespace rpcroute::sidecar {
 
 struct ProfileRuntime;
 using Runtimes = std::map<std::string, std::shared_ptr<ProfileRuntime>, std::less<>>;
+class Handlers;
 class Metrics;
 class WsUpstream;
 
@@ -29,7 +34,7 @@ class WsSubscriptions {
   /// Where a client's events go (its session's queue).
   using Sink = std::function<void(std::string message)>;
 
-  WsSubscriptions(std::size_t max_message, Metrics& metrics);
+  WsSubscriptions(std::size_t max_message, Metrics& metrics, Handlers& handlers);
   ~WsSubscriptions();
   WsSubscriptions(const WsSubscriptions&) = delete;
   WsSubscriptions& operator=(const WsSubscriptions&) = delete;
@@ -57,15 +62,32 @@ class WsSubscriptions {
   WsUpstream& upstream_for(const Provider& provider, std::shared_ptr<ProfileRuntime> owner);
   void on_event(const Provider& provider, std::string_view id, std::string_view result);
   void on_drop(const Provider& provider);
+  /// Opens a subscription whose provider went again, retrying with a backoff while it has clients.
+  asio::awaitable<void> reopen(std::string key, std::shared_ptr<bool> alive);
+  /// Takes the subscription's events in order: a stream (ws_stream.hpp) decides what each client
+  /// gets, fetching what a failover missed.
+  void kick(const std::shared_ptr<Shared>& shared);
+  asio::awaitable<void> drain(std::shared_ptr<Shared> shared, std::shared_ptr<bool> alive);
+  /// One event to each client of the subscription, under its own id.
+  void fan_out(Shared& shared, const std::string& result);
+  /// The stall detector: every newHeads subscription whose socket has been silent for
+  /// stall_blocks block times while the chain's head moved past the last head delivered.
+  asio::awaitable<void> watch_stalls(std::shared_ptr<bool> alive);
+  void check_stalls();
+  /// The best head of the subscription's chain seen anywhere but on its provider.
+  [[nodiscard]] std::uint64_t head_elsewhere(const Shared& shared) const;
   void remove_client(const std::string& client_id);
   void publish();
 
   std::size_t max_message_;
   Metrics& metrics_;
+  Handlers& handlers_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // false once destroyed
+  bool watching_ = false;                                       // the stall detector runs
   asio::any_io_executor ex_;
   std::uint64_t id_prefix_;
   std::uint64_t id_counter_ = 0;
-  std::map<std::string, std::unique_ptr<Shared>> by_key_;
+  std::map<std::string, std::shared_ptr<Shared>> by_key_;
   std::map<std::string, Shared*> by_client_;  // a client's subscription id → its shared one
   std::map<std::pair<const Provider*, std::string>, Shared*> by_upstream_;
   struct Upstream {
@@ -73,6 +95,8 @@ class WsSubscriptions {
     std::shared_ptr<ProfileRuntime> owner;  // holds the Provider the socket and callbacks use
   };
   std::map<const Provider*, Upstream> upstreams_;
+  // Providers whose socket stalled: tried last until then.
+  std::map<const Provider*, std::chrono::steady_clock::time_point> shunned_;
 };
 
 }  // namespace rpcroute::sidecar

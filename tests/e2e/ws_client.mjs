@@ -13,6 +13,16 @@
 //   node ws_client.mjs listen URL PARAMS SECONDS   one subscription: its id, then one line per
 //                                            event (the head's number and the subscription) for
 //                                            SECONDS, then close with 1000
+//   node ws_client.mjs follow URL HEADS LOG_FILTER NODE_URL   newHeads and logs (LOG_FILTER: the
+//                                            logs subscription's filter object) on one socket
+//                                            until HEADS heads came ({"head":N} for each), then a
+//                                            summary: the heads' order, gaps and duplicates, and
+//                                            the logs against eth_getLogs asked of NODE_URL
+//   node ws_client.mjs chain URL SECONDS NODE_URL   newHeads for SECONDS ({"head":N} for each),
+//                                            then a summary: reorgs seen (a head not above the
+//                                            one before), breaks (a head whose parent is not the
+//                                            last head delivered at the height below), and heads
+//                                            whose last hash delivered is not NODE_URL's now
 import { createRequire } from "node:module";
 import path from "node:path";
 
@@ -202,7 +212,127 @@ if (mode === "call") {
     done(0);
   });
   setTimeout(() => ws.close(1000), seconds * 1000);
+} else if (mode === "follow") {
+  const [heads, filter, nodeUrl] = [Number(rest[0]), JSON.parse(rest[1]), rest[2]];
+  const ws = new WebSocket(url);
+  const ids = {};
+  const numbers = [];
+  const logs = [];
+  const errors = [];
+  let finished = false;
+  ws.on("open", () => {
+    ws.send(JSON.stringify({ jsonrpc: "2.0", id: 1, method: "eth_subscribe", params: ["newHeads"] }));
+    ws.send(JSON.stringify({ jsonrpc: "2.0", id: 2, method: "eth_subscribe", params: ["logs", filter] }));
+  });
+  const finish = async () => {
+    finished = true;
+    ws.close(1000);
+    const first = numbers[0];
+    const last = numbers[numbers.length - 1];
+    const gaps = [];
+    let dups = 0;
+    for (let i = 1; i < numbers.length; ++i) {
+      if (numbers[i] === numbers[i - 1]) dups++;
+      else if (numbers[i] !== numbers[i - 1] + 1) gaps.push([numbers[i - 1], numbers[i]]);
+    }
+    // The logs of the blocks both subscriptions surely covered, against the node's own answer.
+    const lo = first + 1;
+    const hi = last - 1;
+    const hex = (n) => "0x" + n.toString(16);
+    const res = await fetch(nodeUrl, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "eth_getLogs", params: [{ ...filter, fromBlock: hex(lo), toBlock: hex(hi) }] }),
+    });
+    const expected = (await res.json()).result.map((l) => `${l.blockHash}/${l.logIndex}`);
+    const inRange = logs.filter((l) => Number(l.blockNumber) >= lo && Number(l.blockNumber) <= hi);
+    const live = new Map();
+    let logDups = 0;
+    for (const l of inRange) {
+      const key = `${l.blockHash}/${l.logIndex}`;
+      if (l.removed) live.delete(key);
+      else if (live.has(key)) logDups++;
+      else live.set(key, l);
+    }
+    const want = new Set(expected);
+    print({
+      heads: numbers.length,
+      first,
+      last,
+      gaps,
+      dups,
+      in_order: gaps.length === 0 && dups === 0,
+      logs_expected: expected.length,
+      logs_missing: expected.filter((k) => !live.has(k)).length,
+      logs_extra: [...live.keys()].filter((k) => !want.has(k)).length,
+      logs_dups: logDups,
+      removed: logs.filter((l) => l.removed).length,
+      errors,
+    });
+    done(0);
+  };
+  ws.on("message", (data) => {
+    const m = JSON.parse(data.toString());
+    if (m.id === 1 || m.id === 2) {
+      if (m.error) errors.push(m.error.message);
+      ids[m.id === 1 ? "heads" : "logs"] = m.result;
+    } else if (m.method === "eth_subscription" && m.params.subscription === ids.heads) {
+      if (finished) return;
+      numbers.push(Number(m.params.result.number));
+      print({ head: numbers[numbers.length - 1] });
+      if (numbers.length === heads) finish();
+    } else if (m.method === "eth_subscription" && m.params.subscription === ids.logs) {
+      logs.push(m.params.result);
+    }
+  });
+  ws.on("close", (code, reason) => {
+    if (!finished) {
+      print({ close: code, reason: reason.toString(), heads: numbers.length });
+      done(1);
+    }
+  });
+  ws.on("error", (e) => errors.push(e.message));
+} else if (mode === "chain") {
+  const [seconds, nodeUrl] = [Number(rest[0]), rest[1]];
+  const ws = new WebSocket(url);
+  const heads = [];
+  ws.on("open", () => ws.send(JSON.stringify({ jsonrpc: "2.0", id: 1, method: "eth_subscribe", params: ["newHeads"] })));
+  ws.on("message", (data) => {
+    const m = JSON.parse(data.toString());
+    if (m.method !== "eth_subscription") return;
+    const h = m.params.result;
+    heads.push({ n: Number(h.number), hash: h.hash, parent: h.parentHash });
+    print({ head: Number(h.number) });
+  });
+  setTimeout(async () => {
+    ws.close(1000);
+    const latest = new Map(); // number → the last hash delivered at it
+    let reorgs = 0;
+    let breaks = 0;
+    let dups = 0;
+    for (let i = 0; i < heads.length; ++i) {
+      const h = heads[i];
+      if (i > 0 && h.n <= heads[i - 1].n) reorgs++;
+      if (latest.get(h.n) === h.hash) dups++;
+      if (latest.has(h.n - 1) && latest.get(h.n - 1) !== h.parent) breaks++;
+      // A head replaces what was delivered at its height and above.
+      for (const n of [...latest.keys()]) if (n >= h.n) latest.delete(n);
+      latest.set(h.n, h.hash);
+    }
+    let stale = 0;
+    for (const [n, hash] of latest) {
+      const res = await fetch(nodeUrl, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "eth_getBlockByNumber", params: ["0x" + n.toString(16), false] }),
+      });
+      const b = (await res.json()).result;
+      if (!b || b.hash !== hash) stale++;
+    }
+    print({ heads: heads.length, reorgs, breaks, dups, stale });
+    done(0);
+  }, seconds * 1000);
 } else {
-  print({ usage: "call|open|hold|slow|subs|listen URL ..." });
+  print({ usage: "call|open|hold|slow|subs|listen|follow|chain URL ..." });
   done(2);
 }

@@ -107,6 +107,16 @@ struct HedgeConfig {
   double max_extra = 0.1;
 };
 
+/// A chain's WebSocket subscriptions (issue 18; profile `websocket:` under the chain): after a
+/// failover the blocks missed are fetched over HTTP, at most `max_backfill_blocks` of them within
+/// `backfill_timeout_ms`; a serving socket with no newHeads for `stall_blocks` block times while
+/// the chain's head moves elsewhere is treated as dropped.
+struct WsChainConfig {
+  std::uint64_t max_backfill_blocks = 128;
+  std::int64_t backfill_timeout_ms = 10'000;
+  std::int64_t stall_blocks = 3;
+};
+
 struct Chain {
   std::string name;
   std::uint64_t chain_id = 0;
@@ -115,6 +125,7 @@ struct Chain {
   std::uint64_t archival_threshold = 128;
   std::int64_t lag_trip_ms = 30'000;
   std::optional<HedgeConfig> hedge;  // off unless the profile or `call --hedge` asks
+  WsChainConfig websocket;
   std::vector<Provider> providers;
 
   [[nodiscard]] const Provider* find_provider(std::string_view id) const;

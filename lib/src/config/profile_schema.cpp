@@ -213,6 +213,19 @@ class ProfileSchema : public detail::YamlReader {
     return o;
   }
 
+  /// `websocket: { max_backfill_blocks, backfill_timeout_ms, stall_blocks }` (issue 18).
+  WsChainConfig read_websocket(const YAML::Node& w) const {
+    WsChainConfig o;
+    require_map(w, "websocket");
+    check_keys(w, {"max_backfill_blocks", "backfill_timeout_ms", "stall_blocks"}, "websocket");
+    o.max_backfill_blocks =
+        static_cast<std::uint64_t>(opt_int(w, "max_backfill_blocks", 0)
+                                       .value_or(static_cast<std::int64_t>(o.max_backfill_blocks)));
+    o.backfill_timeout_ms = opt_int(w, "backfill_timeout_ms", 1).value_or(o.backfill_timeout_ms);
+    o.stall_blocks = opt_int(w, "stall_blocks", 0).value_or(o.stall_blocks);
+    return o;
+  }
+
   Chain read_chain(const YAML::Node& key, const YAML::Node& n) {
     Chain c;
     c.name = scalar(key, "chain name");
@@ -223,7 +236,7 @@ class ProfileSchema : public detail::YamlReader {
     require_map(n, fmt::format("chains.{}", c.name));
     check_keys(n,
                {"chain_id", "block_time_ms", "max_lag_blocks", "archival_threshold", "lag_trip_ms",
-                "hedge", "providers"},
+                "hedge", "websocket", "providers"},
                fmt::format("chain '{}'", c.name));
     auto cid = opt_int(n, "chain_id", 1);
     if (!cid) throw error(n, fmt::format("chain '{}' needs a 'chain_id'", c.name));
@@ -234,6 +247,7 @@ class ProfileSchema : public detail::YamlReader {
         static_cast<std::uint64_t>(opt_int(n, "archival_threshold", 0).value_or(128));
     c.lag_trip_ms = opt_int(n, "lag_trip_ms", 0).value_or(c.lag_trip_ms);
     if (auto h = n["hedge"]) c.hedge = read_hedge(h);
+    if (auto w = n["websocket"]) c.websocket = read_websocket(w);
     auto ps = n["providers"];
     if (!ps) throw error(n, fmt::format("chain '{}' needs a 'providers' list", c.name));
     if (!ps.IsSequence() || ps.size() == 0) throw error(ps, "'providers' must be a non-empty list");

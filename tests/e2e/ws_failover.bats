@@ -1,0 +1,166 @@
+#!/usr/bin/env bats
+# WebSocket subscriptions that survive provider failures (issue 18): three providers in front of
+# ONE anvil (--block-time 1), each a TCP forwarder (tcp_proxy.mjs) a test can stop (SIGSTOP: a
+# stalled socket) or kill (a dropped one). A client subscribed through the sidecar to newHeads and
+# to the logs of a contract that some transaction calls in most blocks must see every head exactly
+# once and in order, and every log exactly once (checked against anvil's own eth_getLogs), while
+# the serving provider stalls and then, on the next one, is killed.
+
+# jq programs are single-quoted on purpose; $output comes from bats.
+# shellcheck disable=SC2016,SC2154
+
+load helpers
+
+WS_CLIENT=$BATS_TEST_DIRNAME/ws_client.mjs
+PROXY=$BATS_TEST_DIRNAME/tcp_proxy.mjs
+# PUSH1 1 PUSH1 0 PUSH1 0 LOG1 STOP: any call logs topic 0x…01, no data. Deployed by the code below.
+EMITTER_INIT=0x67600160006000a10060005260086018f3
+TOPIC=0x0000000000000000000000000000000000000000000000000000000000000001
+
+setup_file() {
+  require_bins RPCROUTE_BIN ANVIL
+  if [[ ! -d $REPO/.tools/ws-client/node_modules/ws ]] || ! command -v node >/dev/null; then
+    echo "missing node or .tools/ws-client (ws); run scripts/setup" >&2
+    return 1
+  fi
+}
+
+setup() {
+  e2e_setup
+}
+
+teardown() {
+  stop_all
+}
+
+# A forwarder NAME to node TARGET's port, registered like a node (port, pid, log).
+start_proxy() { # NAME TARGET
+  local dir deadline
+  dir=$(_proc_dir)
+  rm -f "$dir/$1.port"
+  node "$PROXY" "$(node_port "$2")" "$dir/$1.port" </dev/null >"$dir/$1.log" 2>&1 3>&- &
+  echo "$!" >"$dir/$1.pid"
+  deadline=$((SECONDS + 10))
+  until [[ -s $dir/$1.port ]] || ((SECONDS > deadline)); do nap 0.05; done
+  [[ -s $dir/$1.port ]]
+}
+
+# JSON-RPC to a node directly; prints the result.
+node_rpc() { # NODE METHOD PARAMS
+  curl -sf --max-time 5 -X POST -H 'content-type: application/json' \
+    --data "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"$2\",\"params\":$3}" "$(node_url "$1")" | jq -c .result
+}
+
+# Waits until FILE has a line matching ERE (at most LIMIT seconds).
+wait_for_line() { # FILE ERE LIMIT
+  local deadline=$((SECONDS + $3))
+  until grep -Eq "$2" "$1" 2>/dev/null; do
+    if ((SECONDS > deadline)); then
+      echo "no line matching '$2' in $1 within $3 s" >&2
+      cat "$1" >&2
+      return 1
+    fi
+    nap 0.1
+  done
+}
+
+# Waits until the client has printed N more heads than it had.
+wait_heads() { # FILE N
+  local want deadline=$((SECONDS + 30))
+  want=$(($(grep -c '"head"' "$1" || true) + $2))
+  until (($(grep -c '"head"' "$1" || true) >= want)); do
+    if ((SECONDS > deadline)); then
+      echo "fewer than $want heads in $1" >&2
+      return 1
+    fi
+    nap 0.2
+  done
+}
+
+@test "ws failover: newHeads and logs exactly once and in order while the serving provider stalls, then another is killed" {
+  start_anvil ch --block-time 1
+  # The emitter (the dev account's first transaction: its address is known), then a transaction
+  # to it about once a block, for the whole test.
+  node_rpc ch eth_sendTransaction "[{\"from\":\"$DEV_ACCOUNT\",\"data\":\"$EMITTER_INIT\"}]" >/dev/null
+  local emitter=0x5fbdb2315678afecb367f032d93f642f64180aa3 dir code
+  local deadline=$((SECONDS + 10))
+  until code=$(node_rpc ch eth_getCode "[\"$emitter\",\"latest\"]") && [[ $code == '"0x600160006000a100"' ]]; do
+    ((SECONDS < deadline)) || { echo "emitter not deployed: $code" >&2; return 1; }
+    nap 0.2
+  done
+  dir=$(_proc_dir)
+  (
+    while :; do
+      node_rpc ch eth_sendTransaction "[{\"from\":\"$DEV_ACCOUNT\",\"to\":\"$emitter\"}]" >/dev/null || true
+      sleep 0.9
+    done
+  ) </dev/null >/dev/null 2>&1 3>&- &
+  echo "$!" >"$dir/txloop.pid"
+
+  start_proxy p1 ch
+  start_proxy p2 ch
+  start_proxy p3 ch
+  local specs=() p
+  for p in p1 p2 p3; do specs+=("$p,ws_url=ws://127.0.0.1:$(node_port "$p"),timeout_ms=1500"); done
+  write_profile "$P" --strategy priority "${specs[@]}"
+  start_serve sc -p "$P" --no-state
+  local out=$BATS_TEST_TMPDIR/follow.out log
+  log=$(_node_file sc log)
+  WS_CLIENT_LIMIT_MS=120000 timeout 130 node "$WS_CLIENT" follow "ws://127.0.0.1:$(node_port sc)/rpc/local" 40 \
+    "{\"address\":\"$emitter\",\"topics\":[\"$TOPIC\"]}" "$(node_url ch)" >"$out" 3>&- &
+  local client=$!
+  wait_heads "$out" 6
+
+  # p1 stalls: its socket stays open and silent; the stall detector (3 block times while the
+  # others' heads move) fails over to p2 and the heads missed meanwhile are backfilled.
+  kill -STOP "$(node_pid p1)"
+  wait_for_line "$log" 'no newHeads from provider p1 .*treated as dropped' 20
+  wait_for_line "$log" 'newHeads opened again on p2' 20
+  kill -KILL "$(node_pid p1)"
+  wait_heads "$out" 8
+
+  # p2 is killed: its socket drops; p3 takes over.
+  kill -KILL "$(node_pid p2)"
+  wait_for_line "$log" 'newHeads opened again on p3' 20
+
+  wait "$client"
+  local summary
+  summary=$(grep '"heads"' "$out" | tail -n 1)
+  echo "# $summary" >&3
+  grep -E 'backfilled|reorg|opened again|treated as dropped' "$log" | sed 's/^/# /' >&3
+  assert_equal "$(jq -c '[.heads, .in_order, .gaps, .dups, .errors]' <<<"$summary")" '[40,true,[],0,[]]' "the heads"
+  assert_equal "$(jq -c '[.logs_missing, .logs_extra, .logs_dups, (.logs_expected > 15)]' <<<"$summary")" '[0,0,0,true]' "the logs"
+  # The stall left a gap that came over HTTP.
+  grep -Eq 'newHeads: [0-9]+ heads backfilled' "$log"
+}
+
+@test "ws failover: a reorg while the serving provider stalls reaches the client from the fork point" {
+  start_anvil ch --block-time 1
+  start_proxy p1 ch
+  start_proxy p2 ch
+  local specs=() p
+  for p in p1 p2; do specs+=("$p,ws_url=ws://127.0.0.1:$(node_port "$p"),timeout_ms=1500"); done
+  write_profile "$P" --strategy priority "${specs[@]}"
+  start_serve sc -p "$P" --no-state
+  local out=$BATS_TEST_TMPDIR/chain.out log
+  log=$(_node_file sc log)
+  WS_CLIENT_LIMIT_MS=60000 timeout 70 node "$WS_CLIENT" chain "ws://127.0.0.1:$(node_port sc)/rpc/local" 20 "$(node_url ch)" >"$out" 3>&- &
+  local client=$!
+  wait_heads "$out" 4
+  # p1 stalls, and meanwhile the chain drops its last 3 blocks for others: p2's first head does
+  # not follow the last one sent; the sidecar walks back by parent hash to the fork point.
+  kill -STOP "$(node_pid p1)"
+  curl -sf --max-time 5 -X POST -H 'content-type: application/json' \
+    --data '{"jsonrpc":"2.0","id":1,"method":"anvil_reorg","params":[3,[]]}' "$(node_url ch)" >/dev/null
+  wait_for_line "$log" 'newHeads opened again on p2' 20
+  kill -KILL "$(node_pid p1)"
+  wait "$client"
+  local summary
+  summary=$(grep '"breaks"' "$out" | tail -n 1)
+  echo "# $summary" >&3
+  grep -E 'backfilled|reorg|opened again|treated as dropped' "$log" | sed 's/^/# /' >&3
+  # Every head follows the last one delivered at the height below, none twice, and what the client
+  # holds last at each height is the chain's.
+  assert_equal "$(jq -c '[.breaks, .dups, .stale, (.heads > 10)]' <<<"$summary")" '[0,0,0,true]'
+  grep -Eq 'newHeads: reorg at [0-9]+' "$log"
+}
