@@ -111,10 +111,11 @@ dev_send() { # NAME TX_FIELDS_JSON
 @test "after --min-block N no answer comes from a provider below N" {
   start_anvil low
   start_anvil high
-  node_rpc low anvil_mine '["0xa"]' | grep -q '"result"'
+  node_rpc low anvil_mine '["0x30"]' | grep -q '"result"'
   node_rpc high anvil_mine '["0x32"]' | grep -q '"result"'
   write_profile "$P" --strategy priority low high
-  # probe records both heights (10 and 50) in the state file.
+  # probe records both heights (48 and 50: within max_lag_blocks 2, so neither lags) in the state
+  # file.
   run --separate-stderr rpcroute probe -p "$P"
   assert_status 0
   # Without --min-block the first provider answers; with it, only the one at or past the block.
@@ -122,11 +123,11 @@ dev_send() { # NAME TX_FIELDS_JSON
   assert_status 0
   assert_jq '.meta.provider == "low"'
   for _ in 1 2 3 4 5; do
-    run --separate-stderr rpcroute call -p "$P" --json --min-block 30 eth_getBalance "$DEV_ACCOUNT" latest
+    run --separate-stderr rpcroute call -p "$P" --json --min-block 49 eth_getBalance "$DEV_ACCOUNT" latest
     assert_status 0
     assert_jq '.meta.provider == "high"'
     assert_jq '.meta.excluded | length == 1 and .[0].provider == "low" and .[0].kind == "height"
-               and (.[0].reason | test("minimum block 30"))'
+               and (.[0].reason | test("minimum block 49"))'
   done
   run --separate-stderr rpcroute call -p "$P" --json --min-block 0x32 eth_getBalance "$DEV_ACCOUNT" latest
   assert_status 0
@@ -138,7 +139,7 @@ dev_send() { # NAME TX_FIELDS_JSON
   local body='{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["'"$DEV_ACCOUNT"'","latest"]}'
   for _ in 1 2 3 4 5; do
     curl -s --max-time 30 -D "$hdrs" -o /dev/null -X POST -H 'content-type: application/json' \
-      -H 'X-Rpcroute-Min-Block: 30' --data "$body" "$url"
+      -H 'X-Rpcroute-Min-Block: 49' --data "$body" "$url"
     grep -qi '^x-rpcroute-provider: high' "$hdrs" || {
       cat "$hdrs" >&2
       false
@@ -148,7 +149,7 @@ dev_send() { # NAME TX_FIELDS_JSON
   curl -s --max-time 30 -D "$hdrs" -o /dev/null -X POST -H 'content-type: application/json' \
     --data "$body" "$url"
   grep -qi '^x-rpcroute-provider: low' "$hdrs"
-  grep -qi '^x-rpcroute-block: 10' "$hdrs"
+  grep -qi '^x-rpcroute-block: 48' "$hdrs"
   local code
   code=$(curl -s --max-time 30 -o /dev/null -w '%{http_code}' -X POST -H 'content-type: application/json' \
     -H 'X-Rpcroute-Min-Block: soon' --data "$body" "$url")
