@@ -1,10 +1,9 @@
 #include "cmd_call.hpp"
 
 #include <fmt/format.h>
-
-#include <charconv>
 #include <simdjson.h>
 
+#include <charconv>
 #include <iostream>
 #include <iterator>
 #include <memory>

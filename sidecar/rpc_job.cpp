@@ -35,7 +35,7 @@ bool Handlers::prepare_rpc(const std::string& body, const Route& route, Reply& r
   options.strategy = route.target.strategy ? route.target.strategy : config_.strategy;
   options.provider = route.target.provider;
   options.keep_result = false;  // only responses are written: large results become them in place
-  if (!min_block.empty()) {  // issue 19: served only by a provider known at or past the block
+  if (!min_block.empty()) {     // issue 19: served only by a provider known at or past the block
     const bool hex = min_block.starts_with("0x") || min_block.starts_with("0X");
     const char* first = min_block.data() + (hex ? 2 : 0);
     const char* last = min_block.data() + min_block.size();
@@ -125,7 +125,7 @@ struct Tally {
   std::size_t routed = 0;  // calls that reached the routing (not invalid, not answered locally)
   std::int64_t retry_after = -1;
   Strategy strategy = Strategy::load_balanced;
-  std::string hedges;  // the hedged calls' winners, comma-separated ("hedge", "first,neither")
+  std::string hedges;       // the hedged calls' winners, comma-separated ("hedge", "first,neither")
   std::uint64_t block = 0;  // the lowest height of the providers that answered (0: none known)
 };
 

@@ -15,8 +15,8 @@ namespace rpcroute {
 
 /// What a provider's error answer to eth_getLogs says about the request's size.
 struct LogRangeError {
-  bool too_large = false;                    // the range or its result is too large: split it
-  std::optional<std::uint64_t> block_limit;  // "up to a 2K block range": the widest range taken
+  bool too_large = false;                     // the range or its result is too large: split it
+  std::optional<std::uint64_t> block_limit;   // "up to a 2K block range": the widest range taken
   std::optional<std::uint64_t> result_limit;  // "more than 10000 results": not a block count
 };
 

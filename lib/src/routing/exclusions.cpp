@@ -1,7 +1,5 @@
 #include "rpcroute/exclusions.hpp"
 
-#include "rpcroute/log_split.hpp"
-
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -10,6 +8,7 @@
 #include <iterator>
 
 #include "rpcroute/health/bucket.hpp"
+#include "rpcroute/log_split.hpp"
 
 namespace rpcroute {
 
@@ -133,12 +132,12 @@ Verdict by_min_block(const RuleInput& in, const ProviderView& v) {
 Verdict by_limit(const RuleInput& in, const ProviderView& v) {
   const auto limit = log_range_limit(*v.provider, v.state);
   if (in.log_range == 0 || !limit || in.log_range <= *limit) return std::nullopt;
-  const bool learned = !v.provider->limits.max_block_range ||
-                       *limit < *v.provider->limits.max_block_range;
-  return RuleVerdict{ExclusionKind::limit,
-                     fmt::format("eth_getLogs over {} blocks exceeds its {} {}", in.log_range,
-                                 learned ? "learned block range limit" : "max_block_range",
-                                 *limit)};
+  const bool learned =
+      !v.provider->limits.max_block_range || *limit < *v.provider->limits.max_block_range;
+  return RuleVerdict{
+      ExclusionKind::limit,
+      fmt::format("eth_getLogs over {} blocks exceeds its {} {}", in.log_range,
+                  learned ? "learned block range limit" : "max_block_range", *limit)};
 }
 
 Verdict by_quota(const RuleInput& in, const ProviderView& v) {
@@ -187,8 +186,9 @@ Verdict by_lag(const RuleInput& in, const ProviderView& v) {
 
 // Behaviour as data: the order is the order of the reasons users see.
 constexpr std::array<ExclusionRule, 15> kRules = {
-    by_caller,  by_cordon, by_policy, by_filter,    by_method,     by_chain_id, by_breaker,
-    by_half_open, by_archive, by_height, by_min_block, by_limit, by_quota, by_quarantine, by_lag,
+    by_caller,    by_cordon,  by_policy,    by_filter,     by_method,
+    by_chain_id,  by_breaker, by_half_open, by_archive,    by_height,
+    by_min_block, by_limit,   by_quota,     by_quarantine, by_lag,
 };
 
 }  // namespace

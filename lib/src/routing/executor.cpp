@@ -373,7 +373,8 @@ void Executor::deliver(const Run& run, const Round& round, Exchange& ex, std::si
   out.upstream_latency_ms = ex.latency_ms();
   const std::string_view result = *ex.replies[g]->result;  // into the answer's buffer
   on_success(run.chain, round.cand, item, now, result);
-  if (const ProviderState* ps = store_.provider(round.cand.key)) out.provider_height = ps->height.block;
+  if (const ProviderState* ps = store_.provider(round.cand.key))
+    out.provider_height = ps->height.block;
   // A large result is handed on without a copy: moved out of the answer's buffer (call),
   // or made the client's response in that buffer (the sidecar, which needs only that).
   const bool alone = round.group.size() == 1;

@@ -58,15 +58,16 @@ const std::vector<std::regex>& block_limit_patterns() {
   static const std::vector<std::regex> res = [] {
     std::vector<std::regex> v;
     for (const char* p : {
-             "up to a " RPCROUTE_NUM " block range",                        // Alchemy
-             "limited to a " RPCROUTE_NUM " (?:blocks? )?range",            // QuickNode
-             "max(?:imum)? (?:block )?range(?: is)?:? " RPCROUTE_NUM,       // Cloudflare, BSC
-             "max(?:imum)? block range (?:of |is )?" RPCROUTE_NUM,           // reth, erigon
-             "range (?:is )?too (?:large|wide|big)[^0-9]*(?:max(?:imum)?|limit)(?: is)?:? " RPCROUTE_NUM,
-             "limit of " RPCROUTE_NUM " blocks",                            // BlastAPI
+             "up to a " RPCROUTE_NUM " block range",                   // Alchemy
+             "limited to a " RPCROUTE_NUM " (?:blocks? )?range",       // QuickNode
+             "max(?:imum)? (?:block )?range(?: is)?:? " RPCROUTE_NUM,  // Cloudflare, BSC
+             "max(?:imum)? block range (?:of |is )?" RPCROUTE_NUM,     // reth, erigon
+             "range (?:is )?too (?:large|wide|big)[^0-9]*(?:max(?:imum)?|limit)(?: "
+             "is)?:? " RPCROUTE_NUM,
+             "limit of " RPCROUTE_NUM " blocks",                                       // BlastAPI
              "ranges? (?:over|above|exceeding|greater than) " RPCROUTE_NUM " blocks",  // PublicNode
              "exceeds? (?:the )?(?:limit of )?" RPCROUTE_NUM " blocks",
-             "block range (?:limit|size) (?:is |of )?" RPCROUTE_NUM,       // Chainstack, Ankr
+             "block range (?:limit|size) (?:is |of )?" RPCROUTE_NUM,  // Chainstack, Ankr
              "at most " RPCROUTE_NUM " blocks",
          }) {
       v.emplace_back(p, std::regex::ECMAScript | std::regex::optimize);
@@ -101,13 +102,33 @@ LogRangeError read_log_range_error(std::string_view message) {
   const std::string m = d::lowered(message.substr(0, 2048));
   LogRangeError out;
   // Size words first: a message that says none of them is not about the request's size.
-  for (std::string_view needle :
-       {"block range", "blocks range", "range too large", "range is too large", "range too wide",
-        "range is too wide", "too many blocks", "max range", "maximum range", "query returned more",
-        "more than", "max results", "response size exceeded", "log response size", "too many logs",
-        "too many results", "is limited to", "ranges over", "exceed maximum block range",
-        "exceeds max block range", "range exceeds", "exceeds the range", "too wide",
-        "result set too large", "response is too big", "query exceeds max", "block range too"}) {
+  for (std::string_view needle : {"block range",
+                                  "blocks range",
+                                  "range too large",
+                                  "range is too large",
+                                  "range too wide",
+                                  "range is too wide",
+                                  "too many blocks",
+                                  "max range",
+                                  "maximum range",
+                                  "query returned more",
+                                  "more than",
+                                  "max results",
+                                  "response size exceeded",
+                                  "log response size",
+                                  "too many logs",
+                                  "too many results",
+                                  "is limited to",
+                                  "ranges over",
+                                  "exceed maximum block range",
+                                  "exceeds max block range",
+                                  "range exceeds",
+                                  "exceeds the range",
+                                  "too wide",
+                                  "result set too large",
+                                  "response is too big",
+                                  "query exceeds max",
+                                  "block range too"}) {
     if (m.find(needle) != std::string::npos) {
       out.too_large = true;
       break;
@@ -124,8 +145,7 @@ LogRangeError read_log_range_error(std::string_view message) {
   return out;
 }
 
-std::optional<std::uint64_t> log_range_limit(const Provider& provider,
-                                             const ProviderState* state) {
+std::optional<std::uint64_t> log_range_limit(const Provider& provider, const ProviderState* state) {
   std::optional<std::uint64_t> limit = provider.limits.max_block_range;
   if (state != nullptr && state->log_limit.blocks > 0)
     limit = std::min(limit.value_or(state->log_limit.blocks), state->log_limit.blocks);
@@ -149,7 +169,8 @@ std::vector<BlockSpan> split_span(BlockSpan span, std::uint64_t chunk) {
 std::optional<std::string> logs_params_for(std::string_view params, BlockSpan span) {
   simdjson::dom::parser parser;
   simdjson::dom::element root;
-  if (parser.parse(params.data(), params.size()).get(root) != simdjson::SUCCESS) return std::nullopt;
+  if (parser.parse(params.data(), params.size()).get(root) != simdjson::SUCCESS)
+    return std::nullopt;
   simdjson::dom::array arr;
   if (root.get_array().get(arr) != simdjson::SUCCESS || arr.size() != 1) return std::nullopt;
   simdjson::dom::object filter;
@@ -332,7 +353,8 @@ asio::awaitable<void> Router::fetch_logs(LogJob& job, BlockSpan span, int depth,
     }
     job.latency_ms = std::max(job.latency_ms, out.upstream_latency_ms);
     if (out.provider_height > 0)
-      job.height = job.height == 0 ? out.provider_height : std::min(job.height, out.provider_height);
+      job.height =
+          job.height == 0 ? out.provider_height : std::min(job.height, out.provider_height);
     if (std::find(job.providers.begin(), job.providers.end(), out.provider) == job.providers.end())
       job.providers.push_back(out.provider);
     co_return;
@@ -433,14 +455,20 @@ asio::awaitable<CallOutcome> Router::route_logs(const Chain& chain, const jsonrp
     if (!from || !to || *from > *to) return std::nullopt;
     return BlockSpan{*from, *to};
   };
-  span = resolve_span(plan.head);
-  if (!span && need.from && need.to && (d::needs_head(*need.from) || d::needs_head(*need.to)) &&
-      plan.head == 0 && chunk) {
-    if (auto head = co_await known_head(chain, options)) span = resolve_span(*head);
-  }
+  // Before a split the head is asked (one eth_blockNumber): tags resolve against it, and the span
+  // stops there. A node answers a range past its head with the blocks it has (or an error for a
+  // range that starts past it): parts past the head would only fail or add nothing.
+  auto split_span_now = [&](std::optional<std::uint64_t> head) -> std::optional<BlockSpan> {
+    auto s = resolve_span(head.value_or(plan.head));
+    if (s && head && s->to > *head && s->from <= *head) s->to = *head;
+    return s;
+  };
 
   std::string merged;
-  if (chunk && span && span->blocks() > *chunk) {
+  if (chunk && need.from && need.to) {
+    span = split_span_now(co_await known_head(chain, options));
+  }
+  if (chunk && span) {
     co_await fetch_logs_parts(job, split_span(*span, *chunk), merged);
   } else {
     // Whole, as the client wrote it; split only if the answer says it is too large.
@@ -451,9 +479,7 @@ asio::awaitable<CallOutcome> Router::route_logs(const Chain& chain, const jsonrp
         !read_log_range_error(d::error_parts(out.error).message).too_large) {
       co_return out;
     }
-    if (!span && (d::needs_head(*need.from) || d::needs_head(*need.to))) {
-      if (auto head = co_await known_head(chain, options)) span = resolve_span(*head);
-    }
+    span = split_span_now(co_await known_head(chain, options));
     if (!span || span->blocks() < 2) co_return out;
     job.attempts = std::move(out.attempts);
     const auto stated = read_log_range_error(d::error_parts(out.error).message).block_limit;

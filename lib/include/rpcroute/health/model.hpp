@@ -253,10 +253,9 @@ struct CordonEvent {
   std::string key;
   Cordon cordon;
 };
-using Event =
-    std::variant<AttemptEvent, SampleEvent, HeightEvent, HighWaterEvent, CursorEvent, FilterEvent,
-                 ProbeEvent, QuotaEvent, LagEvent, ArchivalEvent, CordonEvent, FinalityEvent,
-                 LogLimitEvent>;
+using Event = std::variant<AttemptEvent, SampleEvent, HeightEvent, HighWaterEvent, CursorEvent,
+                           FilterEvent, ProbeEvent, QuotaEvent, LagEvent, ArchivalEvent,
+                           CordonEvent, FinalityEvent, LogLimitEvent>;
 
 /// Applies one event; entries are created from their keys when missing. `health` decides breaker
 /// thresholds.
