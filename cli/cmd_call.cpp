@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <simdjson.h>
 
+#include <charconv>
 #include <iostream>
 #include <iterator>
 #include <memory>
@@ -52,6 +53,9 @@ void setup_call(CLI::App& app, int& exit_code) {
                               "is slow (the profile's hedge settings, else the defaults)");
   sub->add_flag("--no-hedge", opts->no_hedge, "Never hedge, whatever the profile says")
       ->excludes(hedge);
+  sub->add_option("--min-block", opts->min_block,
+                  "Serve only from a provider known to be at or past block N (decimal or 0x hex): "
+                  "read your own writes after a transaction was mined in N");
   sub->callback([opts, &exit_code] { exit_code = run_call(*opts); });
 }
 
@@ -70,6 +74,10 @@ void write_meta(json::Writer& w, const CallOutcome& o, const Chain& chain) {
   w.value(static_cast<std::uint64_t>(chain.chain_id));
   w.key("strategy");
   w.value(strategy_name(o.strategy));
+  if (o.provider_height > 0) {  // issue 19: the serving provider's known height
+    w.key("block");
+    w.value(o.provider_height);
+  }
   w.key("upstream_latency_ms");
   w.value(o.upstream_latency_ms);
   w.key("local");
@@ -186,6 +194,19 @@ std::optional<RouteOptions> route_options(const CallOptions& options, const Chai
   if (options.max_attempts > 0) route.max_attempts = options.max_attempts;
   if (options.hedge) route.hedge = true;
   if (options.no_hedge) route.hedge = false;
+  if (!options.min_block.empty()) {
+    const std::string& m = options.min_block;
+    const bool hex = m.starts_with("0x") || m.starts_with("0X");
+    std::uint64_t n = 0;
+    const char* first = m.data() + (hex ? 2 : 0);
+    const char* last = m.data() + m.size();
+    const auto [end, ec] = std::from_chars(first, last, n, hex ? 16 : 10);
+    if (ec != std::errc() || end != last || first == last) {
+      print_error(fmt::format("bad --min-block '{}' (a block number: 123 or 0x7b)", m));
+      return std::nullopt;
+    }
+    route.min_block = n;
+  }
   // Never a provider on another network, probe or not: its chain id is checked once, alongside the
   // first request to it, and kept in the state.
   route.verify_chain_id = true;

@@ -22,6 +22,7 @@ struct CallOptions {
   bool raw = false;
   bool hedge = false;     // --hedge
   bool no_hedge = false;  // --no-hedge
+  std::string min_block;  // --min-block N (decimal or 0x hex)
 };
 
 void setup_call(CLI::App& app, int& exit_code);

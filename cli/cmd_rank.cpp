@@ -173,6 +173,18 @@ int run_rank(const RankOptions& options) {
     for (const auto& e : plan.excluded) x.add({"  " + e.provider, e.reason});
     write_stdout(x.render());
   }
+  // eth_getLogs range limits the providers stated in their errors (issue 19): the router splits
+  // wider ranges up front.
+  bool learned_header = false;
+  for (const auto& p : chain.providers) {
+    const ProviderState* ps =
+        setup.health().provider(provider_key(setup.profile.name, chain.name, p));
+    if (ps == nullptr || ps->log_limit.blocks == 0) continue;
+    if (!learned_header) fmt::print("\nlearned eth_getLogs range limits:\n");
+    learned_header = true;
+    fmt::print("  {}: {} blocks (stated {})\n", p.id, ps->log_limit.blocks,
+               relative_time(ps->log_limit.t_ms, now));
+  }
   if (options.explain) {
     fmt::print("\n");
     for (std::size_t i = 0; i < shown.size(); ++i) {

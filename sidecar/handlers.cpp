@@ -132,7 +132,7 @@ bool Handlers::prepare(const Request& req, Reply& reply, RpcJob& job, EdgeLoad e
     reply.header("Allow", "POST, OPTIONS");
     return false;
   }
-  return prepare_rpc(req.body, route, reply, job, req.no_cache);
+  return prepare_rpc(req.body, route, reply, job, req.no_cache, req.min_block);
 }
 
 bool Handlers::prepare_upgrade(const Request& req, Reply& reply, Route& route) {

@@ -135,8 +135,9 @@ class Handlers {
   /// GET / is the page; the root's POST stays JSON-RPC.
   [[nodiscard]] bool dashboard_root(const Route& route, const Request& req) const;
   /// The profile, chain and provider of an RPC route, and its body parsed into `job`.
+  /// `min_block`: the X-Rpcroute-Min-Block field as sent (empty: none); a bad one is a 400.
   bool prepare_rpc(const std::string& body, const Route& route, Reply& reply, RpcJob& job,
-                   bool no_cache = false);
+                   bool no_cache = false, std::string_view min_block = {});
   bool find_chain(const RpcTarget& target, Reply& reply, RpcJob& job);
   void next_request_id(RpcJob& job);
   /// Empty: the default profile; a null pointer when there is no such profile.

@@ -73,6 +73,8 @@ void RequestReader::on_field_impl(field name, string_view name_string, string_vi
     r_.upgrade = true;
   else if (name == field::cache_control || beast::iequals(name_string, "x-rpcroute-cache"))
     keep_cache_field(name == field::cache_control, sv(value));
+  else if (beast::iequals(name_string, "x-rpcroute-min-block"))
+    keep(32, r_.min_block);
 }
 
 void RequestReader::on_header_impl(error_code&) { r_.keep_alive = keep_alive(); }
@@ -125,6 +127,7 @@ bool take_plain_request(beast::flat_buffer& buffer, std::uint64_t max_body, Requ
   if (!m.host.empty()) r.host.assign(m.host);  // clear() emptied them
   if (!m.origin.empty()) r.origin.assign(m.origin);
   if (!m.authorization.empty()) r.authorization.assign(m.authorization);
+  if (!m.min_block.empty()) r.min_block.assign(m.min_block);
   if (m.cache_control.data() != nullptr || m.rpcroute_cache.data() != nullptr)
     r.no_cache = policy::cache_bypass(m.cache_control, m.rpcroute_cache);
   const auto body = m.body(in);

@@ -35,6 +35,7 @@ struct Request {
       false;              // Expect: 100-continue (HTTP/1.1): the client waits before the body
   bool upgrade = false;   // an Upgrade field arrived
   bool no_cache = false;  // Cache-Control: no-cache / no-store, or X-Rpcroute-Cache: bypass
+  std::string min_block;  // X-Rpcroute-Min-Block, the first (issue 19); empty when absent
   unsigned seen = 0;      // which of host, origin, authorization arrived
   using Field = std::pair<std::string, std::string>;  // name as sent, value
   std::vector<Field>
@@ -60,6 +61,7 @@ struct Request {
     expect_continue = false;
     upgrade = false;
     no_cache = false;
+    min_block.clear();
     field_count = 0;
     seen = 0;
   }

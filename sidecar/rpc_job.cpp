@@ -17,7 +17,7 @@ namespace http = boost::beast::http;
 using namespace std::string_view_literals;
 
 bool Handlers::prepare_rpc(const std::string& body, const Route& route, Reply& reply, RpcJob& job,
-                           bool no_cache) {
+                           bool no_cache, std::string_view min_block) {
   if (!find_chain(route.target, reply, job)) return false;
   auto parsed = config_.plain_json ? jsonrpc::parse_body(body, body.capacity())
                                    : jsonrpc::detail::parse_full_body(body, body.capacity());
@@ -35,6 +35,20 @@ bool Handlers::prepare_rpc(const std::string& body, const Route& route, Reply& r
   options.strategy = route.target.strategy ? route.target.strategy : config_.strategy;
   options.provider = route.target.provider;
   options.keep_result = false;  // only responses are written: large results become them in place
+  if (!min_block.empty()) {     // issue 19: served only by a provider known at or past the block
+    const bool hex = min_block.starts_with("0x") || min_block.starts_with("0X");
+    const char* first = min_block.data() + (hex ? 2 : 0);
+    const char* last = min_block.data() + min_block.size();
+    std::uint64_t n = 0;
+    const auto [end, ec] = std::from_chars(first, last, n, hex ? 16 : 10);
+    if (ec != std::errc() || end != last || first == last) {
+      reply.status = http::status::bad_request;
+      reply.body = json_error_body("bad X-Rpcroute-Min-Block (a block number: 123 or 0x7b)");
+      return false;
+    }
+    options.min_block = n;
+    no_cache = true;  // the cache does not know which provider's height its answer came from
+  }
   next_request_id(job);
   job.started_us = config_.dashboard ? steady_us() : 0;
   job.cache_header = "MISS";
@@ -111,12 +125,15 @@ struct Tally {
   std::size_t routed = 0;  // calls that reached the routing (not invalid, not answered locally)
   std::int64_t retry_after = -1;
   Strategy strategy = Strategy::load_balanced;
-  std::string hedges;  // the hedged calls' winners, comma-separated ("hedge", "first,neither")
+  std::string hedges;       // the hedged calls' winners, comma-separated ("hedge", "first,neither")
+  std::uint64_t block = 0;  // the lowest height of the providers that answered (0: none known)
 };
 
 void count(Tally& t, const CallOutcome& o) {
   t.attempts += o.attempts.size();
   t.latency = std::max(t.latency, o.upstream_latency_ms);
+  if (o.provider_height > 0)
+    t.block = t.block == 0 ? o.provider_height : std::min(t.block, o.provider_height);
   if (o.hedge != CallOutcome::Hedge::none) {
     if (!t.hedges.empty()) t.hedges += ',';
     t.hedges += hedge_name(o.hedge);
@@ -178,6 +195,11 @@ void put_rpcroute_headers(std::string& lines, const Tally& t, std::string_view r
   put("\r\nX-Rpcroute-Request-Id: "sv);
   put(request_id);
   put("\r\n"sv);
+  if (t.block > 0) {  // issue 19: the serving provider's known height
+    put("X-Rpcroute-Block: "sv);
+    p = std::to_chars(p, p + 24, t.block).ptr;
+    put("\r\n"sv);
+  }
   if (!t.hedges.empty()) {  // issue 19: a hedge fired, and which attempt answered
     put("X-Rpcroute-Hedge: "sv);
     put(t.hedges);

@@ -27,6 +27,7 @@ struct RuleInput {
   std::optional<std::uint64_t> highest;  // the highest block the request names by number
   std::uint64_t log_range = 0;           // blocks an eth_getLogs call scans; 0 unknown
   std::optional<Height> reference;       // the chain's head as one observation (lag compares to it)
+  std::optional<std::uint64_t> min_block;  // RouteOptions::min_block
   std::int64_t now_ms = 0;
   int half_open_max_inflight = 1;
   const std::map<std::string, int, std::less<>>* half_open_trials = nullptr;  // LocalTraffic

@@ -53,6 +53,9 @@ struct CallOutcome {
   /// which of the two gave the answer (neither: both failed, or the call went on elsewhere).
   enum class Hedge : std::uint8_t { none, first_won, hedge_won, neither };
   Hedge hedge = Hedge::none;
+  /// The answering provider's last observed height after the answer (X-Rpcroute-Block); 0 unknown.
+  /// A split eth_getLogs: the lowest among the providers of its parts.
+  std::uint64_t provider_height = 0;
 };
 
 /// "first", "hedge", "neither" ("" for none): headers, --json meta and /metrics say it so.

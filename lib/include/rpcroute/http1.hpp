@@ -24,8 +24,9 @@ struct Message {
   bool keep_alive = true;   // as Beast judges it from the version and Connection
   std::string_view host, origin, authorization, retry_after;  // the first of each, trimmed
   std::string_view cache_control, rpcroute_cache;  // requests: the first of each (the cache)
-  std::size_t head_size = 0;                       // start line, fields and the empty line
-  std::uint64_t body_size = 0;                     // Content-Length (0 without one, for requests)
+  std::string_view min_block;   // requests: X-Rpcroute-Min-Block, the first (issue 19)
+  std::size_t head_size = 0;    // start line, fields and the empty line
+  std::uint64_t body_size = 0;  // Content-Length (0 without one, for requests)
   [[nodiscard]] std::size_t size() const { return head_size + static_cast<std::size_t>(body_size); }
   [[nodiscard]] std::string_view body(std::string_view in) const {
     return in.substr(head_size, static_cast<std::size_t>(body_size));

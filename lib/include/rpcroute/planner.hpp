@@ -109,6 +109,9 @@ struct RouteOptions {
   /// `call` (issue 21): a provider whose chain id the state does not hold yet is asked for it
   /// alongside the first request to it (chain_check.cpp), and left out when it is on another chain.
   bool verify_chain_id = false;
+  /// X-Rpcroute-Min-Block / `call --min-block` (issue 19): only providers whose observed height is
+  /// at or past this block serve the call (read-your-writes across providers).
+  std::optional<std::uint64_t> min_block;
 };
 
 struct RuleInput;

@@ -15,6 +15,7 @@
 #include "rpcroute/executor.hpp"
 #include "rpcroute/health/store.hpp"
 #include "rpcroute/jsonrpc.hpp"
+#include "rpcroute/log_split.hpp"
 #include "rpcroute/outcome.hpp"
 #include "rpcroute/planner.hpp"
 #include "rpcroute/sticky.hpp"
@@ -38,6 +39,8 @@ class Router {
                           const RouteOptions& options);
 
   /// Routes calls (one, or the items of a batch) on one chain. Answers come back in call order.
+  /// An eth_getLogs range wider than the providers take is fetched in parts and merged
+  /// (log_split.cpp).
   [[nodiscard]] asio::awaitable<std::vector<CallOutcome>> route(
       const Chain& chain, std::span<const jsonrpc::Call> calls, RouteOptions options);
 
@@ -48,7 +51,27 @@ class Router {
   [[nodiscard]] AttemptsInFlight& attempts_in_flight() { return traffic_.attempts; }
 
  private:
+  struct LogJob;
+  /// route() for calls among which is an eth_getLogs: those go through route_logs().
+  [[nodiscard]] asio::awaitable<std::vector<CallOutcome>> route_with_logs(
+      const Chain& chain, std::span<const jsonrpc::Call> calls, RouteOptions options);
+  /// One eth_getLogs call: whole, or split when the providers' range limits stand in the way
+  /// (configured or learned) or when they answer that the range or its result is too large.
+  [[nodiscard]] asio::awaitable<CallOutcome> route_logs(const Chain& chain,
+                                                        const jsonrpc::Call& call,
+                                                        const RouteOptions& options);
+  /// One part: appended to `into`, split further while the answer says it is too large.
+  [[nodiscard]] asio::awaitable<void> fetch_logs(LogJob& job, BlockSpan span, int depth,
+                                                 std::string& into);
+  /// The parts with bounded concurrency, merged into `merged` in block order.
+  [[nodiscard]] asio::awaitable<void> fetch_logs_parts(LogJob& job, std::vector<BlockSpan> parts,
+                                                       std::string& merged);
+  static void fail_logs(LogJob& job, std::int64_t code, std::string message);
+  [[nodiscard]] asio::awaitable<std::optional<std::uint64_t>> known_head(
+      const Chain& chain, const RouteOptions& options);
+
   const Profile& profile_;
+  HealthStore& store_;
   LocalTraffic traffic_;
   Planner planner_;
   Executor executor_;

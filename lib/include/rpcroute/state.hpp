@@ -57,6 +57,7 @@ struct PendingEvents {
     std::optional<QuotaEvent> quota;  // tokens summed, at the latest draw
     std::optional<LagMark> lag;
     std::optional<ArchivalSeen> archival;
+    std::optional<LogLimit> log_limit;
     std::optional<Cordon> cordon;  // the newest (newer_cordon)
   };
   std::map<std::string, PerProvider, std::less<>> providers;

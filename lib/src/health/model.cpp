@@ -298,6 +298,10 @@ void apply_event(State& state, const Event& event, const HealthConfig& health) {
           auto& ps = provider_entry(state, e.key);
           if (e.seen.t_ms >= ps.archival_seen.t_ms) ps.archival_seen = e.seen;
           ps.last_used_ms = std::max(ps.last_used_ms, e.seen.t_ms);
+        } else if constexpr (std::is_same_v<T, LogLimitEvent>) {
+          auto& ps = provider_entry(state, e.key);
+          if (e.limit.t_ms >= ps.log_limit.t_ms) ps.log_limit = e.limit;
+          ps.last_used_ms = std::max(ps.last_used_ms, e.limit.t_ms);
         } else if constexpr (std::is_same_v<T, CordonEvent>) {
           // Not a use of the provider: last_used_ms stays (prune keeps an active cordon anyway).
           auto& ps = provider_entry(state, e.key);

@@ -8,6 +8,7 @@
 #include <iterator>
 
 #include "rpcroute/health/bucket.hpp"
+#include "rpcroute/log_split.hpp"
 
 namespace rpcroute {
 
@@ -113,12 +114,30 @@ Verdict by_height(const RuleInput& in, const ProviderView& v) {
                                  *v.estimate, in.head)};
 }
 
+/// The client asked for a block this provider is not known to have reached: its observed height
+/// (not an estimate moved forward by block time: "known at or past N" is what the client asked).
+Verdict by_min_block(const RuleInput& in, const ProviderView& v) {
+  if (!in.min_block) return std::nullopt;
+  const bool seen = v.state != nullptr && v.state->height.t_ms > 0;
+  if (seen && v.state->height.block >= *in.min_block) return std::nullopt;
+  return RuleVerdict{
+      ExclusionKind::height,
+      seen ? fmt::format("below the minimum block {} the client asked (last seen at {})",
+                         *in.min_block, v.state->height.block)
+           : fmt::format("not known to be at the minimum block {} the client asked (height "
+                         "unknown)",
+                         *in.min_block)};
+}
+
 Verdict by_limit(const RuleInput& in, const ProviderView& v) {
-  const auto& limit = v.provider->limits.max_block_range;
+  const auto limit = log_range_limit(*v.provider, v.state);
   if (in.log_range == 0 || !limit || in.log_range <= *limit) return std::nullopt;
-  return RuleVerdict{ExclusionKind::limit,
-                     fmt::format("eth_getLogs over {} blocks exceeds its max_block_range {}",
-                                 in.log_range, *limit)};
+  const bool learned =
+      !v.provider->limits.max_block_range || *limit < *v.provider->limits.max_block_range;
+  return RuleVerdict{
+      ExclusionKind::limit,
+      fmt::format("eth_getLogs over {} blocks exceeds its {} {}", in.log_range,
+                  learned ? "learned block range limit" : "max_block_range", *limit)};
 }
 
 Verdict by_quota(const RuleInput& in, const ProviderView& v) {
@@ -166,9 +185,10 @@ Verdict by_lag(const RuleInput& in, const ProviderView& v) {
 }
 
 // Behaviour as data: the order is the order of the reasons users see.
-constexpr std::array<ExclusionRule, 14> kRules = {
-    by_caller,    by_cordon,  by_policy, by_filter, by_method, by_chain_id,   by_breaker,
-    by_half_open, by_archive, by_height, by_limit,  by_quota,  by_quarantine, by_lag,
+constexpr std::array<ExclusionRule, 15> kRules = {
+    by_caller,    by_cordon,  by_policy,    by_filter,     by_method,
+    by_chain_id,  by_breaker, by_half_open, by_archive,    by_height,
+    by_min_block, by_limit,   by_quota,     by_quarantine, by_lag,
 };
 
 }  // namespace

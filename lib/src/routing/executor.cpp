@@ -7,6 +7,7 @@
 
 #include "executor_parts.hpp"
 #include "rpcroute/judge.hpp"
+#include "rpcroute/log_split.hpp"
 #include "rpcroute/methods.hpp"
 
 namespace rpcroute {
@@ -302,6 +303,14 @@ void Executor::settle_item(const Run& run, const Round& round, Exchange& ex, std
   const auto& c = ex.per_call[g];
   const jsonrpc::Reply* reply = ex.replies[g];
   const double latency_ms = ex.latency_ms();
+  // A provider that states its eth_getLogs range limit: remembered, so that the next call splits
+  // up front (log_split.cpp).
+  if (reply != nullptr && reply->error && item.call->method == "eth_getLogs") {
+    if (auto limit = read_log_range_error(reply->error->message).block_limit) {
+      store_.record(LogLimitEvent{std::string(round.cand.key), LogLimit{*limit, now}},
+                    profile_.health);
+    }
+  }
   const Decision d = judge(c,
                            {.replay_unsafe = method_info(item.call->method).replay_unsafe,
                             .max_attempts = run.max_attempts},
@@ -364,6 +373,8 @@ void Executor::deliver(const Run& run, const Round& round, Exchange& ex, std::si
   out.upstream_latency_ms = ex.latency_ms();
   const std::string_view result = *ex.replies[g]->result;  // into the answer's buffer
   on_success(run.chain, round.cand, item, now, result);
+  if (const ProviderState* ps = store_.provider(round.cand.key))
+    out.provider_height = ps->height.block;
   // A large result is handed on without a copy: moved out of the answer's buffer (call),
   // or made the client's response in that buffer (the sidecar, which needs only that).
   const bool alone = round.group.size() == 1;

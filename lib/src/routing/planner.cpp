@@ -179,6 +179,7 @@ RuleInput Planner::read_request(const Chain& chain, std::string_view method,
   // Blocks an eth_getLogs call scans; 0 when not known (a tag without a head, a blockHash query).
   in.log_range = method == "eth_getLogs" ? log_range_blocks(plan.need, plan.head).value_or(0) : 0;
   in.reference = heights.reference;
+  in.min_block = options.min_block;
   in.now_ms = now;
   in.half_open_max_inflight = profile_.health.circuit_breaker.half_open_max_inflight;
   in.half_open_trials = &traffic_.half_open_trials;

@@ -24,6 +24,7 @@ static_assert(sizeof(LagMark) == 24, "a new LagMark field: journal it");
 static_assert(sizeof(ArchivalSeen) == 16, "a new ArchivalSeen field: journal it");
 static_assert(sizeof(HighWaterEvent) == 56, "a new HighWaterEvent field: journal it");
 static_assert(sizeof(FilterPin) == 40, "a new FilterPin field: journal it");
+static_assert(sizeof(LogLimit) == 16, "a new LogLimit field: journal it");
 static_assert(sizeof(Cordon) == 56, "a new Cordon field: journal it");
 #endif
 
@@ -205,6 +206,7 @@ enum Has : std::uint8_t {
   kLag = 8,
   kArchival = 16,
   kCordon = 32,
+  kLogLimit = 64,
 };
 
 void put_health(Out& o, const HealthConfig& h) {
@@ -253,7 +255,8 @@ void put_provider(Out& o, const PendingEvents::PerProvider& pp) {
   }
   o.u8(static_cast<std::uint8_t>((pp.height ? kHeight : 0) | (pp.probe ? kProbe : 0) |
                                  (pp.quota ? kQuota : 0) | (pp.lag ? kLag : 0) |
-                                 (pp.archival ? kArchival : 0) | (pp.cordon ? kCordon : 0)));
+                                 (pp.archival ? kArchival : 0) | (pp.cordon ? kCordon : 0) |
+                                 (pp.log_limit ? kLogLimit : 0)));
   if (pp.height) {
     o.uv(pp.height->block);
     o.iv(pp.height->t_ms);
@@ -286,6 +289,10 @@ void put_provider(Out& o, const PendingEvents::PerProvider& pp) {
     o.u8(pp.cordon->on ? 1 : 0);
     o.iv(pp.cordon->until_ms);
     o.str(pp.cordon->reason);
+  }
+  if (pp.log_limit) {
+    o.uv(pp.log_limit->blocks);
+    o.iv(pp.log_limit->t_ms);
   }
 }
 
@@ -361,6 +368,7 @@ void get_marks(In& in, const std::string& key, PendingEvents::PerProvider& pp) {
     c.reason = in.str();
     pp.cordon = std::move(c);
   }
+  if ((has & kLogLimit) != 0) pp.log_limit = LogLimit{in.uv(), in.iv()};
 }
 
 }  // namespace

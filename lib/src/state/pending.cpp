@@ -64,6 +64,10 @@ void PendingEvents::add(Event event, const HealthConfig& health) {
           auto& pp = providers[e.key];
           pp.health = health;
           if (!pp.archival || e.seen.t_ms >= pp.archival->t_ms) pp.archival = e.seen;
+        } else if constexpr (std::is_same_v<T, LogLimitEvent>) {
+          auto& pp = providers[e.key];
+          pp.health = health;
+          if (!pp.log_limit || e.limit.t_ms >= pp.log_limit->t_ms) pp.log_limit = e.limit;
         } else if constexpr (std::is_same_v<T, CordonEvent>) {
           auto& pp = providers[e.key];
           pp.health = health;
@@ -116,6 +120,7 @@ void PendingEvents::replay(State& onto) const {
     if (pp.lag) apply_event(onto, LagEvent{key, *pp.lag}, pp.health);
     if (pp.archival) apply_event(onto, ArchivalEvent{key, *pp.archival}, pp.health);
     if (pp.cordon) apply_event(onto, CordonEvent{key, *pp.cordon}, pp.health);
+    if (pp.log_limit) apply_event(onto, LogLimitEvent{key, *pp.log_limit}, pp.health);
   }
   const HealthConfig none;
   for (const auto& [key, hw] : high_water) apply_event(onto, hw, none);

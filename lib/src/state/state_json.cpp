@@ -142,6 +142,15 @@ std::string serialize_state(const State& state, std::int64_t now_ms, std::uint64
       w.value(ps.archival_seen.t_ms);
       w.end_object();
     }
+    if (ps.log_limit.blocks != 0) {
+      w.key("log_limit");
+      w.begin_object();
+      w.key("blocks");
+      w.value(static_cast<std::uint64_t>(ps.log_limit.blocks));
+      w.key("t_ms");
+      w.value(ps.log_limit.t_ms);
+      w.end_object();
+    }
     if (ps.cordon.t_ms != 0) {
       w.key("cordon");
       w.begin_object();
@@ -341,6 +350,11 @@ ProviderState parse_provider(dom::object po, std::size_t& dropped) {
     auto ao = get_obj(po, "archival_seen");
     ps.archival_seen.archival = get_opt_bool(ao, "archival");
     ps.archival_seen.t_ms = get_int(ao, "t_ms");
+  }
+  if (has(po, "log_limit")) {  // absent in files written before issue 19
+    auto lo = get_obj(po, "log_limit");
+    ps.log_limit.blocks = get_uint(lo, "blocks");
+    ps.log_limit.t_ms = get_int(lo, "t_ms");
   }
   if (has(po, "cordon")) {
     auto co = get_obj(po, "cordon");

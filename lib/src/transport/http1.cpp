@@ -239,6 +239,9 @@ bool parse_fields(const char*& p, const char* end, Message& out, bool& has_lengt
       case 17:
         if (name_is(name, "transfer-encoding")) return false;
         break;
+      case 20:
+        if (name_is(name, "x-rpcroute-min-block")) keep_first(out.min_block, value);
+        break;
       default:
         break;
     }

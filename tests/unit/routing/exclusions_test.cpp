@@ -51,8 +51,8 @@ struct Fixture {
 
 }  // namespace
 
-TEST_CASE("exclusions: fourteen rules, asked in the order users see reasons", "[exclusions]") {
-  CHECK(exclusion_rules().size() == 14);
+TEST_CASE("exclusions: fifteen rules, asked in the order users see reasons", "[exclusions]") {
+  CHECK(exclusion_rules().size() == 15);
   Fixture f;
   CHECK(f.apply() == Fate::candidate);
   CHECK(f.excluded.empty());
@@ -178,4 +178,39 @@ chains:
   CHECK(f.apply() == Fate::out);
   REQUIRE(f.excluded.size() == 1);
   CHECK(f.excluded[0].reason == "eth_getLogs over 101 blocks exceeds its max_block_range 100");
+}
+
+TEST_CASE("exclusions: a learned eth_getLogs limit below the configured one wins", "[exclusions]") {
+  Fixture f;
+  f.ps.log_limit = {50, 1};
+  f.view.state = &f.ps;
+  f.in.log_range = 50;
+  CHECK(f.apply() == Fate::candidate);
+  f.in.log_range = 51;
+  CHECK(f.apply() == Fate::out);
+  REQUIRE(f.excluded.size() == 1);
+  CHECK(f.excluded[0].kind == ExclusionKind::limit);
+  CHECK(f.excluded[0].reason == "eth_getLogs over 51 blocks exceeds its learned block range limit 50");
+}
+
+TEST_CASE("exclusions: min-block keeps only providers observed at or past the block", "[exclusions]") {
+  Fixture f;
+  f.in.min_block = 30;
+  CHECK(f.apply() == Fate::out);  // nothing observed
+  REQUIRE(f.excluded.size() == 1);
+  CHECK(f.excluded[0].kind == ExclusionKind::height);
+  CHECK(f.excluded[0].reason.find("height unknown") != std::string::npos);
+  f.excluded.clear();
+  f.ps.height = {29, f.in.now_ms};
+  f.view.state = &f.ps;
+  f.view.estimate = 40;  // an estimate moved forward by time does not count
+  CHECK(f.apply() == Fate::out);
+  REQUIRE(f.excluded.size() == 1);
+  CHECK(f.excluded[0].reason == "below the minimum block 30 the client asked (last seen at 29)");
+  f.excluded.clear();
+  f.ps.height = {30, f.in.now_ms};
+  CHECK(f.apply() == Fate::candidate);
+  f.in.min_block.reset();
+  f.ps.height = {1, f.in.now_ms};
+  CHECK(f.apply() == Fate::candidate);
 }

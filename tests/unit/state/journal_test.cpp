@@ -54,6 +54,7 @@ PendingEvents rich_pending() {
   p.add(QuotaEvent{kKey, kNow, 2.5, Quota{10, 20}}, h);
   p.add(LagEvent{kKey2, LagMark{kNow - 10, kNow, 42}}, h);
   p.add(ArchivalEvent{kKey2, ArchivalSeen{false, kNow}}, h);
+  p.add(LogLimitEvent{kKey2, LogLimit{2'000, kNow}}, h);
   p.add(HighWaterEvent{kChain, Height{1'000, kNow}, true}, h);
   p.add(CursorEvent{kChain, 3}, h);
   p.add(FilterEvent{kChain + "/0xabc", FilterPin{"alpha", kNow}}, h);
@@ -133,6 +134,7 @@ TEST_CASE("journal record: every field round-trips", "[state][journal]") {
   CHECK(back->providers.at(kKey).quota->key == kKey);
   CHECK(back->providers.at(kKey).probe->client_version == "anvil/v1 \xff");
   CHECK(back->high_water.at(kChain).reset);
+  CHECK(back->providers.at(kKey2).log_limit->blocks == 2'000);
 
   // Empty changes too.
   CHECK(journal::decode(journal::encode(PendingEvents{})).has_value());

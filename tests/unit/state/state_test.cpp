@@ -762,6 +762,8 @@ TEST_CASE("state: lag marks, learned archival and a high-water reset round-trip 
   apply_event(s, LagEvent{kKey, LagMark{0, kNow - 1}}, health);  // older judgement: ignored
   CHECK(s.providers.at(kKey).lag.behind_since_ms == kNow - 5'000);
   apply_event(s, ArchivalEvent{kKey, ArchivalSeen{false, kNow}}, health);
+  apply_event(s, LogLimitEvent{kKey, LogLimit{2'000, kNow}}, health);
+  apply_event(s, LogLimitEvent{kKey, LogLimit{500, kNow - 1}}, health);  // older statement: ignored
   apply_event(s, QuotaEvent{kKey2, kNow, 2, Quota{1, 10}}, health);
   apply_event(s, HighWaterEvent{kChain, Height{500, kNow}}, health);
   apply_event(s, HighWaterEvent{kChain, Height{500, kNow + 7}}, health);  // seen again: fresher
@@ -782,6 +784,8 @@ TEST_CASE("state: lag marks, learned archival and a high-water reset round-trip 
   CHECK(p.lag.t_ms == kNow);
   CHECK(p.archival_seen.archival == false);
   CHECK(p.archival_seen.t_ms == kNow);
+  CHECK(p.log_limit.blocks == 2'000);
+  CHECK(p.log_limit.t_ms == kNow);
   CHECK(p.breaker.state == BreakerState::open);
   CHECK(parsed->providers.at(kKey2).quota.tokens == Approx(8.0));
   CHECK(parsed->providers.at(kKey2).quota.t_ms == kNow);

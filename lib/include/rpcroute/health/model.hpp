@@ -69,6 +69,14 @@ struct ArchivalSeen {
   std::int64_t t_ms = 0;
 };
 
+/// The widest eth_getLogs block range a provider accepts, as its own error message stated it
+/// (issue 19: "up to a 2000 block range"); the router splits wider ranges up front. The newest
+/// statement wins (a provider may raise or lower its limit). blocks 0: none learned.
+struct LogLimit {
+  std::uint64_t blocks = 0;
+  std::int64_t t_ms = 0;
+};
+
 /// An operator took the provider out of routing (`rpcroute cordon`), or put it back. A lifted one
 /// is kept too: processes merge cordons by time, the newest word wins (newer_cordon()), so a cordon
 /// replayed after a later uncordon never comes back.
@@ -110,6 +118,7 @@ struct ProviderState {
   Bucket quota;
   LagMark lag;
   ArchivalSeen archival_seen;
+  LogLimit log_limit;
   Cordon cordon;
   std::map<std::string, std::deque<Sample>, std::less<>> methods;  // newest last
 
@@ -234,14 +243,19 @@ struct ArchivalEvent {
   std::string key;
   ArchivalSeen seen;
 };
+/// A provider's error stated its eth_getLogs block range limit.
+struct LogLimitEvent {
+  std::string key;
+  LogLimit limit;
+};
 /// An operator cordoned or uncordoned the provider.
 struct CordonEvent {
   std::string key;
   Cordon cordon;
 };
-using Event =
-    std::variant<AttemptEvent, SampleEvent, HeightEvent, HighWaterEvent, CursorEvent, FilterEvent,
-                 ProbeEvent, QuotaEvent, LagEvent, ArchivalEvent, CordonEvent, FinalityEvent>;
+using Event = std::variant<AttemptEvent, SampleEvent, HeightEvent, HighWaterEvent, CursorEvent,
+                           FilterEvent, ProbeEvent, QuotaEvent, LagEvent, ArchivalEvent,
+                           CordonEvent, FinalityEvent, LogLimitEvent>;
 
 /// Applies one event; entries are created from their keys when missing. `health` decides breaker
 /// thresholds.
