@@ -66,7 +66,7 @@ class Router {
   /// The parts with bounded concurrency, merged into `merged` in block order.
   [[nodiscard]] asio::awaitable<void> fetch_logs_parts(LogJob& job, std::vector<BlockSpan> parts,
                                                        std::string& merged);
-  static void fail_logs(LogJob& job, std::int64_t code, std::string message);
+  static void fail_logs(LogJob& job, std::int64_t code, const std::string& message);
   [[nodiscard]] asio::awaitable<std::optional<std::uint64_t>> known_head(
       const Chain& chain, const RouteOptions& options);
 

@@ -301,7 +301,7 @@ asio::awaitable<std::optional<std::uint64_t>> Router::known_head(const Chain& ch
   co_return jsonrpc::parse_quantity(outs[0].result);
 }
 
-void Router::fail_logs(LogJob& job, std::int64_t code, std::string message) {
+void Router::fail_logs(LogJob& job, std::int64_t code, const std::string& message) {
   if (job.failure) return;
   CallOutcome out;
   out.status = CallOutcome::Status::rpc_error;
