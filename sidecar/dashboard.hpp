@@ -36,7 +36,8 @@ struct ShortName {
   void assign(std::string_view s) {
     static_assert(N < 256);
     size = static_cast<std::uint8_t>(std::min(s.size(), N - 1));
-    std::memcpy(text.data(), s.data(), size);
+    if (size > 0)
+      std::memcpy(text.data(), s.data(), size);  // "" may have no data (a cache hit's provider)
   }
   [[nodiscard]] std::string_view view() const { return {text.data(), size}; }
   /// Printable ASCII only (anything else becomes '?'): it can neither break the JSON nor drive
