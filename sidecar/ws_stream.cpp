@@ -9,6 +9,8 @@
 #include <map>
 #include <set>
 
+#include "rpcroute/jsonrpc.hpp"
+
 namespace rpcroute::sidecar {
 
 namespace {
@@ -249,8 +251,7 @@ asio::awaitable<void> LogStream::catch_up(const std::string& params, const WsCha
   ask_head.emplace_back("eth_blockNumber", "[]");
   auto head = co_await fetcher.fetch(std::move(ask_head));
   std::optional<std::uint64_t> to;
-  if (!head.empty() && head[0] && head[0]->size() > 2)
-    to = parse_hex(std::string_view(*head[0]).substr(1, head[0]->size() - 2));  // "0x…"
+  if (!head.empty() && head[0]) to = jsonrpc::parse_quantity(*head[0]);
   if (!to) {
     note("logs: the chain's head is unknown; the logs missed are not backfilled");
     co_return;
