@@ -292,11 +292,11 @@ void Router::fail_logs_deadline(LogJob& job) const {
   if (job.failure) return;
   CallOutcome out;
   out.status = CallOutcome::Status::unavailable;
-  out.unavailable_reason = fmt::format("deadline of {} ms exceeded", job.timeout_ms);
-  const auto message = fmt::format(
-      "no provider could serve eth_getLogs on {}: the split range did not finish within the "
-      "deadline of {} ms ({} parts answered); narrow the range or raise --timeout",
-      job.chain.name, job.timeout_ms, job.parts_done);
+  out.unavailable_reason =
+      fmt::format("the split range did not finish within the deadline of {} ms ({} parts answered)",
+                  job.timeout_ms, job.parts_done);
+  const auto message = fmt::format("no provider could serve eth_getLogs on {}: {}", job.chain.name,
+                                   out.unavailable_reason);
   out.error = jsonrpc::error_object(jsonrpc::kNoProvider, message);
   if (job.call.has_id())
     out.response = jsonrpc::make_error(job.call.id, jsonrpc::kNoProvider, message);
@@ -519,9 +519,9 @@ asio::awaitable<CallOutcome> Router::route_logs(const Chain& chain, const jsonrp
   } else {
     // Whole, as the client wrote it; split only if the answer says it is too large.
     const std::vector<jsonrpc::Call> whole{call};
-    auto whole_options = part_options(job);
-    if (!whole_options) co_return std::move(*job.failure);
-    auto outs = co_await executor_.route(chain, whole, *whole_options);
+    // Its deadline is the job's (the executor computes the same); what is left after it goes to
+    // the parts.
+    auto outs = co_await executor_.route(chain, whole, job.options);
     CallOutcome out = std::move(outs[0]);
     if (out.status != CallOutcome::Status::rpc_error || !need.from || !need.to ||
         !read_log_range_error(d::error_parts(out.error).message).too_large) {

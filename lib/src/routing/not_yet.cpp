@@ -29,7 +29,9 @@ std::uint64_t Executor::not_yet_height(const Chain& chain, const Item& item,
                                        std::int64_t now) const {
   const auto& block = item.plan.need.block;
   if (block && block->kind == BlockRef::Kind::number) return block->number;
-  if (block && block->kind == BlockRef::Kind::earliest) return 0;
+  // `earliest` every node has; a `pending` block is each node's own (null on some by design).
+  if (block && (block->kind == BlockRef::Kind::earliest || block->kind == BlockRef::Kind::pending))
+    return 0;
   // By hash (or a tag): the chain's best height. The hash may be in any block up to there.
   return best_height(chain, now);
 }
