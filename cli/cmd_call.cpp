@@ -90,6 +90,10 @@ void write_meta(json::Writer& w, const CallOutcome& o, const Chain& chain) {
     w.key("broadcast");
     w.value(true);
   }
+  if (o.empty_retries > 0) {  // a null from a provider behind was asked again elsewhere
+    w.key("empty_retries");
+    w.value(static_cast<std::int64_t>(o.empty_retries));
+  }
   if (o.hedge != CallOutcome::Hedge::none) {  // which attempt answered: first, hedge, neither
     w.key("hedge");
     w.value(hedge_name(o.hedge));

@@ -127,10 +127,12 @@ struct Tally {
   Strategy strategy = Strategy::load_balanced;
   std::string hedges;       // the hedged calls' winners, comma-separated ("hedge", "first,neither")
   std::uint64_t block = 0;  // the lowest height of the providers that answered (0: none known)
+  std::int64_t empty_retries = 0;  // nulls from providers behind, asked again (issue 19)
 };
 
 void count(Tally& t, const CallOutcome& o) {
   t.attempts += o.attempts.size();
+  t.empty_retries += o.empty_retries;
   t.latency = std::max(t.latency, o.upstream_latency_ms);
   if (o.provider_height > 0)
     t.block = t.block == 0 ? o.provider_height : std::min(t.block, o.provider_height);
@@ -198,6 +200,11 @@ void put_rpcroute_headers(std::string& lines, const Tally& t, std::string_view r
   if (t.block > 0) {  // issue 19: the serving provider's known height
     put("X-Rpcroute-Block: "sv);
     p = std::to_chars(p, p + 24, t.block).ptr;
+    put("\r\n"sv);
+  }
+  if (t.empty_retries > 0) {  // issue 19: a null from a provider behind was asked again
+    put("X-Rpcroute-Empty-Retries: "sv);
+    p = std::to_chars(p, p + 24, t.empty_retries).ptr;
     put("\r\n"sv);
   }
   if (!t.hedges.empty()) {  // issue 19: a hedge fired, and which attempt answered

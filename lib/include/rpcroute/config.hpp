@@ -125,6 +125,9 @@ struct Chain {
   std::uint64_t archival_threshold = 128;
   std::int64_t lag_trip_ms = 30'000;
   std::optional<HedgeConfig> hedge;  // off unless the profile or `call --hedge` asks
+  /// `rewrite_latest: true` (issue 19): a read's `latest` block tag is sent as the chain's
+  /// high-water height, so that one client's consecutive reads never go backwards.
+  bool rewrite_latest = false;
   WsChainConfig websocket;
   std::vector<Provider> providers;
 
@@ -138,6 +141,9 @@ struct MethodPolicy {
   std::optional<std::uint64_t> max_response_bytes;  // max_response_mb: wins over the provider's
   bool broadcast = false;
   std::optional<HedgeConfig> hedge;  // wins over the chain's
+  /// A `null` from a provider behind the height the lookup needs is retried on one at or past it
+  /// (issue 19, `retry_empty: false` turns it off for the method).
+  bool retry_empty = true;
 };
 
 struct MethodOverride {

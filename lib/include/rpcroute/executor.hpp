@@ -56,6 +56,9 @@ struct CallOutcome {
   /// The answering provider's last observed height after the answer (X-Rpcroute-Block); 0 unknown.
   /// A split eth_getLogs: the lowest among the providers of its parts.
   std::uint64_t provider_height = 0;
+  /// A `null` from a provider behind the height the lookup needs was asked again of a provider at
+  /// or past it (issue 19): how many times (X-Rpcroute-Empty-Retries, `--json` meta).
+  int empty_retries = 0;
 };
 
 /// "first", "hedge", "neither" ("" for none): headers, --json meta and /metrics say it so.
@@ -132,6 +135,20 @@ class Executor {
   void settle_item(const Run& run, const Round& round, Exchange& ex, std::size_t g,
                    std::int64_t now);
   void deliver(const Run& run, const Round& round, Exchange& ex, std::size_t g, std::int64_t now);
+  // not_yet.cpp (issue 19): a `null` from a provider behind the height the lookup needs.
+  /// True when call `g`'s null answer is not final: its item moved on to a candidate known at or
+  /// past that height, the null held.
+  bool retry_not_yet(const Run& run, const Round& round, const Exchange& ex, std::size_t g);
+  /// The height a lookup's answer needs (its block number, else the chain's best height); 0 none.
+  [[nodiscard]] std::uint64_t not_yet_height(const Chain& chain, const Item& item,
+                                             std::int64_t now) const;
+  /// Ends the call with the null it holds; false when it holds none.
+  static bool deliver_held_null(Item& item);
+  /// The chain's best known height: the head rule's, or the high-water mark when fresh, higher and
+  /// still supported; 0 when nothing is known.
+  [[nodiscard]] std::uint64_t best_height(const Chain& chain, std::int64_t now) const;
+  /// `rewrite_latest` (tag_rewrite.cpp): the item's `latest` sent as the chain's best height.
+  void rewrite_latest(const Chain& chain, Item& item) const;
 
   void finish_unavailable(Item& item, const Chain& chain, std::string_view why);
   /// What a success teaches (heights, the high-water mark, filters, archival, the sticky sender);

@@ -33,6 +33,9 @@ struct MethodInfo {
   TimeoutClass timeout = TimeoutClass::standard;
   bool cacheable =
       false;  // its answer never changes (addressed by hash, or constant); not read yet
+  /// A lookup by hash or number whose `null` may only mean the provider has not reached the block
+  /// yet (issue 19): retried on a provider at or past the height first (not_yet.cpp).
+  bool null_not_yet = false;
 };
 
 /// The row for `method`; methods outside the catalogue get a default row (no block, standard

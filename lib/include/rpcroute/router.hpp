@@ -67,11 +67,17 @@ class Router {
   [[nodiscard]] asio::awaitable<void> fetch_logs_parts(LogJob& job, std::vector<BlockSpan> parts,
                                                        std::string& merged);
   static void fail_logs(LogJob& job, std::int64_t code, const std::string& message);
-  [[nodiscard]] asio::awaitable<std::optional<std::uint64_t>> known_head(
-      const Chain& chain, const RouteOptions& options);
+  /// The options for the next request of a job: its timeout is what is left of the job's one
+  /// deadline. Nullopt (the job failed with the deadline's error) when nothing is left.
+  [[nodiscard]] std::optional<RouteOptions> part_options(LogJob& job) const;
+  /// The job ends with the one error of a split range that ran out of time.
+  void fail_logs_deadline(LogJob& job) const;
+  /// The chain's head (one eth_blockNumber), asked within the job's deadline.
+  [[nodiscard]] asio::awaitable<std::optional<std::uint64_t>> known_head(LogJob& job);
 
   const Profile& profile_;
   HealthStore& store_;
+  const Clock& clock_;
   LocalTraffic traffic_;
   Planner planner_;
   Executor executor_;

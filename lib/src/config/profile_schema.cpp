@@ -176,8 +176,11 @@ class ProfileSchema : public detail::YamlReader {
     MethodOverride o;
     o.pattern = scalar(key, "method name");
     require_map(v, "method override");
-    check_keys(v, {"strategy", "providers", "timeout_ms", "broadcast", "max_response_mb", "hedge"},
+    check_keys(v,
+               {"strategy", "providers", "timeout_ms", "broadcast", "max_response_mb", "hedge",
+                "retry_empty"},
                "method override");
+    if (auto r = v["retry_empty"]) o.policy.retry_empty = boolean(r);
     if (auto s = v["strategy"]) o.policy.strategy = strategy(s);
     if (auto t = opt_int(v, "timeout_ms", 1)) o.policy.timeout_ms = *t;
     if (auto b = v["broadcast"]) o.policy.broadcast = boolean(b);
@@ -236,7 +239,7 @@ class ProfileSchema : public detail::YamlReader {
     require_map(n, fmt::format("chains.{}", c.name));
     check_keys(n,
                {"chain_id", "block_time_ms", "max_lag_blocks", "archival_threshold", "lag_trip_ms",
-                "hedge", "websocket", "providers"},
+                "hedge", "rewrite_latest", "websocket", "providers"},
                fmt::format("chain '{}'", c.name));
     auto cid = opt_int(n, "chain_id", 1);
     if (!cid) throw error(n, fmt::format("chain '{}' needs a 'chain_id'", c.name));
@@ -247,6 +250,7 @@ class ProfileSchema : public detail::YamlReader {
         static_cast<std::uint64_t>(opt_int(n, "archival_threshold", 0).value_or(128));
     c.lag_trip_ms = opt_int(n, "lag_trip_ms", 0).value_or(c.lag_trip_ms);
     if (auto h = n["hedge"]) c.hedge = read_hedge(h);
+    if (auto r = n["rewrite_latest"]) c.rewrite_latest = boolean(r);
     if (auto w = n["websocket"]) c.websocket = read_websocket(w);
     auto ps = n["providers"];
     if (!ps) throw error(n, fmt::format("chain '{}' needs a 'providers' list", c.name));

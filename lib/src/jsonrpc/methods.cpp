@@ -16,7 +16,8 @@ using StickySource::address_param, StickySource::from_field, StickySource::raw_t
 // Behaviour as data: one row per method we know something about, sorted by name (checked below).
 // Block parameters as DESIGN.md section 8 reads them; timeouts as section 5; sticky sources as
 // issue 15. `cacheable`: answers addressed by a hash or constant for the chain (a null answer is
-// not one to keep); nothing reads it yet.
+// not one to keep); nothing reads it yet. `null_not_yet`: lookups by hash or number whose null
+// answer may be a provider behind (issue 19's not-yet results).
 constexpr std::array kCatalogue = {
     MethodInfo{.name = "debug_getRawBlock", .block_param = 0, .timeout = trace},
     MethodInfo{.name = "debug_getRawHeader", .block_param = 0, .timeout = trace},
@@ -46,27 +47,43 @@ constexpr std::array kCatalogue = {
     MethodInfo{.name = "eth_feeHistory", .block_param = 1, .timeout = cheap},
     MethodInfo{.name = "eth_gasPrice", .timeout = cheap},
     MethodInfo{.name = "eth_getBalance", .block_param = 1, .timeout = cheap},
-    MethodInfo{.name = "eth_getBlockByHash", .timeout = cheap, .cacheable = true},
-    MethodInfo{.name = "eth_getBlockByNumber", .block_param = 0, .timeout = cheap},
-    MethodInfo{.name = "eth_getBlockReceipts", .block_param = 0, .timeout = heavy},
-    MethodInfo{.name = "eth_getBlockTransactionCountByHash", .timeout = cheap, .cacheable = true},
-    MethodInfo{.name = "eth_getBlockTransactionCountByNumber", .block_param = 0, .timeout = cheap},
+    MethodInfo{
+        .name = "eth_getBlockByHash", .timeout = cheap, .cacheable = true, .null_not_yet = true},
+    MethodInfo{
+        .name = "eth_getBlockByNumber", .block_param = 0, .timeout = cheap, .null_not_yet = true},
+    MethodInfo{
+        .name = "eth_getBlockReceipts", .block_param = 0, .timeout = heavy, .null_not_yet = true},
+    MethodInfo{.name = "eth_getBlockTransactionCountByHash",
+               .timeout = cheap,
+               .cacheable = true,
+               .null_not_yet = true},
+    MethodInfo{.name = "eth_getBlockTransactionCountByNumber",
+               .block_param = 0,
+               .timeout = cheap,
+               .null_not_yet = true},
     MethodInfo{.name = "eth_getCode", .block_param = 1, .timeout = cheap},
     MethodInfo{.name = "eth_getFilterChanges", .filter = reads, .timeout = cheap},
     MethodInfo{.name = "eth_getFilterLogs", .filter = reads, .timeout = heavy},
-    MethodInfo{.name = "eth_getHeaderByNumber", .block_param = 0},
+    MethodInfo{.name = "eth_getHeaderByNumber", .block_param = 0, .null_not_yet = true},
     MethodInfo{.name = "eth_getLogs", .block_param = 0, .log_filter = true, .timeout = heavy},
     MethodInfo{.name = "eth_getProof", .block_param = 2, .timeout = heavy},
     MethodInfo{.name = "eth_getStorageAt", .block_param = 2, .timeout = cheap},
-    MethodInfo{.name = "eth_getTransactionByBlockNumberAndIndex", .block_param = 0},
-    MethodInfo{.name = "eth_getTransactionByHash", .sticky = hash_param, .timeout = cheap},
+    MethodInfo{
+        .name = "eth_getTransactionByBlockNumberAndIndex", .block_param = 0, .null_not_yet = true},
+    MethodInfo{.name = "eth_getTransactionByHash",
+               .sticky = hash_param,
+               .timeout = cheap,
+               .null_not_yet = true},
     MethodInfo{.name = "eth_getTransactionCount",
                .block_param = 1,
                .sticky = address_param,
                .timeout = cheap},
-    MethodInfo{.name = "eth_getTransactionReceipt", .sticky = hash_param, .timeout = cheap},
-    MethodInfo{.name = "eth_getUncleByBlockNumberAndIndex", .block_param = 0},
-    MethodInfo{.name = "eth_getUncleCountByBlockNumber", .block_param = 0},
+    MethodInfo{.name = "eth_getTransactionReceipt",
+               .sticky = hash_param,
+               .timeout = cheap,
+               .null_not_yet = true},
+    MethodInfo{.name = "eth_getUncleByBlockNumberAndIndex", .block_param = 0, .null_not_yet = true},
+    MethodInfo{.name = "eth_getUncleCountByBlockNumber", .block_param = 0, .null_not_yet = true},
     MethodInfo{.name = "eth_maxPriorityFeePerGas", .timeout = cheap},
     MethodInfo{.name = "eth_newBlockFilter", .filter = creates},
     MethodInfo{.name = "eth_newFilter", .filter = creates},

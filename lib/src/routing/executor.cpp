@@ -88,7 +88,8 @@ asio::awaitable<std::vector<CallOutcome>> Executor::route(const Chain& chain,
     item.index = i;
     item.call = &call;
     item.keep_result = options.keep_result;
-    item.plan = planner_.plan(chain, call.method, call.params, options);
+    if (chain.rewrite_latest) rewrite_latest(chain, item);
+    item.plan = planner_.plan(chain, call.method, item.call->params, options);
     // Every provider is over its quota: wait for the first token when it comes within the deadline,
     // rather than fail a script that calls in a tight loop.
     while (auto wait = quota_wait(item.plan, run.deadline_us)) {
@@ -96,7 +97,7 @@ asio::awaitable<std::vector<CallOutcome>> Executor::route(const Chain& chain,
                                std::chrono::milliseconds(*wait));
       boost::system::error_code ec;
       co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-      item.plan = planner_.plan(chain, call.method, call.params, options);
+      item.plan = planner_.plan(chain, call.method, item.call->params, options);
     }
     planned(run, item);
     if (!item.done && item.plan.policy.broadcast)
@@ -330,6 +331,7 @@ void Executor::settle_item(const Run& run, const Round& round, Exchange& ex, std
   };
   switch (d.action) {
     case Action::deliver:
+      if (retry_not_yet(run, round, ex, g)) return;
       deliver(run, round, ex, g, now);
       return;
     case Action::return_error:
@@ -351,6 +353,7 @@ void Executor::settle_item(const Run& run, const Round& round, Exchange& ex, std
   if (d.spend_unknown) item.unknown_spent = true;
   switch (d.action) {
     case Action::return_held:
+      if (deliver_held_null(item)) return;  // the null, rather than an error after it
       finish_with_error(*item.held_error, item.held_provider, item.held_latency_ms);
       return;
     case Action::give_up:

@@ -21,6 +21,12 @@ struct Executor::Item {
   double held_latency_ms = 0;
   bool done = false;
   bool keep_result = true;  // RouteOptions::keep_result
+  /// A `null` from a provider behind (not_yet.cpp): the answer if nobody at the height does better.
+  std::optional<std::string> held_null_provider;
+  double held_null_latency_ms = 0;
+  std::uint64_t held_null_height = 0;
+  /// The call as sent when its `latest` was rewritten (tag_rewrite.cpp); `call` then points here.
+  jsonrpc::Call rewritten;
   CallOutcome out;
 };
 

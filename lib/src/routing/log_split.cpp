@@ -271,7 +271,39 @@ struct Router::LogJob {
   std::vector<Exclusion> excluded;
   double latency_ms = 0;
   std::uint64_t height = 0;  // the lowest provider height among the parts' answers
+  // One deadline for the whole call, parts and head lookups included (not one per part).
+  std::int64_t timeout_ms = 0;
+  std::int64_t deadline_us = 0;  // on the clock's monotonic time
+  std::size_t parts_done = 0;
 };
+
+std::optional<RouteOptions> Router::part_options(LogJob& job) const {
+  const std::int64_t left_ms = (job.deadline_us - clock_.mono_us()) / 1000;
+  if (left_ms <= 0) {
+    fail_logs_deadline(job);
+    return std::nullopt;
+  }
+  RouteOptions o = job.options;
+  o.timeout_ms = left_ms;
+  return o;
+}
+
+void Router::fail_logs_deadline(LogJob& job) const {
+  if (job.failure) return;
+  CallOutcome out;
+  out.status = CallOutcome::Status::unavailable;
+  out.unavailable_reason =
+      fmt::format("the split range did not finish within the deadline of {} ms ({} parts answered)",
+                  job.timeout_ms, job.parts_done);
+  const auto message = fmt::format("no provider could serve eth_getLogs on {}: {}", job.chain.name,
+                                   out.unavailable_reason);
+  out.error = jsonrpc::error_object(jsonrpc::kNoProvider, message);
+  if (job.call.has_id())
+    out.response = jsonrpc::make_error(job.call.id, jsonrpc::kNoProvider, message);
+  out.attempts = job.attempts;
+  out.excluded = job.excluded;
+  job.failure = std::move(out);
+}
 
 asio::awaitable<std::vector<CallOutcome>> Router::route_with_logs(
     const Chain& chain, std::span<const jsonrpc::Call> calls, RouteOptions options) {
@@ -293,10 +325,11 @@ asio::awaitable<std::vector<CallOutcome>> Router::route_with_logs(
   co_return outs;
 }
 
-asio::awaitable<std::optional<std::uint64_t>> Router::known_head(const Chain& chain,
-                                                                 const RouteOptions& options) {
+asio::awaitable<std::optional<std::uint64_t>> Router::known_head(LogJob& job) {
+  auto options = part_options(job);  // within the job's deadline
+  if (!options) co_return std::nullopt;
   const std::vector<jsonrpc::Call> ask{{"1", "eth_blockNumber", "[]", ""}};
-  auto outs = co_await executor_.route(chain, ask, options);
+  auto outs = co_await executor_.route(job.chain, ask, *options);
   if (outs.empty() || outs[0].status != CallOutcome::Status::result) co_return std::nullopt;
   co_return jsonrpc::parse_quantity(outs[0].result);
 }
@@ -328,9 +361,11 @@ asio::awaitable<void> Router::fetch_logs(LogJob& job, BlockSpan span, int depth,
                           kMaxLogParts, span.from, span.to));
     co_return;
   }
+  auto options = part_options(job);
+  if (!options) co_return;
   const std::vector<jsonrpc::Call> part{
       {job.call.has_id() ? job.call.id : std::string("1"), "eth_getLogs", std::move(*params), ""}};
-  auto outs = co_await executor_.route(job.chain, part, job.options);
+  auto outs = co_await executor_.route(job.chain, part, *options);
   CallOutcome& out = outs[0];
   for (auto& a : out.attempts) {
     if (job.attempts.size() < d::kMaxLogAttempts) job.attempts.push_back(std::move(a));
@@ -351,6 +386,7 @@ asio::awaitable<void> Router::fetch_logs(LogJob& job, BlockSpan span, int depth,
                             kDefaultMaxResponseBytes >> 20));
       co_return;
     }
+    ++job.parts_done;
     job.latency_ms = std::max(job.latency_ms, out.upstream_latency_ms);
     if (out.provider_height > 0)
       job.height =
@@ -377,7 +413,13 @@ asio::awaitable<void> Router::fetch_logs(LogJob& job, BlockSpan span, int depth,
                           span.from, span.to, out.provider, error.message));
     co_return;
   }
-  // Unavailable (every candidate failed, the deadline): the whole request is, with its details.
+  // Out of time: the one deadline's error, not the part's (its timeout was what was left).
+  if (clock_.mono_us() + 1000 >= job.deadline_us ||
+      out.unavailable_reason.starts_with("deadline of")) {
+    fail_logs_deadline(job);
+    co_return;
+  }
+  // Unavailable (every candidate failed): the whole request is, with its details.
   if (!job.failure) {
     out.attempts = job.attempts;
     job.failure = std::move(out);
@@ -446,6 +488,9 @@ asio::awaitable<CallOutcome> Router::route_logs(const Chain& chain, const jsonrp
   LogJob job{chain, call, options};
   job.options.keep_result = true;
   job.excluded = plan.excluded;
+  job.timeout_ms = options.timeout_ms.value_or(
+      std::max(profile_.routing.timeout_ms, default_method_timeout_ms("eth_getLogs")));
+  job.deadline_us = clock_.mono_us() + job.timeout_ms * 1000;
 
   std::optional<BlockSpan> span;
   auto resolve_span = [&](std::uint64_t head) -> std::optional<BlockSpan> {
@@ -466,20 +511,24 @@ asio::awaitable<CallOutcome> Router::route_logs(const Chain& chain, const jsonrp
 
   std::string merged;
   if (chunk && need.from && need.to) {
-    span = split_span_now(co_await known_head(chain, options));
+    span = split_span_now(co_await known_head(job));
+    if (job.failure) co_return std::move(*job.failure);
   }
   if (chunk && span) {
     co_await fetch_logs_parts(job, split_span(*span, *chunk), merged);
   } else {
     // Whole, as the client wrote it; split only if the answer says it is too large.
     const std::vector<jsonrpc::Call> whole{call};
+    // Its deadline is the job's (the executor computes the same); what is left after it goes to
+    // the parts.
     auto outs = co_await executor_.route(chain, whole, job.options);
     CallOutcome out = std::move(outs[0]);
     if (out.status != CallOutcome::Status::rpc_error || !need.from || !need.to ||
         !read_log_range_error(d::error_parts(out.error).message).too_large) {
       co_return out;
     }
-    span = split_span_now(co_await known_head(chain, options));
+    span = split_span_now(co_await known_head(job));
+    if (job.failure) co_return std::move(*job.failure);
     if (!span || span->blocks() < 2) co_return out;
     job.attempts = std::move(out.attempts);
     const auto stated = read_log_range_error(d::error_parts(out.error).message).block_limit;

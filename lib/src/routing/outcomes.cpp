@@ -61,6 +61,8 @@ Classification Executor::scrubbed(const Classification& c) const {
 }
 
 void Executor::finish_unavailable(Item& item, const Chain& chain, std::string_view why) {
+  // A null held from a provider behind (not_yet.cpp) is an answer: nobody at the height did better.
+  if (deliver_held_null(item)) return;
   auto& out = item.out;
   item.done = true;
   out.status = CallOutcome::Status::unavailable;

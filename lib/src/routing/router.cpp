@@ -8,6 +8,7 @@ Router::Router(const Profile& profile, Transport& transport, HealthStore& store,
                Random& rng)
     : profile_(profile),
       store_(store),
+      clock_(clock),
       planner_(profile, store, clock, rng, traffic_),
       executor_(profile, planner_, transport, store, clock, rng, traffic_) {}
 

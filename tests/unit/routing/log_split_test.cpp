@@ -130,14 +130,14 @@ struct LogFixture {
   Router router{profile, transport, store, clock, rng};
   const Chain& chain = profile.chains.front();
 
-  CallOutcome get_logs(std::string_view params) {
+  CallOutcome get_logs(std::string_view params, RouteOptions options = {}) {
     std::vector<jsonrpc::Call> calls(1);
     calls[0].id = "7";
     calls[0].method = "eth_getLogs";
     calls[0].params = std::string(params);
     std::vector<CallOutcome> out;
     asio::co_spawn(
-        io, [&]() -> asio::awaitable<void> { out = co_await router.route(chain, calls, {}); },
+        io, [&]() -> asio::awaitable<void> { out = co_await router.route(chain, calls, options); },
         asio::detached);
     io.run();
     io.restart();
@@ -219,4 +219,33 @@ TEST_CASE("log split: a blockHash query is never split", "[logsplit][route]") {
   auto out = f.get_logs(R"([{"blockHash":"0x)" + hash + R"("}])");
   CHECK(out.status == CallOutcome::Status::rpc_error);
   CHECK(f.transport.log.size() == 2);  // a, then b: no parts
+}
+
+TEST_CASE("log split: the parts share the request's one deadline; on expiry one clear error",
+          "[logsplit][route]") {
+  LogFixture f;
+  f.profile.chains.front().providers[0].limits.max_block_range = 10;
+  f.profile.chains.front().providers[1].limits.max_block_range = 10;
+  // Every request takes 300 ms (the fake clock moves): the head, then five parts of 10 blocks.
+  f.transport.on("http://a.test", log_node(10), 300);
+  f.transport.on("http://b.test", log_node(10), 300);
+  RouteOptions options;
+  options.timeout_ms = 1000;
+  auto out = f.get_logs(R"([{"fromBlock":"0x0","toBlock":"0x31"}])", options);
+  // Each part alone would fit in 1000 ms; all of them do not.
+  REQUIRE(out.status == CallOutcome::Status::unavailable);
+  CHECK(out.error.find("the split range did not finish within the deadline of 1000 ms") != std::string::npos);
+  CHECK(out.response.find(R"("id":7)") != std::string::npos);
+  CHECK(out.response.find(R"("result")") == std::string::npos);  // never a partial answer
+  CHECK(out.result.empty());
+  // No request outlived the deadline: each was given what was left of it.
+  std::int64_t given = 0;
+  for (const auto& sent : f.transport.log) given += std::min<std::int64_t>(sent.timeout_ms, 300);
+  CHECK(given <= 1000);
+
+  // The same parts with time enough: the merged answer.
+  options.timeout_ms = 5000;
+  out = f.get_logs(R"([{"fromBlock":"0x0","toBlock":"0x31"}])", options);
+  REQUIRE(out.status == CallOutcome::Status::result);
+  CHECK(out.result == expected_logs(0, 49));
 }
