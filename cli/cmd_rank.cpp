@@ -35,8 +35,8 @@ void setup_rank(CLI::App& app, int& exit_code) {
   sub->add_flag("--no-state", opts->no_state,
                 "Rank without the state file (no latency data, breakers or heights)");
   sub->add_option("--shared-state", opts->shared_state,
-                  "Read what other hosts share through Redis: redis://HOST:PORT/DB (default: the "
-                  "profile's shared_state)");
+                  "Read what other hosts share through Redis (breakers, heights, learned limits, "
+                  "latency summaries): redis://HOST:PORT/DB (default: the profile's shared_state)");
   sub->add_flag("--json", opts->json, "Print as JSON");
   sub->add_flag("--explain", opts->explain,
                 "One plain sentence per provider saying why it is where it is");

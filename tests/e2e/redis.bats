@@ -151,6 +151,79 @@ serve_shared() { # NAME [SERVE ARGS...]
   ((after - before >= 3))
 }
 
+@test "a log-range limit learned by one host makes another split up front" {
+  start_redis redis
+  start_fake f1 --height 30000
+  write_profile "$P" f1
+  serve_shared h1
+  serve_shared h2
+  local filter='{"fromBlock":"0x0","toBlock":"0x4e1f"}' # 20 000 blocks
+  local req="{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"eth_getLogs\",\"params\":[$filter]}"
+  logs_via() { # NAME
+    sidecar_load "$1"
+    curl -sS --max-time 10 -X POST -H 'content-type: application/json' --data "$req" "$SC_URL/rpc/local" |
+      jq -ce '.result'
+  }
+  # h1 meets the provider's range error (Alchemy's wording) once, then splits: 1 + 10 requests.
+  fake_control f1 '{"queue":[{"mode":"rpc_error","code":-32602,"message":"Log response size exceeded. You can make eth_getLogs requests with up to a 2K block range and no limit on the response size."}]}'
+  [[ $(logs_via h1) == "[]" ]]
+  assert_equal "$(fake_stats f1 | jq '.methods.eth_getLogs')" "11" "eth_getLogs requests from h1"
+  # The limit reaches Redis; then h2 reads it (two refresh rounds after it is there).
+  local port key deadline=$((SECONDS + 5))
+  port=$(node_port redis)
+  until key=$(redis-cli -p "$port" --scan --pattern 'rpcroute:p:*/f1#*' | head -1) && [[ -n $key ]] &&
+    [[ $(redis-cli -p "$port" hget "$key" l) == 2000 ]]; do
+    ((SECONDS < deadline)) || { echo "the limit never reached Redis" >&2; return 1; }
+    nap 0.05
+  done
+  local syncs
+  syncs=$(metric_of h2 rpcroute_shared_state_syncs_total)
+  deadline=$((SECONDS + 5))
+  until (($(metric_of h2 rpcroute_shared_state_syncs_total) >= syncs + 2)); do
+    ((SECONDS < deadline)) || { echo "h2 did not refresh" >&2; return 1; }
+    nap 0.05
+  done
+  # h2 never met the error: it splits up front, ten parts of 2000 (a host that did not know would
+  # send the range whole, which this fake now answers in one request).
+  fake_control f1 '{"reset_stats":true}'
+  [[ $(logs_via h2) == "[]" ]]
+  assert_equal "$(fake_stats f1 | jq '.methods.eth_getLogs')" "10" "eth_getLogs requests from h2"
+  # A one-shot command on the same Redis shows it as learned.
+  run --separate-stderr rpcroute rank -p "$P" --no-state --shared-state "$(redis_url)" -m eth_getLogs "$filter"
+  assert_status 0
+  [[ $output == *"learned eth_getLogs range limits:"*"f1: 2000 blocks"* ]]
+}
+
+@test "latency summaries: a host with no samples of its own ranks by what another measured" {
+  start_redis redis
+  start_fake slow --delay-ms 80
+  start_fake fast
+  write_profile "$P" --strategy round_robin slow fast
+  serve_shared h1
+  for _ in $(seq 12); do bn_via h1 >/dev/null; done # six samples of each on h1
+  # Alone, a one-shot command has no samples: fastest is cold, the profile's order (slow first).
+  run --separate-stderr rpcroute rank -p "$P" --no-state --strategy fastest --json
+  assert_status 0
+  assert_jq '.candidates[0].provider == "slow" and .candidates[0].samples == 0'
+  # On the same Redis, once h1's counts are written (within a refresh): fast first, by the
+  # summary standing for the samples it lacks.
+  local deadline=$((SECONDS + 10))
+  until run --separate-stderr rpcroute rank -p "$P" --no-state --shared-state "$(redis_url)" \
+    --strategy fastest --json && jq -e '.candidates[0].provider == "fast"' <<<"$output" >/dev/null; do
+    ((SECONDS < deadline)) || { echo "never ranked by the shared summary: $output" >&2; return 1; }
+    nap 0.2
+  done
+  assert_jq '.candidates[0].shared_samples == 3 and .candidates[0].cold == false'
+  assert_jq '[.candidates[] | select(.provider == "slow")][0].p50_ms > 50'
+  # Bounded keys: one hash per provider and window, with a TTL.
+  local port key
+  port=$(node_port redis)
+  key=$(redis-cli -p "$port" --scan --pattern 'rpcroute:l:*/fast#*' | head -1)
+  [[ -n $key ]]
+  (($(redis-cli -p "$port" pttl "$key") > 0))
+  redis-cli -p "$port" hkeys "$key" | grep -q '^eth_blockNumber:'
+}
+
 @test "eth_blockNumber answers never decrease across three hosts" {
   start_redis redis
   start_fake ahead --height 1000

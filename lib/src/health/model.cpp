@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "rpcroute/json.hpp"
+#include "rpcroute/methods.hpp"
 
 namespace rpcroute {
 
@@ -67,6 +68,10 @@ std::string_view method_slot(const std::map<std::string, std::deque<Sample>, std
   if (methods.size() < kMaxMethodsPerProvider || methods.find(method) != methods.end())
     return method;
   return kOtherMethod;
+}
+
+std::string_view catalogue_slot(std::string_view method) {
+  return method_info(method).name == method ? method : kOtherMethod;
 }
 
 namespace {

@@ -38,4 +38,23 @@ LatencyStats summarize(const std::deque<Sample>* samples, std::int64_t now_ms,
   return s;
 }
 
+LatencyStats with_prior(const LatencyStats& own, const SharedLatency* shared, int min_calls) {
+  if (shared == nullptr || shared->calls <= 0 || own.calls >= min_calls) return own;
+  const int k = std::min(min_calls - own.calls, shared->calls);
+  const double share = static_cast<double>(shared->answered) / shared->calls;
+  const double prior_answered = k * share;
+  LatencyStats out = own;
+  out.prior = k;
+  out.calls = own.calls + k;
+  const double answered = own.answered + prior_answered;
+  out.success_rate = answered / out.calls;
+  out.answered = own.answered + static_cast<int>(std::lround(prior_answered));
+  if (shared->answered > 0) {
+    out.answered = std::max(out.answered, 1);
+    out.p50_ms = (own.answered * own.p50_ms + prior_answered * shared->p50_ms) / answered;
+  }
+  out.newest_ms = std::max(own.newest_ms, shared->newest_ms);
+  return out;
+}
+
 }  // namespace rpcroute

@@ -118,6 +118,8 @@ void write_plan_json(json::Writer& w, const Profile& profile, const Chain& chain
     w.value(c.cold);
     w.key("samples");
     w.value(c.stats.calls);
+    w.key("shared_samples");  // of `samples`, how many stand for other hosts' (shared state)
+    w.value(c.stats.prior);
     w.key("p50_ms");
     if (c.stats.has_latency())
       w.value(c.stats.p50_ms);

@@ -252,11 +252,20 @@ Candidate Planner::make_candidate(const ProviderView& view, std::size_t position
     c.rate_limited_until_ms = ps->rate_limited_until_ms;
     c.tier = tier_of(is_open ? BreakerState::half_open : view.breaker, ps->rate_limited(now));
     if (needs_stats) {
-      const auto window = strategy == Strategy::latency_weighted
-                              ? profile_.strategies.latency_weighted.window_ms
-                              : profile_.strategies.fastest.window_ms;
+      const bool weighted = strategy == Strategy::latency_weighted;
+      const auto window = weighted ? profile_.strategies.latency_weighted.window_ms
+                                   : profile_.strategies.fastest.window_ms;
       auto m = ps->methods.find(method);
       c.stats = summarize(m == ps->methods.end() ? nullptr : &m->second, now, window);
+      // What the other hosts on one Redis measured: a prior while this host has few samples.
+      if (!ps->shared_latency.empty()) {
+        auto s = ps->shared_latency.find(catalogue_slot(method));
+        if (s != ps->shared_latency.end()) {
+          c.stats = with_prior(c.stats, &s->second,
+                               weighted ? profile_.strategies.latency_weighted.min_calls
+                                        : profile_.strategies.fastest.min_calls);
+        }
+      }
     }
   }
   if (stalled(*view.provider, view.state, now)) c.tier = Tier::stalled;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <limits>
 
 namespace rpcroute::shared {
 
@@ -120,6 +121,101 @@ std::string trial_string(std::string_view prefix, std::string_view provider_key)
 }
 std::string channel(std::string_view prefix) { return key(prefix, "ev", ""); }
 
+std::string latency_hash(std::string_view prefix, std::string_view provider_key,
+                         std::int64_t window) {
+  return fmt::format("{}l:{}:{}", prefix, provider_key, window);
+}
+
+int latency_bucket(std::int64_t latency_us) {
+  if (latency_us < 100) return 0;
+  const double i = std::floor(2.0 * std::log2(static_cast<double>(latency_us) / 100.0)) + 1;
+  return static_cast<int>(std::min<double>(i, kLatencyBuckets - 1));
+}
+
+double latency_bucket_ms(int bucket) {
+  if (bucket <= 0) return 0.05;
+  return 0.1 * std::exp2((bucket - 0.5) / 2.0);
+}
+
+void LatencyCounts::add(const Sample& s) {
+  if (s.outcome == Outcome::success || s.outcome == Outcome::rpc_error) {
+    ++answered[static_cast<std::size_t>(latency_bucket(s.latency_us))];
+  } else {
+    ++failed;
+  }
+  newest_ms = std::max(newest_ms, s.t_ms);
+}
+
+bool LatencyCounts::empty() const {
+  return failed == 0 &&
+         std::all_of(answered.begin(), answered.end(), [](auto n) { return n == 0; });
+}
+
+std::string latency_field(std::string_view method, int bucket) {
+  if (bucket < 0) return fmt::format("{}:x", method);
+  return fmt::format("{}:{}", method, bucket);
+}
+
+bool parse_latency_field(std::string_view field, std::string_view& method, int& bucket) {
+  const auto colon = field.rfind(':');
+  if (colon == std::string_view::npos) return false;
+  method = field.substr(0, colon);
+  if (catalogue_slot(method) != method) return false;
+  auto rest = field.substr(colon + 1);
+  if (rest == "x") {
+    bucket = -1;
+    return true;
+  }
+  return read_number(rest, bucket) && rest.empty() && bucket >= 0 && bucket < kLatencyBuckets;
+}
+
+void add_latency_count(std::map<std::string, LatencyCounts, std::less<>>& into,
+                       std::string_view field, std::string_view count, std::int64_t window_end_ms) {
+  std::string_view method;
+  int bucket = 0;
+  std::uint32_t n = 0;
+  if (!parse_latency_field(field, method, bucket) || !read_number(count, n) || !count.empty() ||
+      n == 0)
+    return;
+  auto it = into.find(method);
+  if (it == into.end()) {
+    if (into.size() >= kMaxMethodsPerProvider) return;
+    it = into.emplace(std::string(method), LatencyCounts{}).first;
+  }
+  auto& c = it->second;
+  // Saturating: counts written by others are not trusted to stay small.
+  auto add = [n](std::uint32_t& to) {
+    constexpr auto kTop = std::numeric_limits<std::uint32_t>::max();
+    to = to > kTop - n ? kTop : to + n;
+  };
+  if (bucket < 0) {
+    add(c.failed);
+  } else {
+    add(c.answered[static_cast<std::size_t>(bucket)]);
+  }
+  c.newest_ms = std::max(c.newest_ms, window_end_ms);
+}
+
+SharedLatency summarize_counts(const LatencyCounts& c) {
+  std::uint64_t answered = 0;
+  for (auto n : c.answered) answered += n;
+  constexpr std::uint64_t kMax = 1'000'000'000;  // fits an int
+  SharedLatency out;
+  out.answered = static_cast<int>(std::min(answered, kMax));
+  out.calls = static_cast<int>(std::min(answered + c.failed, kMax));
+  out.newest_ms = c.newest_ms;
+  if (answered == 0) return out;
+  std::uint64_t seen = 0;
+  for (int i = 0; i < kLatencyBuckets; ++i) {
+    seen += c.answered[static_cast<std::size_t>(i)];
+    if (2 * seen >= answered) {
+      out.p50_ms = latency_bucket_ms(i);
+      break;
+    }
+  }
+  return out;
+}
+
 std::int64_t quota_ttl_ms(const Quota& quota) {
   // Empty to full takes 2 * burst / rps; a minute at least.
   const double refill_ms = quota.rps > 0 ? 2.0 * (quota.burst + 1) / quota.rps * 1000.0 : 0;
@@ -199,6 +295,17 @@ bool adopt_height(Height& local, const Height& remote) {
   return false;
 }
 
+bool adopt_log_limit(LogLimit& local, const LogLimit& remote) {
+  if (remote.blocks == 0) return false;
+  if (remote.t_ms > local.t_ms ||
+      (remote.t_ms == local.t_ms && (local.blocks == 0 || remote.blocks < local.blocks))) {
+    const bool changed = remote.blocks != local.blocks;
+    local = remote;
+    return changed;
+  }
+  return false;
+}
+
 bool adopt_high_water(Height& local, std::uint64_t& known_gen, const Height& remote,
                       std::uint64_t remote_gen) {
   if (remote_gen > known_gen) {
@@ -251,8 +358,23 @@ end
 if ARGV[5] ~= '' and newer('rl', ARGV[5]) then redis.call('HSET', k, 'rl', ARGV[5]) end
 if ARGV[6] ~= '' and newer('ht', ARGV[6]) then redis.call('HSET', k, 'ht', ARGV[6], 'h', ARGV[7]) end
 if ARGV[8] and ARGV[8] ~= '' and newer('ct', ARGV[8]) then redis.call('HSET', k, 'ct', ARGV[8], 'cv', ARGV[9]) end
+if ARGV[10] and ARGV[10] ~= '' and newer('lt', ARGV[10]) then redis.call('HSET', k, 'lt', ARGV[10], 'l', ARGV[11]) end
 redis.call('PEXPIRE', k, ARGV[1])
 return 1
+)lua";
+
+const std::string_view kLatencyScript = R"lua(
+local k, ttl, cap = KEYS[1], ARGV[1], tonumber(ARGV[2])
+local n = redis.call('HLEN', k)
+for i = 3, #ARGV - 1, 2 do
+  local f = ARGV[i]
+  if n >= cap and string.sub(f, 1, 6) ~= 'other:' and redis.call('HEXISTS', k, f) == 0 then
+    f = 'other:' .. string.match(f, '[^:]*$')
+  end
+  if redis.call('HINCRBY', k, f, ARGV[i + 1]) == tonumber(ARGV[i + 1]) then n = n + 1 end
+end
+redis.call('PEXPIRE', k, ttl)
+return n
 )lua";
 
 const std::string_view kHighWaterScript = R"lua(

@@ -165,7 +165,7 @@ void SharedStore::handshake() {
       if (r.kind == Reply::Kind::error) lost(fmt::format("SELECT refused: {}", r.text));
     });
   }
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 4; ++i) {
     commands_->command({"SCRIPT", "LOAD", script(i)}, [this, i](const Reply& r) {
       if (r.kind == Reply::Kind::string) shas_[i] = r.text;
     });
@@ -229,6 +229,8 @@ std::string_view SharedStore::script(int which) const {
       return kBucketScript;
     case 1:
       return kProviderScript;
+    case 3:
+      return kLatencyScript;
     default:
       return kHighWaterScript;
   }
@@ -275,6 +277,11 @@ void SharedStore::record(Event event, const HealthConfig& health) {
     return;
   } else if (auto* f = std::get_if<FilterEvent>(&event)) {
     if (up() && storable_filter_key(f->key)) write_filter(f->key, f->pin);
+  } else if (auto* sample = std::get_if<SampleEvent>(&event)) {
+    add_latency(watched(sample->key, health), sample->method, sample->sample);
+  } else if (auto* l = std::get_if<LogLimitEvent>(&event)) {
+    auto& w = watched(l->key, health);
+    if (!w.log_limit || l->limit.t_ms >= w.log_limit->t_ms) w.log_limit = l->limit;
   } else if (auto* c = std::get_if<CordonEvent>(&event)) {
     auto& w = watched(c->key, health);
     if (!w.cordon || newer_cordon(c->cordon, *w.cordon)) w.cordon = c->cordon;
@@ -284,6 +291,20 @@ void SharedStore::record(Event event, const HealthConfig& health) {
     return;
   }
   local_.record(std::move(event), health);
+}
+
+void SharedStore::add_latency(Watched& w, std::string_view method, const Sample& s) {
+  const auto window = s.t_ms / kLatencyWindowMs;
+  auto& windows = w.latency_out;
+  // Redis away for long: windows it would no longer keep are not kept here either.
+  while (!windows.empty() && windows.begin()->first < window - kLatencyWindowsRead)
+    windows.erase(windows.begin());
+  if (!windows.empty() && window < windows.rbegin()->first - kLatencyWindowsRead) return;
+  auto& methods = windows[window];
+  const auto slot = catalogue_slot(method);
+  auto it = methods.find(slot);
+  if (it == methods.end()) it = methods.emplace(std::string(slot), LatencyCounts{}).first;
+  it->second.add(s);
 }
 
 void SharedStore::record_high_water(const HighWaterEvent& e, const HealthConfig& health) {

@@ -55,9 +55,10 @@ void SharedStore::check_write(const Reply& r) {
 
 void SharedStore::flush() {
   for (auto& [key, w] : providers_) {
-    if (w.breaker_dirty || w.rate_limited_until_ms > 0 || w.height || w.cordon)
+    if (w.breaker_dirty || w.rate_limited_until_ms > 0 || w.height || w.cordon || w.log_limit)
       write_provider(key, w);
     if (w.quota && w.quota->rps > 0) draw_quota(key, w);
+    if (!w.latency_out.empty()) write_latency(key, w);
   }
   for (auto& [key, c] : chains_) {
     if (c.pending) write_chain(key, c);
@@ -67,6 +68,11 @@ void SharedStore::flush() {
 void SharedStore::refresh() {
   for (const auto& [key, w] : providers_) read_provider(key);
   for (const auto& [key, c] : chains_) read_chain(key);
+  // Latency summaries change slowly (minute windows): read less often than the rest.
+  if (const auto now_us = clock_.mono_us(); now_us >= next_latency_us_) {
+    next_latency_us_ = now_us + options_.latency_ms * 1000;
+    for (const auto& [key, w] : providers_) read_latency(key);
+  }
   commands_->command({"PING"}, [this](const Reply& r) {
     if (r.ok()) {
       ++status_.syncs;
@@ -78,7 +84,7 @@ void SharedStore::refresh() {
 void SharedStore::write_provider(const std::string& key, Watched& w) {
   const ProviderState* ps = local_.provider(key);
   const auto ttl = std::to_string(kProviderTtlMs);
-  std::string bt, b, rl, ht, h, ct, cv;
+  std::string bt, b, rl, ht, h, ct, cv, lt, l;
   std::string_view br;
   if (w.breaker_dirty && ps != nullptr) {
     bt = std::to_string(w.breaker_t);
@@ -94,8 +100,12 @@ void SharedStore::write_provider(const std::string& key, Watched& w) {
     ct = std::to_string(w.cordon->t_ms);
     cv = encode_cordon(*w.cordon);
   }
+  if (w.log_limit && w.log_limit->blocks > 0) {
+    lt = std::to_string(w.log_limit->t_ms);
+    l = std::to_string(w.log_limit->blocks);
+  }
   const auto hash = provider_hash(options_.prefix, key);
-  eval(1, {"1", hash, ttl, bt, b, br, rl, ht, h, ct, cv},
+  eval(1, {"1", hash, ttl, bt, b, br, rl, ht, h, ct, cv, lt, l},
        [this](const Reply& r) { check_write(r); });
   if (w.breaker_dirty || w.cordon) {
     // After the write on the same connection: whoever hears the notice reads the new breaker
@@ -106,6 +116,7 @@ void SharedStore::write_provider(const std::string& key, Watched& w) {
   w.rate_limited_until_ms = 0;
   w.height.reset();
   w.cordon.reset();
+  w.log_limit.reset();
 }
 
 void SharedStore::write_chain(const std::string& key, WatchedChain& c) {
@@ -129,6 +140,75 @@ void SharedStore::write_filter(const std::string& key, const FilterPin& pin) {
       [this](const Reply& r) { check_write(r); });
   commands_->command({"PUBLISH", channel(options_.prefix), "f\n" + key + "\n" + value},
                      [](const Reply&) {});
+}
+
+void SharedStore::write_latency(const std::string& key, Watched& w) {
+  const auto ttl = std::to_string(kLatencyTtlMs);
+  const auto cap = std::to_string(kLatencyMaxFields);
+  std::vector<std::string> texts;
+  std::vector<std::string_view> args;
+  for (const auto& [window, methods] : w.latency_out) {
+    texts.clear();
+    for (const auto& [method, c] : methods) {
+      for (int i = 0; i < kLatencyBuckets; ++i) {
+        const auto n = c.answered[static_cast<std::size_t>(i)];
+        if (n == 0) continue;
+        texts.push_back(latency_field(method, i));
+        texts.push_back(std::to_string(n));
+      }
+      if (c.failed > 0) {
+        texts.push_back(latency_field(method, -1));
+        texts.push_back(std::to_string(c.failed));
+      }
+    }
+    if (texts.empty()) continue;
+    const auto hash = latency_hash(options_.prefix, key, window);
+    args.assign({"1", hash, ttl, cap});
+    for (const auto& t : texts) args.emplace_back(t);
+    eval(3, args, [this](const Reply& r) { check_write(r); });
+  }
+  w.latency_out.clear();
+}
+
+void SharedStore::read_latency(const std::string& key) {
+  auto it = providers_.find(key);
+  if (it == providers_.end()) return;
+  it->second.latency_in.clear();
+  const auto now = clock_.now_ms();
+  const auto current = now / kLatencyWindowMs;
+  for (int i = kLatencyWindowsRead - 1; i >= 0; --i) {
+    const auto window = current - i;
+    const auto end_ms = std::min(now, (window + 1) * kLatencyWindowMs - 1);
+    commands_->command({"HGETALL", latency_hash(options_.prefix, key, window)},
+                       [this, key, end_ms, last = i == 0](const Reply& r) {
+                         adopt_latency(key, r, end_ms, last);
+                       });
+  }
+}
+
+void SharedStore::adopt_latency(const std::string& key, const Reply& r, std::int64_t end_ms,
+                                bool last) {
+  auto it = providers_.find(key);
+  if (it == providers_.end()) return;
+  auto& w = it->second;
+  if (r.kind == Reply::Kind::none) {  // the link went: this read is incomplete
+    w.latency_in.clear();
+    return;
+  }
+  if (r.kind == Reply::Kind::array) {
+    for (std::size_t i = 0; i + 1 < r.items.size(); i += 2) {
+      if (r.items[i] && r.items[i + 1])
+        add_latency_count(w.latency_in, *r.items[i], *r.items[i + 1], end_ms);
+    }
+  }
+  if (!last) return;
+  std::map<std::string, SharedLatency, std::less<>> summary;
+  for (const auto& [method, counts] : w.latency_in)
+    summary.emplace(method, summarize_counts(counts));
+  w.latency_in.clear();
+  if (summary.empty() && w.remote_latency.empty()) return;
+  w.remote_latency = summary;
+  local_provider(local_.state(), key, w).shared_latency = std::move(summary);
 }
 
 void SharedStore::draw_quota(const std::string& key, Watched& w) {
@@ -155,9 +235,9 @@ void SharedStore::draw_quota(const std::string& key, Watched& w) {
 }
 
 void SharedStore::read_provider(const std::string& key) {
-  commands_->command(
-      {"HMGET", provider_hash(options_.prefix, key), "bt", "b", "br", "rl", "ht", "h", "ct", "cv"},
-      [this, key](const Reply& r) { adopt_provider(key, r); });
+  commands_->command({"HMGET", provider_hash(options_.prefix, key), "bt", "b", "br", "rl", "ht",
+                      "h", "ct", "cv", "lt", "l"},
+                     [this, key](const Reply& r) { adopt_provider(key, r); });
 }
 
 ProviderState& SharedStore::local_provider(State& state, const std::string& key, const Watched& w) {
@@ -169,7 +249,7 @@ ProviderState& SharedStore::local_provider(State& state, const std::string& key,
 
 void SharedStore::adopt_provider(const std::string& key, const Reply& r) {
   auto it = providers_.find(key);
-  if (r.kind != Reply::Kind::array || r.items.size() != 8 || it == providers_.end()) return;
+  if (r.kind != Reply::Kind::array || r.items.size() != 10 || it == providers_.end()) return;
   auto& w = it->second;
   const auto& v = r.items;
   ProviderState* ps = nullptr;
@@ -203,6 +283,13 @@ void SharedStore::adopt_provider(const std::string& key, const Reply& r) {
       entry().cordon = std::move(cordon);
       ++status_.adopted;
     }
+  }
+  const auto lt = number<std::int64_t>(v[8]);
+  const auto lb = number<std::uint64_t>(v[9]);
+  if (lt && lb && *lt > 0 && *lb > 0) {
+    const LogLimit limit{*lb, *lt};
+    adopt_log_limit(w.remote_log_limit, limit);
+    if (adopt_log_limit(entry().log_limit, limit)) ++status_.adopted;
   }
 }
 
@@ -291,7 +378,8 @@ void SharedStore::reapply(State& state) {
   for (auto& [key, w] : providers_) {
     const bool breaker = w.remote_breaker_t > 0 && w.remote_breaker_t == w.breaker_t;
     if (!breaker && w.remote_rate_limited_until_ms == 0 && w.remote_height.t_ms == 0 &&
-        !w.remote_bucket && w.remote_cordon.t_ms == 0)
+        !w.remote_bucket && w.remote_cordon.t_ms == 0 && w.remote_log_limit.blocks == 0 &&
+        w.remote_latency.empty())
       continue;
     auto& ps = local_provider(state, key, w);
     if (breaker) {
@@ -303,6 +391,8 @@ void SharedStore::reapply(State& state) {
     if (w.remote_bucket && w.quota)
       ps.quota = adopt_bucket(w.remote_bucket->tokens, w.remote_bucket->t_ms, w.drawn, *w.quota);
     if (newer_cordon(w.remote_cordon, ps.cordon)) ps.cordon = w.remote_cordon;
+    adopt_log_limit(ps.log_limit, w.remote_log_limit);
+    ps.shared_latency = w.remote_latency;
   }
   for (auto& [key, c] : chains_) {
     if (c.remote.t_ms == 0) continue;

@@ -8,9 +8,14 @@
 #               rate_limit {rps, burst} beside one without: the limited provider's attempts summed
 #               over the three /metrics, against rps × seconds + burst (the bound, ±5 %).
 # Sourced by tests/perf/run.
+# Environment: REDIS_PERF_PARTS="overhead rate_limit" (which parts run), REDIS_PERF_CONNS="1 64"
+# (the overhead's wrk connection counts: "1" alone measures the per-request cost without a
+# 64-connection run on a shared machine), REDIS_PERF_RPS, REDIS_PERF_BURST.
 
 redis_rps=${REDIS_PERF_RPS:-200}
 redis_burst=${REDIS_PERF_BURST:-50}
+redis_parts=${REDIS_PERF_PARTS:-overhead rate_limit}
+redis_conns=${REDIS_PERF_CONNS:-1 64}
 
 start_redis_perf() { # → redis_port, redis_pid
   command -v redis-server >/dev/null || die "redis-server not found (scripts/setup installs it)"
@@ -63,8 +68,8 @@ metric_sum() { # METRIC_SUBSTRING PORT...
 
 section_redis() {
   start_redis_perf
-  redis_overhead
-  redis_rate_limit
+  [[ " $redis_parts " == *" overhead "* ]] && redis_overhead
+  [[ " $redis_parts " == *" rate_limit "* ]] && redis_rate_limit
   stop_pid "$redis_pid"
 }
 
@@ -76,12 +81,15 @@ redis_overhead() {
   sidecar_profile=$work/redis_off.yaml start_sidecar rd_off
   sidecar_profile=$work/redis_on.yaml start_sidecar rd_on
   wrk_script "$work/rd.lua" "$bn_req"
+  local conns_list
+  read -ra conns_list <<<"$redis_conns"
   for v in off on; do
     local port_var=rd_${v}_port
-    run_wrk "http://127.0.0.1:${!port_var}/rpc/local" "$work/rd.lua" 64 1 "$work/wrk.rd.warm.$v.txt" >/dev/null
+    # Warm-up at the highest count measured (64 by default).
+    run_wrk "http://127.0.0.1:${!port_var}/rpc/local" "$work/rd.lua" "${conns_list[-1]}" 1 "$work/wrk.rd.warm.$v.txt" >/dev/null
   done
   grep -q 'reachable' "$work/rd_on.log" || warn "redis: the shared sidecar did not reach Redis: $(tail -3 "$work/rd_on.log")"
-  for c in 1 64; do
+  for c in "${conns_list[@]}"; do
     for ((r = 1; r <= rounds; r++)); do
       for v in off on; do
         local port_var=rd_${v}_port
@@ -115,7 +123,7 @@ redis_overhead() {
     echo
     echo "| shared state | conns | requests/s | p50 | p99 | errors |"
     echo "|:---|---:|---:|---:|---:|---:|"
-    for c in 1 64; do
+    for c in "${conns_list[@]}"; do
       for v in off on; do
         echo "| $v | $c | $(num "$(get "$v" "$c" rps)") | $(us "$(get "$v" "$c" p50)") | $(us "$(get "$v" "$c" p99)") | $(get "$v" "$c" errors) |"
       done

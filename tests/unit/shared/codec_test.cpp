@@ -2,6 +2,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "rpcroute/methods.hpp"
+#include "rpcroute/metrics.hpp"
 #include "rpcroute/shared/store.hpp"
 
 using namespace rpcroute;
@@ -140,6 +142,22 @@ TEST_CASE("merge rules: newer breaker, later deadline, newer height", "[shared]"
   CHECK(h.block == 99);
 }
 
+TEST_CASE("merge rules: the newer log-range limit wins, at the same time the smaller", "[shared]") {
+  LogLimit local;
+  CHECK_FALSE(adopt_log_limit(local, LogLimit{0, 500}));  // none stated: nothing to adopt
+  CHECK(adopt_log_limit(local, LogLimit{2000, 100}));
+  CHECK(local.blocks == 2000);
+  CHECK_FALSE(adopt_log_limit(local, LogLimit{500, 50}));  // older
+  CHECK(local.blocks == 2000);
+  CHECK(adopt_log_limit(local, LogLimit{10000, 200}));  // a provider may raise its limit
+  CHECK(local.blocks == 10000);
+  CHECK(local.t_ms == 200);
+  CHECK(adopt_log_limit(local, LogLimit{1000, 200}));  // a tie: the smaller, on every host
+  CHECK(local.blocks == 1000);
+  CHECK_FALSE(adopt_log_limit(local, LogLimit{5000, 200}));
+  CHECK(local.blocks == 1000);
+}
+
 TEST_CASE("merge rules: the high-water mark only rises, but a reset generation replaces it",
           "[shared]") {
   Height mark{100, 1000};
@@ -163,7 +181,8 @@ TEST_CASE("adopt_bucket takes off what was drawn since, never below -burst", "[s
   CHECK(adopt_bucket(-4, 1000, 3, q).tokens == Approx(-5));
 }
 
-TEST_CASE("a cordon travels as ON UNTIL REASON, its reason cleaned on the way in", "[shared][cordon]") {
+TEST_CASE("a cordon travels as ON UNTIL REASON, its reason cleaned on the way in",
+          "[shared][cordon]") {
   Cordon c;
   c.t_ms = 5;
   c.on = true;
@@ -184,4 +203,116 @@ TEST_CASE("a cordon travels as ON UNTIL REASON, its reason cleaned on the way in
     INFO(bad);
     CHECK_FALSE(decode_cordon(bad, back));
   }
+}
+
+TEST_CASE("latency buckets: log scale, bounded, a middle within 19 % of what fell in", "[shared]") {
+  CHECK(latency_bucket(0) == 0);
+  CHECK(latency_bucket(99) == 0);
+  CHECK(latency_bucket(100) == 1);
+  CHECK(latency_bucket(141) == 1);
+  CHECK(latency_bucket(142) == 2);
+  CHECK(latency_bucket(std::int64_t{1} << 40) == kLatencyBuckets - 1);
+  int last = 0;
+  for (std::int64_t us = 100; us < 50'000'000; us = us * 11 / 10) {
+    const int b = latency_bucket(us);
+    CHECK(b >= last);  // monotonic
+    last = b;
+    const double ms = static_cast<double>(us) / 1000;
+    CHECK(latency_bucket_ms(b) / ms < 1.19);
+    CHECK(ms / latency_bucket_ms(b) < 1.19);
+  }
+}
+
+TEST_CASE("latency fields: catalogue methods and 'other' only, buckets in range", "[shared]") {
+  std::string_view method;
+  int bucket = 0;
+  CHECK(latency_field("eth_call", 7) == "eth_call:7");
+  CHECK(latency_field("eth_call", -1) == "eth_call:x");
+  REQUIRE(parse_latency_field("eth_call:7", method, bucket));
+  CHECK(method == "eth_call");
+  CHECK(bucket == 7);
+  REQUIRE(parse_latency_field("other:x", method, bucket));
+  CHECK(bucket == -1);
+  CHECK_FALSE(parse_latency_field("eth_madeUp:3", method, bucket));  // not in the catalogue
+  CHECK_FALSE(parse_latency_field("eth_call:40", method, bucket));
+  CHECK_FALSE(parse_latency_field("eth_call:-2", method, bucket));
+  CHECK_FALSE(parse_latency_field("eth_call:3x", method, bucket));
+  CHECK_FALSE(parse_latency_field("eth_call", method, bucket));
+  CHECK(catalogue_slot("eth_getBalance") == "eth_getBalance");
+  CHECK(catalogue_slot("eth_madeUp") == kOtherMethod);
+  CHECK(catalogue_slot(std::string(5000, 'x')) == kOtherMethod);
+}
+
+TEST_CASE("latency counts read back merge over windows into a median and a success rate",
+          "[shared]") {
+  LatencyCounts mine;
+  for (std::int64_t us : {1'000, 1'100, 1'200, 40'000}) mine.add(Sample{10, us, Outcome::success});
+  mine.add(Sample{20, 5'000'000, Outcome::timeout});
+  CHECK(mine.failed == 1);
+  CHECK(mine.newest_ms == 20);
+  std::map<std::string, LatencyCounts, std::less<>> in;
+  // Two windows of what all hosts wrote (as HGETALL gives it); junk is ignored.
+  for (int i = 0; i < kLatencyBuckets; ++i) {
+    if (mine.answered[static_cast<std::size_t>(i)] > 0)
+      add_latency_count(in, latency_field("eth_call", i),
+                        std::to_string(mine.answered[static_cast<std::size_t>(i)]), 1000);
+  }
+  add_latency_count(in, "eth_call:x", "1", 1000);
+  add_latency_count(in, latency_field("eth_call", latency_bucket(1'050)), "2", 2000);
+  add_latency_count(in, "eth_call:1", "-5", 2000);
+  add_latency_count(in, "eth_call:1", "lots", 2000);
+  add_latency_count(in, "evil_method:1", "9", 2000);
+  add_latency_count(in, "eth_call:1", "99999999999999", 2000);  // beyond a count: ignored
+  REQUIRE(in.size() == 1);
+  const auto s = summarize_counts(in["eth_call"]);
+  CHECK(s.calls == 7);
+  CHECK(s.answered == 6);
+  CHECK(s.p50_ms == Approx(latency_bucket_ms(latency_bucket(1'050))));
+  CHECK(s.p50_ms > 0.85);
+  CHECK(s.p50_ms < 1.3);
+  CHECK(s.newest_ms == 2000);
+  // Methods beyond kMaxMethodsPerProvider are not kept.
+  std::map<std::string, LatencyCounts, std::less<>> many;
+  for (const auto& m : method_catalogue())
+    add_latency_count(many, latency_field(m.name, 3), "1", 1);
+  CHECK(many.size() <= kMaxMethodsPerProvider);
+  CHECK(summarize_counts(LatencyCounts{}).calls == 0);
+}
+
+TEST_CASE("with_prior: the shared summary ranks a host without samples; its own take over",
+          "[shared]") {
+  SharedLatency shared{100, 90, 20.0, 5000};
+  // No samples of its own: min_calls pseudo-samples at the shared figures.
+  const auto none = with_prior(LatencyStats{}, &shared, 3);
+  CHECK(none.calls == 3);
+  CHECK(none.prior == 3);
+  CHECK(none.has_latency());
+  CHECK(none.p50_ms == Approx(20.0));
+  CHECK(none.success_rate == Approx(0.9));
+  CHECK(none.newest_ms == 5000);
+  // One sample of its own at 80 ms: blended, the prior worth two.
+  LatencyStats one;
+  one.calls = 1;
+  one.answered = 1;
+  one.p50_ms = 80;
+  one.success_rate = 1;
+  const auto blended = with_prior(one, &shared, 3);
+  CHECK(blended.calls == 3);
+  CHECK(blended.prior == 2);
+  CHECK(blended.p50_ms == Approx((80.0 + 1.8 * 20.0) / 2.8));
+  // Enough of its own: the shared summary does not count.
+  LatencyStats enough = one;
+  enough.calls = 3;
+  enough.answered = 3;
+  const auto own = with_prior(enough, &shared, 3);
+  CHECK(own.prior == 0);
+  CHECK(own.p50_ms == 80);
+  // A thin summary weighs no more than its own count; none at all changes nothing.
+  SharedLatency thin{1, 1, 5.0, 1};
+  CHECK(with_prior(LatencyStats{}, &thin, 3).calls == 1);
+  CHECK(with_prior(LatencyStats{}, nullptr, 3).calls == 0);
+  SharedLatency failing{10, 0, 0, 1};
+  const auto f = with_prior(LatencyStats{}, &failing, 3);
+  CHECK_FALSE(f.has_latency());
+  CHECK(f.success_rate == 0);
 }

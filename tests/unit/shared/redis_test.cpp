@@ -8,6 +8,8 @@
 #include <memory>
 
 #include "../support/redis_server.hpp"
+#include "rpcroute/log_split.hpp"
+#include "rpcroute/planner.hpp"
 #include "rpcroute/shared/codec.hpp"
 #include "rpcroute/shared/store.hpp"
 
@@ -124,6 +126,43 @@ TEST_CASE("the provider script keeps the newer cordon", "[shared][redis][cordon]
   CHECK(s.run({"HMGET", "p:k", "ct", "cv"}) == "[300,0 0 ]");
 }
 
+TEST_CASE("the provider script keeps the newer log-range limit", "[shared][redis]") {
+  test::RedisServer server;
+  Sync s(server);
+  auto write = [&](std::string lt, std::string l) {
+    return eval(s, kProviderScript, {"1", "p:k", "60000", "", "", "", "", "", "", "", "", lt, l});
+  };
+  CHECK(write("200", "2000") == "1");
+  CHECK(write("100", "500") == "1");  // an older statement: nothing changes
+  CHECK(s.run({"HMGET", "p:k", "lt", "l"}) == "[200,2000]");
+  CHECK(write("", "") == "1");  // none sent
+  CHECK(s.run({"HMGET", "p:k", "lt", "l"}) == "[200,2000]");
+  CHECK(write("300", "10000") == "1");
+  CHECK(s.run({"HMGET", "p:k", "lt", "l"}) == "[300,10000]");
+}
+
+TEST_CASE("the latency script adds counts, folds fields beyond the cap into 'other', expires",
+          "[shared][redis]") {
+  test::RedisServer server;
+  Sync s(server);
+  CHECK(eval(s, kLatencyScript, {"1", "l:k", "60000", "4", "eth_call:7", "3", "eth_call:x", "1"}) ==
+        "2");
+  CHECK(eval(s, kLatencyScript,
+             {"1", "l:k", "60000", "4", "eth_call:7", "2", "eth_getLogs:9", "1"}) == "3");
+  CHECK(s.run({"HGET", "l:k", "eth_call:7"}) == "5");
+  // At the cap: an existing field still counts; a new one goes to other:BUCKET.
+  CHECK(eval(s, kLatencyScript,
+             {"1", "l:k", "60000", "4", "eth_chainId:2", "1", "eth_getBalance:12", "4",
+              "eth_call:x", "1"}) == "5");
+  CHECK(s.run({"HGET", "l:k", "eth_chainId:2"}) == "1");
+  CHECK(s.run({"HGET", "l:k", "eth_getBalance:12"}) == "nil");
+  CHECK(s.run({"HGET", "l:k", "other:12"}) == "4");
+  CHECK(s.run({"HGET", "l:k", "eth_call:x"}) == "2");
+  const auto ttl = std::stoll(s.run({"PTTL", "l:k"}));
+  CHECK(ttl > 50'000);
+  CHECK(ttl <= 60'000);
+}
+
 TEST_CASE("the high-water script raises, never lowers, and a reset bumps the generation",
           "[shared][redis]") {
   test::RedisServer server;
@@ -178,6 +217,7 @@ struct Host {
     o.budget_ms = 300;
     o.retry_ms = 100;
     o.announce = false;
+    o.latency_ms = 100;
     store = std::make_unique<SharedStore>(io, local, clock, o,
                                           [this](const std::string& m) { logs.push_back(m); });
   }
@@ -277,7 +317,103 @@ TEST_CASE("two stores on one Redis share a cordon and its lift, the newer winnin
   Cordon lift;
   lift.t_ms = now + 1;
   b.store->record(CordonEvent{ka, lift}, profile.health);
-  CHECK(run_until(io, [&] { return !a.store->provider(ka)->cordon.active(now + 2); }, 1000));
+  CHECK(run_until(
+      io, [&] { return !a.store->provider(ka)->cordon.active(now + 2); }, 1000));
+}
+
+TEST_CASE("a log-range limit learned by one store makes the other split up front",
+          "[shared][redis]") {
+  test::RedisServer server;
+  asio::io_context io;
+  SystemClock clock;
+  const auto profile = two_provider_profile();
+  const auto& chain = profile.chains[0];
+  const auto ka = provider_key(profile.name, chain.name, chain.providers[0]);
+  Host a(io, clock, server.url());
+  Host b(io, clock, server.url());
+  for (auto* h : {&a, &b}) {
+    h->store->watch(profile);
+    h->store->start();
+  }
+  REQUIRE(run_until(io, [&] {
+    return a.store->status().state == LinkState::up && b.store->status().state == LinkState::up;
+  }));
+  const auto now = clock.now_ms();
+  a.store->record(LogLimitEvent{ka, LogLimit{2000, now}}, profile.health);
+  CHECK(run_until(
+      io,
+      [&] {
+        auto* p = b.store->provider(ka);
+        return p != nullptr && p->log_limit.blocks == 2000;
+      },
+      2000));
+  // What routing reads: the limit to split by, as if B had met the error itself.
+  CHECK(log_range_limit(chain.providers[0], b.store->provider(ka)) == 2000U);
+  // A newer statement from B (the provider raised it) reaches A.
+  b.store->record(LogLimitEvent{ka, LogLimit{10000, now + 1}}, profile.health);
+  CHECK(run_until(
+      io, [&] { return a.store->provider(ka)->log_limit.blocks == 10000; }, 2000));
+}
+
+TEST_CASE("latency summaries: a store with no samples of its own ranks by what another measured",
+          "[shared][redis]") {
+  test::RedisServer server;
+  asio::io_context io;
+  SystemClock clock;
+  auto profile = two_provider_profile();
+  const auto& chain = profile.chains[0];
+  const auto ka = provider_key(profile.name, chain.name, chain.providers[0]);
+  const auto kb = provider_key(profile.name, chain.name, chain.providers[1]);
+  Host a(io, clock, server.url());
+  Host b(io, clock, server.url());
+  for (auto* h : {&a, &b}) {
+    h->store->watch(profile);
+    h->store->start();
+  }
+  REQUIRE(run_until(io, [&] {
+    return a.store->status().state == LinkState::up && b.store->status().state == LinkState::up;
+  }));
+  // A measured provider a slow (80 ms) and b fast (2 ms); a method outside the catalogue too.
+  const auto now = clock.now_ms();
+  for (int i = 0; i < 20; ++i) {
+    a.store->record(SampleEvent{ka, "eth_call", Sample{now, 80'000, Outcome::success}},
+                    profile.health);
+    a.store->record(SampleEvent{kb, "eth_call", Sample{now, 2'000, Outcome::success}},
+                    profile.health);
+    a.store->record(
+        SampleEvent{kb, "made_up" + std::to_string(i), Sample{now, 9'000'000, Outcome::timeout}},
+        profile.health);
+  }
+  REQUIRE(run_until(
+      io,
+      [&] {
+        auto* pa = b.store->provider(ka);
+        auto* pb = b.store->provider(kb);
+        return pa != nullptr && pb != nullptr && pa->shared_latency.count("eth_call") == 1 &&
+               pb->shared_latency.count("eth_call") == 1 && pb->shared_latency.count("other") == 1;
+      },
+      3000));
+  const auto& sa = b.store->provider(ka)->shared_latency.at("eth_call");
+  const auto& sb = b.store->provider(kb)->shared_latency.at("eth_call");
+  CHECK(sa.calls == 20);
+  CHECK(sa.p50_ms == Approx(80).epsilon(0.2));
+  CHECK(sb.p50_ms == Approx(2).epsilon(0.2));
+  CHECK(b.store->provider(kb)->shared_latency.at("other").answered == 0);
+  CHECK(b.store->provider(kb)->shared_latency.size() == 2);  // every unknown method in one key
+  CHECK(b.store->provider(ka)->methods.empty());             // none of its own
+  // The planner of B, with `fastest`: b first, by the shared summary (a is first in the profile).
+  profile.routing.default_strategy = Strategy::fastest;
+  Random rng{1};
+  Planner planner(profile, *b.store, clock, rng);
+  const auto plan = planner.plan(chain, "eth_call", "[]", RouteOptions{});
+  REQUIRE(plan.candidates.size() == 2);
+  CHECK(plan.candidates[0].provider->id == "b");
+  CHECK(plan.candidates[0].stats.prior == profile.strategies.fastest.min_calls);
+  CHECK_FALSE(plan.candidates[0].cold);
+  // A host that shares nothing and has no samples: the profile's order.
+  StateStore alone(std::nullopt, clock, [](const std::string&) {});
+  Planner cold(profile, alone, clock, rng);
+  CHECK(cold.plan(chain, "eth_call", "[]", RouteOptions{}).candidates[0].provider->id == "a");
 }
 
 TEST_CASE("two stores draw from one quota bucket", "[shared][redis]") {

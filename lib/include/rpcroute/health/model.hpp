@@ -101,6 +101,16 @@ inline constexpr std::int64_t kCordonMemoryMs = 24LL * 3600 * 1000;
 /// at most kMaxCordonReasonBytes (cut at a character boundary).
 [[nodiscard]] std::string clean_cordon_reason(std::string_view reason);
 
+/// What all hosts on one Redis measured of one method on one provider over the last few minutes
+/// (issue 20: a summary of fixed latency buckets per time window, not the samples): a prior for
+/// ranking where this host has few samples of its own (with_prior(), metrics.hpp).
+struct SharedLatency {
+  int calls = 0;      // attempts in the windows read
+  int answered = 0;   // of which the provider answered
+  double p50_ms = 0;  // median latency of the answered ones (a bucket's middle); 0 without any
+  std::int64_t newest_ms = 0;  // the end of the newest window with data
+};
+
 struct ProviderState {
   std::string profile;
   std::string chain;
@@ -121,6 +131,8 @@ struct ProviderState {
   LogLimit log_limit;
   Cordon cordon;
   std::map<std::string, std::deque<Sample>, std::less<>> methods;  // newest last
+  // Read from Redis (shared state): keyed by catalogue_slot(); never in the state file.
+  std::map<std::string, SharedLatency, std::less<>> shared_latency;
 
   [[nodiscard]] bool rate_limited(std::int64_t now_ms) const {
     return rate_limited_until_ms > now_ms;
@@ -168,6 +180,9 @@ void provider_key_into(std::string& out, std::string_view profile, std::string_v
 /// known-shaped and there is room (kMaxMethodsPerProvider), else kOtherMethod.
 [[nodiscard]] std::string_view method_slot(
     const std::map<std::string, std::deque<Sample>, std::less<>>& methods, std::string_view method);
+/// The key under which a method's latency is shared between hosts: the method when the catalogue
+/// (methods.hpp) knows it, else kOtherMethod. A finite set, whatever clients send.
+[[nodiscard]] std::string_view catalogue_slot(std::string_view method);
 /// Whether a filter key may be stored: at most kMaxFilterKeyBytes of valid UTF-8, no control
 /// characters.
 [[nodiscard]] bool storable_filter_key(std::string_view key);

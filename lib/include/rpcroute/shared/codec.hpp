@@ -2,7 +2,9 @@
 // Shared state through Redis (issue 20): the key layout, the values' text form, the merge rules
 // that fold what other hosts learned into the local copy, and the Lua scripts that merge on the
 // Redis side. Pure functions, unit-tested without a server (the scripts against a real one).
+#include <array>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -28,11 +30,14 @@ struct RedisUrl {
 
 // Keys under a prefix ("rpcroute:" by default, so that one Redis serves several teams):
 //   PREFIX p:PROVIDER_KEY   hash: bt b br (breaker), rl (rate-limited until), ht h (height),
-//                           ct cv (an operator's cordon, `rpcroute cordon`)
+//                           ct cv (an operator's cordon, `rpcroute cordon`), lt l (the learned
+//                           eth_getLogs block-range limit: its time and blocks)
 //   PREFIX q:PROVIDER_KEY   hash: tokens t (the quota bucket, drawn by kBucketScript)
 //   PREFIX c:CHAIN_KEY      hash: b t g (the high-water mark and its reset generation)
 //   PREFIX f:FILTER_KEY     string "PROVIDER_ID T" (filter-id affinity)
 //   PREFIX trial:PROVIDER_KEY  string: which host probes a half-open provider now
+//   PREFIX l:PROVIDER_KEY:WINDOW  hash: latency summary of one time window (kLatencyScript):
+//                           "METHOD:I" answered attempts in bucket I, "METHOD:x" unanswered ones
 //   PREFIX ev               pub/sub channel: "b KEY" (breaker), "c KEY" (mark), "f KEY ID T"
 [[nodiscard]] std::string provider_hash(std::string_view prefix, std::string_view provider_key);
 [[nodiscard]] std::string quota_hash(std::string_view prefix, std::string_view provider_key);
@@ -61,13 +66,54 @@ inline constexpr std::int64_t kFilterTtlMs = kFilterRetentionMs;
 [[nodiscard]] std::string encode_cordon(const Cordon& c);
 [[nodiscard]] bool decode_cordon(std::string_view text, Cordon& out);
 
-/// One provider's shared fields as read back (HMGET bt b br rl ht h ct cv).
+/// One provider's shared fields as read back (HMGET bt b br rl ht h ct cv lt l).
 struct RemoteProvider {
   std::int64_t breaker_t = 0;  // when its last transition happened; 0: none shared
   Breaker breaker;
   std::int64_t rate_limited_until_ms = 0;
   Height height;
 };
+
+// Latency summaries per provider × method (issue 20): each host counts its attempts in fixed
+// log-scale buckets per time window and adds the counts to the window's hash (kLatencyScript);
+// every host reads the last kLatencyWindowsRead windows back into a SharedLatency per method.
+// Bounded: methods outside the catalogue share one key (catalogue_slot()), a hash holds at most
+// kMaxLatencyFields fields (further methods fold into "other"), and it expires after
+// kLatencyTtlMs.
+inline constexpr std::int64_t kLatencyWindowMs = 60'000;
+inline constexpr int kLatencyWindowsRead = 5;  // the current window and the four before it
+inline constexpr std::int64_t kLatencyTtlMs = (kLatencyWindowsRead + 1) * kLatencyWindowMs;
+/// Bucket 0: under 100 µs; bucket i: [100 µs × 2^((i-1)/2), 100 µs × 2^(i/2)); the last: from
+/// ~52 s on. A bucket's middle is within 19 % of any latency in it.
+inline constexpr int kLatencyBuckets = 40;
+inline constexpr std::int64_t kLatencyMaxFields = 16 * (kLatencyBuckets + 1);
+
+[[nodiscard]] std::string latency_hash(std::string_view prefix, std::string_view provider_key,
+                                       std::int64_t window);
+[[nodiscard]] int latency_bucket(std::int64_t latency_us);
+/// The geometric middle of a bucket, in ms.
+[[nodiscard]] double latency_bucket_ms(int bucket);
+
+/// The counts of one method in one or more windows.
+struct LatencyCounts {
+  std::array<std::uint32_t, kLatencyBuckets> answered{};
+  std::uint32_t failed = 0;  // attempts the provider did not answer
+  std::int64_t newest_ms = 0;
+
+  void add(const Sample& s);
+  [[nodiscard]] bool empty() const;
+};
+/// "METHOD:I" for bucket I, "METHOD:x" for failures (bucket -1).
+[[nodiscard]] std::string latency_field(std::string_view method, int bucket);
+/// A field read back: its method (a catalogue method or "other") and bucket (-1: failures). False
+/// for anything else (a field this version does not know is ignored).
+[[nodiscard]] bool parse_latency_field(std::string_view field, std::string_view& method,
+                                       int& bucket);
+/// Adds a count read back to `into`, at most kMaxMethodsPerProvider methods (others are ignored).
+void add_latency_count(std::map<std::string, LatencyCounts, std::less<>>& into,
+                       std::string_view field, std::string_view count, std::int64_t window_end_ms);
+/// The summary of the counts: calls, answered, the median bucket's middle.
+[[nodiscard]] SharedLatency summarize_counts(const LatencyCounts& c);
 
 // Merge rules: what another host learned replaces the local copy only when it is newer (breaker
 // transitions, heights) or larger (rate-limit deadlines, the high-water mark). Each returns whether
@@ -81,6 +127,8 @@ bool adopt_breaker(Breaker& local, std::int64_t& known_t, const Breaker& remote,
 bool adopt_rate_limit(std::int64_t& local, std::int64_t remote);
 /// The newer observation (as apply_event's HeightEvent).
 bool adopt_height(Height& local, const Height& remote);
+/// The newer statement of a provider's eth_getLogs range limit (at the same time, the smaller).
+bool adopt_log_limit(LogLimit& local, const LogLimit& remote);
 /// The high-water mark: raised to a higher remote mark; replaced, even by a lower one, when the
 /// remote generation is newer (a host reset it: the chain restarted). `known_gen` is updated.
 bool adopt_high_water(Height& local, std::uint64_t& known_gen, const Height& remote,
@@ -95,9 +143,12 @@ bool adopt_high_water(Height& local, std::uint64_t& known_gen, const Height& rem
 /// KEYS[1] quota hash; ARGV take now_ms rps burst ttl_ms. Refills to max(now, t), takes, floors at
 /// -burst, as apply_event's QuotaEvent. Returns {tokens as text, t}.
 extern const std::string_view kBucketScript;
-/// KEYS[1] provider hash; ARGV ttl_ms bt b br rl ht h ct cv (empty: not sent). Breaker, height and
-/// cordon: the newer wins; rl: the larger. Returns 1.
+/// KEYS[1] provider hash; ARGV ttl_ms bt b br rl ht h ct cv lt l (empty: not sent). Breaker,
+/// height, cordon and log limit: the newer wins; rl: the larger. Returns 1.
 extern const std::string_view kProviderScript;
+/// KEYS[1] latency hash; ARGV ttl_ms max_fields, then FIELD COUNT pairs: HINCRBY each, a field
+/// that would make more than max_fields folds into "other:BUCKET". Returns the field count.
+extern const std::string_view kLatencyScript;
 /// KEYS[1] chain hash; ARGV block t reset ttl_ms. Raises the mark; a reset replaces it and bumps
 /// the generation. Returns {block, t, generation}.
 extern const std::string_view kHighWaterScript;

@@ -31,6 +31,7 @@ struct SharedOptions {
   std::int64_t refresh_ms = 250;     // how often the local copy is refreshed and writes flushed
   std::int64_t budget_ms = 500;      // a command unanswered this long: Redis counts as down
   std::int64_t retry_ms = 1000;      // reconnect attempts while down
+  std::int64_t latency_ms = 2000;    // how often the latency summaries are read back
   std::vector<std::string> secrets;  // scrubbed from anything logged (password, URL user info)
   bool announce = true;              // log the first connect (serve), not only changes
 };
@@ -105,6 +106,12 @@ class SharedStore final : public HealthStore {
     std::int64_t rate_limited_until_ms = 0;
     std::optional<Height> height;
     std::optional<Cordon> cordon;
+    std::optional<LogLimit> log_limit;
+    // Latency counts not written yet, per window and catalogue_slot() (at most the windows Redis
+    // keeps).
+    std::map<std::int64_t, std::map<std::string, LatencyCounts, std::less<>>> latency_out;
+    // The windows of a read under way.
+    std::map<std::string, LatencyCounts, std::less<>> latency_in;
     // The last adopted from Redis, put back when a save reloads the local state:
     std::int64_t remote_breaker_t = 0;
     Breaker remote_breaker;
@@ -112,6 +119,8 @@ class SharedStore final : public HealthStore {
     Height remote_height;
     std::optional<Bucket> remote_bucket;
     Cordon remote_cordon;
+    LogLimit remote_log_limit;
+    std::map<std::string, SharedLatency, std::less<>> remote_latency;
   };
   struct WatchedChain {
     std::uint64_t generation = 0;
@@ -133,6 +142,10 @@ class SharedStore final : public HealthStore {
   void write_provider(const std::string& key, Watched& w);
   void write_chain(const std::string& key, WatchedChain& c);
   void write_filter(const std::string& key, const FilterPin& pin);
+  void write_latency(const std::string& key, Watched& w);
+  void read_latency(const std::string& key);
+  void adopt_latency(const std::string& key, const Reply& r, std::int64_t end_ms, bool last);
+  static void add_latency(Watched& w, std::string_view method, const Sample& s);
   void on_message(const Reply& r);
   void read_provider(const std::string& key);
   void adopt_provider(const std::string& key, const Reply& r);
@@ -165,9 +178,10 @@ class SharedStore final : public HealthStore {
   std::map<std::string, WatchedChain, std::less<>> chains_;
   std::set<std::string, std::less<>> profiles_;
   std::map<std::string, FilterPin, std::less<>> remote_filters_;  // at most kMaxFilters
-  std::string shas_[3];  // SCRIPT LOAD answers: bucket, provider, high-water
+  std::string shas_[4];  // SCRIPT LOAD answers: bucket, provider, high-water, latency
   std::int64_t next_connect_us_ = 0;
   std::uint64_t rounds_answered_ = 0;
+  std::int64_t next_latency_us_ = 0;  // when the latency summaries are read next
   bool running_ = false;
   bool logged_write_error_ = false;
   std::string host_id_;
