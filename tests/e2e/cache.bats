@@ -32,7 +32,7 @@ cache_header() {
 
 # Calls of METHOD on the fake NAME so far.
 fake_calls() { # NAME METHOD
-  fake_stats "$1" | jq -r --arg m "$2" '.methods[$m] // 0'
+  fake_stat "$1" '.methods[$m] // 0' --arg m "$2"
 }
 
 # Waits (up to 20 s) until /status shows a finalized block for the chain; prints it.
@@ -65,7 +65,7 @@ CALL_LATEST() { # ID
 wait_coalesced() { # NAME HELD WAITING
   local deadline=$((SECONDS + 60)) held=""
   while ((SECONDS < deadline)); do
-    held=$(fake_stats "$1" | jq -r '.held')
+    held=$(fake_stat "$1" .held)
     sidecar_get /status
     if [[ $held == "$2" ]] && jq -e --argjson w "$3" '.cache.coalesced_waiting == $w' <<<"$body" >/dev/null; then
       return 0

@@ -285,9 +285,28 @@ fake_stats() { # NAME
   curl -sf --max-time 5 "${tls[@]}" "$url/_stats"
 }
 
+# One value of the fake's /_stats: jq -r FILTER on them. Fails (status 1, the reason on stderr,
+# nothing on stdout) when the fake does not answer, or FILTER yields nothing, null or false: bats
+# sets no pipefail, and `fake_stats X | jq .y` would print nothing and succeed, so that two such
+# values compared could pass empty against empty. Use `// 0` in FILTER only where the fake leaves
+# a counter out until it counts one (.methods[name], .paths[path]).
+fake_stat() { # NAME FILTER [JQ ARGS...]
+  local name=$1 filter=$2 stats value
+  shift 2
+  stats=$(fake_stats "$name") || {
+    echo "fake_stat: fake $name answered no /_stats" >&2
+    return 1
+  }
+  if ! value=$(jq -er "$@" "$filter" <<<"$stats") || [[ -z $value ]]; then
+    printf 'fake_stat: %s of fake %s is %s in:\n%s\n' "$filter" "$name" "${value:-nothing}" "$stats" >&2
+    return 1
+  fi
+  printf '%s\n' "$value"
+}
+
 # Number of HTTP requests the fake received (control and stats requests not counted by the fake).
 fake_requests() { # NAME
-  fake_stats "$1" | jq -r '.requests'
+  fake_stat "$1" .requests
 }
 
 # ---------------------------------------------------------------------------------------------------

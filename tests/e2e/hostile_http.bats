@@ -225,7 +225,9 @@ assert_still_serving() {
     'body(0; 0)[1000:] | all(.error.code == -32600 and (.error.message | test("10000") and test("1000 ") and test("max-batch")))' \
     'healthy'
   # Only the first 1,000 calls went upstream.
-  assert_equal "$(fake_stats f1 | jq '.calls')" "$(($(jq '.calls' <<<"$F1_STATS_BEFORE") + 1000))" "calls f1 received"
+  local calls_before
+  calls_before=$(jq -e '.calls' <<<"$F1_STATS_BEFORE")
+  assert_equal "$(fake_stat f1 .calls)" "$((calls_before + 1000))" "calls f1 received"
   assert_still_serving
 }
 

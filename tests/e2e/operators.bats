@@ -35,7 +35,7 @@ send() { # N
 }
 
 # Client requests a fake received (the sidecars here do not poll).
-served() { fake_stats "$1" | jq -r '.methods.eth_blockNumber // 0'; }
+served() { fake_stat "$1" '.methods.eth_blockNumber // 0'; }
 
 # Polls /status until its JSON satisfies FILTER, for at most LIMIT_MS; sets waited_ms.
 status_until() { # FILTER LIMIT_MS

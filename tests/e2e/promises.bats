@@ -66,7 +66,7 @@ EOF
     --data "$BN" "$SC_URL/" >"$out.code" 3>&- &
   local curl_pid=$!
   local deadline=$((SECONDS + 30))
-  until [[ $(fake_stats f1 | jq -r '.held') == 1 ]]; do
+  until [[ $(fake_stat f1 .held) == 1 ]]; do
     ((SECONDS < deadline)) || { echo "the call never reached the fake" >&2; false; }
     nap 0.05
   done

@@ -296,9 +296,10 @@ samples_since() { # FILE SINCE_MS
   # eth_chainId never reached a provider; the four routed calls did.
   local calls=0 n
   for f in f1 f2; do
-    n=$(fake_stats "$f" | jq '.methods.eth_chainId // 0')
+    n=$(fake_stat "$f" '.methods.eth_chainId // 0')
     assert_equal "$n" 0 "$f eth_chainId calls"
-    calls=$((calls + $(fake_stats "$f" | jq '.calls')))
+    n=$(fake_stat "$f" .calls)
+    calls=$((calls + n))
   done
   assert_equal "$calls" 4 "calls sent upstream"
 }
@@ -312,7 +313,7 @@ samples_since() { # FILE SINCE_MS
   assert_code 200
   assert_body_jq 'type == "array" and length == 3 and all(.[]; .result == "0x64")'
   local before
-  before=$(fake_stats f1 | jq '.calls')
+  before=$(fake_stat f1 .calls)
   sc_post /rpc/local '[{"jsonrpc":"2.0","id":"a","method":"eth_blockNumber","params":[]},
     {"jsonrpc":"2.0","id":"b","method":"eth_blockNumber","params":[]},
     {"jsonrpc":"2.0","id":"c","method":"eth_blockNumber","params":[]},
@@ -324,7 +325,7 @@ samples_since() { # FILE SINCE_MS
   assert_body_jq 'type == "array" and [.[].id] == ["a", "b", "c", "d", "e"]'
   assert_body_jq '.[0:3] | all(.[]; .result == "0x64")'
   assert_body_jq '.[3:] | all(.[]; .error.code == -32600 and (.error.message | test("max-batch")))'
-  assert_equal "$(fake_stats f1 | jq '.calls')" "$((before + 3))" "calls sent upstream"
+  assert_equal "$(fake_stat f1 .calls)" "$((before + 3))" "calls sent upstream"
 }
 
 @test "batch: a 1,000-item viem-sized batch through serve to anvil succeeds by default" {
@@ -350,8 +351,8 @@ samples_since() { # FILE SINCE_MS
   sc_post /rpc/local "@$batch"
   assert_code 200
   assert_body_jq 'type == "array" and length == 1000 and ([.[].id] == [range(1000)]) and all(.[]; .result == "0x64")'
-  assert_equal "$(fake_stats f1 | jq '.calls')" 1000 "calls sent upstream"
-  assert_equal "$(fake_stats f1 | jq '.requests')" 10 "upstream requests"
+  assert_equal "$(fake_stat f1 .calls)" 1000 "calls sent upstream"
+  assert_equal "$(fake_requests f1)" 10 "upstream requests"
 }
 
 # ---------------------------------------------------------------------------------------------------
@@ -516,7 +517,7 @@ eventually() { # LIMIT_S WHAT CMD...
 metric_is() { # METRIC VALUE
   [[ $(curl -s --max-time 5 "$SC_URL/metrics" | awk -v m="$1" '$1 == m { print $2 }') == "$2" ]]
 }
-hanging_is() { [[ $(fake_stats "$1" | jq .hanging) == "$2" ]]; }  # NAME N: requests a hang-mode fake holds
+hanging_is() { [[ $(fake_stat "$1" .hanging) == "$2" ]]; }  # NAME N: requests a hang-mode fake holds
 rss_below() { (($(rss_kb "$SC_PID") < $1)); }                     # KB
 post_code_is() { [[ $(curl -s --max-time 5 -o /dev/null -w '%{http_code}' -d "$BN" "$SC_URL/rpc/local") == "$1" ]]; }
 
@@ -651,8 +652,8 @@ health:
 EOF
   start_sidecar -p "$P"
   local deadline=$((SECONDS + 10))
-  until (($(fake_stats late | jq '.requests // 0') > 0)) || ((SECONDS >= deadline)); do nap 0.1; done
-  (($(fake_stats late | jq '.requests // 0') > 0)) || { echo "the sidecar never probed late" >&2; false; }
+  until (($(fake_requests late) > 0)) || ((SECONDS >= deadline)); do nap 0.1; done
+  (($(fake_requests late) > 0)) || { echo "the sidecar never probed late" >&2; false; }
   fake_control late '{"mode":"ok"}'
   local ok=0
   deadline=$((SECONDS + 20))
@@ -688,15 +689,15 @@ EOF
   assert_body_jq '.profiles[0].excluded[] | select(.provider == "behind") | .reason | test("lag|behind"; "i")'
   # (The probe itself reads a balance, for its archive check: count from here.)
   local before_other before_behind i
-  before_other=$(fake_stats other | jq '.methods.eth_getBalance // 0')
-  before_behind=$(fake_stats behind | jq '.methods.eth_getBalance // 0')
+  before_other=$(fake_stat other '.methods.eth_getBalance // 0')
+  before_behind=$(fake_stat behind '.methods.eth_getBalance // 0')
   for i in 1 2 3 4 5 6; do
     sc_post /rpc/round-robin/local "{\"jsonrpc\":\"2.0\",\"id\":$i,\"method\":\"eth_getBalance\",\"params\":[\"$DEV_ACCOUNT\",\"latest\"]}"
     assert_code 200
     assert_hdr X-Rpcroute-Provider '^good$'
   done
-  assert_equal "$(fake_stats other | jq '.methods.eth_getBalance // 0')" "$before_other" "eth_getBalance sent to the wrong chain"
-  assert_equal "$(fake_stats behind | jq '.methods.eth_getBalance // 0')" "$before_behind" "eth_getBalance sent to the lagging node"
+  assert_equal "$(fake_stat other '.methods.eth_getBalance // 0')" "$before_other" "eth_getBalance sent to the wrong chain"
+  assert_equal "$(fake_stat behind '.methods.eth_getBalance // 0')" "$before_behind" "eth_getBalance sent to the lagging node"
 }
 
 # ---------------------------------------------------------------------------------------------------

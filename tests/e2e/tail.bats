@@ -45,7 +45,7 @@ health:
   (( t1 - t0 < 5000 )) || { echo "took $((t1 - t0)) ms: the hedge did not cut the stall" >&2; false; }
   # The hung attempt was abandoned (the fake saw its client leave) and nothing was held against
   # `slow`: its breaker (threshold 1) is closed, and it has no sample.
-  assert_equal "$(fake_stats slow | jq .hanging)" 0 "requests still hanging on slow"
+  assert_equal "$(fake_stat slow .hanging)" 0 "requests still hanging on slow"
   assert_json "$(state_entry slow)" '. == null or ((.breaker.state // "closed") == "closed" and (.breaker.failures // 0) == 0)'
   # --no-hedge: the same call waits for the stalled provider until its timeout.
   # shellcheck disable=SC2086
@@ -89,7 +89,7 @@ health:
   assert_json "$body" '.id == 7 and .result != null'
   grep -qi '^X-Rpcroute-Hedge: first' "$SC_HDRS" || { cat "$SC_HDRS" >&2; false; }
   grep -qi '^X-Rpcroute-Provider: first' "$SC_HDRS"
-  assert_equal "$(fake_stats second | jq .hanging)" 0 "hedges still hanging on second"
+  assert_equal "$(fake_stat second .hanging)" 0 "hedges still hanging on second"
   sidecar_get /metrics
   grep -q 'rpcroute_hedges_total{profile="profile",chain="local",won="first"} 1' <<<"$body" || {
     grep hedge <<<"$body" >&2

@@ -8,6 +8,8 @@
 #   - a gzip bomb is refused unread (both clients ask for identity);
 #   - running out of memory while taking an answer fails that attempt at once and routing goes on;
 #     the sidecar keeps serving. (RPCROUTE_TEST_ALLOC_LIMIT makes one large allocation fail.)
+#   - Retry-After (issue 23): both clients keep the first field, whatever its name's case, and the
+#     router turns seconds or a date into the same deadline; junk or an absurd value is ignored.
 
 # jq programs are single-quoted on purpose; each test runs in its own subshell.
 # shellcheck disable=SC2016,SC2154,SC2030,SC2031,SC2153
@@ -96,6 +98,52 @@ desync_case() { # CLIENT EXTRA_MS
     stop_all
     start_fake f --height 100
     start_fake h --height 100
+  done
+}
+
+# ---------------------------------------------------------------------------------------------------
+# Retry-After (issue 23): what each client keeps of the field and the deadline it becomes
+
+# Calls F alone (answering 429 with the header fields FIELDS, a JSON array of [name, value]) through
+# CLIENT with the state file on; checks the answer's retry_after_ms and the state's deadline
+# against WANT: exact ms, LO-HI, or "none" (no retry_after_ms; the state takes the 30 s default).
+retry_after_case() { # CLIENT WHAT FIELDS WANT
+  local client=$1 what=$2 fields=$3 want=$4 lo hi before after until
+  echo "# $client: $what" >&3
+  fake_control f "{\"mode\":\"status\",\"status\":429,\"headers\":$fields}"
+  rpcroute state reset >/dev/null
+  before=$(now_ms)
+  run --separate-stderr with_client "$client" "$RPCROUTE_BIN" call --profile "$P" --json eth_blockNumber
+  after=$(now_ms)
+  assert_status 3
+  assert_jq '.meta.attempts[0] | .provider == "f" and .outcome == "rate_limited" and .http_status == 429'
+  if [[ $want == none ]]; then
+    assert_jq '.meta | has("retry_after_ms") | not'
+    lo=30000 hi=30000
+  else
+    lo=${want%-*} hi=${want#*-}
+    assert_jq '.meta.retry_after_ms >= $lo and .meta.retry_after_ms <= $hi' --argjson lo "$lo" --argjson hi "$hi"
+  fi
+  # The state keeps the deadline: the attempt's time plus the wait.
+  until=$(state_entry f | jq -e '.rate_limited_until_ms') ||
+    { echo "$client, $what: no rate_limited_until_ms in the state" >&2; false; }
+  ((until >= before + lo && until <= after + hi)) ||
+    { echo "$client, $what: rate-limited until $until, expected in [$((before + lo)), $((after + hi))]" >&2; false; }
+}
+
+@test "call: both clients read Retry-After alike (seconds, date, repeated, any case, junk) and keep its deadline" {
+  write_profile "$P" --strategy priority f
+  local client at
+  for client in "${CLIENTS[@]}"; do
+    retry_after_case "$client" seconds '[["Retry-After","20"]]' 20000
+    # 45 s ahead in whole seconds: 44 to 45 s when read, whatever the load (well apart from 30 s).
+    at=$(LC_ALL=C date -u -d "@$(($(date +%s) + 45))" '+%a, %d %b %Y %H:%M:%S GMT')
+    retry_after_case "$client" "an HTTP-date" "[[\"Retry-After\",\"$at\"]]" 40000-45000
+    retry_after_case "$client" "repeated: the first wins" '[["Retry-After","7"],["Retry-After","60"]]' 7000
+    retry_after_case "$client" "lower-case name" '[["retry-after","5"]]' 5000
+    retry_after_case "$client" "junk" '[["Retry-After","soon"]]' none
+    retry_after_case "$client" "past a week" '[["Retry-After","604801"]]' none
+    retry_after_case "$client" "absent" '[]' none
   done
 }
 

@@ -76,7 +76,11 @@
 //   POST /_control  JSON object, every field optional; answers 200 {"ok":true}, or 400
 //                   {"ok":false,"error":"…"} (nothing applied) on an unknown field or bad value.
 //     "mode", "delay_ms", "status", "retry_after" (string or number), "body", "code", "message",
-//     "data" (any JSON), "huge_bytes", "drip_ms", "extra_ms", "gzip_bytes"
+//     "data" (any JSON), "huge_bytes", "drip_ms", "extra_ms", "gzip_bytes",
+//     "headers": [["Name", "value"], …]   more header fields on the answers of modes that send a
+//                                       whole answer (ok, delay, status, rpc_error, malformed,
+//                                       html, wrong_id, huge), after Retry-After, in order, names
+//                                       spelled as given (a repeated or lower-case field)
 //                                       change the default behaviour; giving "mode" resets the
 //                                       behaviour fields not given in the same body to defaults
 //     "height", "chain_id", "mine_per_sec"   change the chain ("height" restarts mining from there)
@@ -242,11 +246,15 @@ std::string_view mode_name(Mode mode) {
   return "?";
 }
 
+/// Header fields as [name, value] pairs, in order (a name may repeat; its spelling is kept).
+using Fields = std::vector<std::pair<std::string, std::string>>;
+
 struct Behaviour {
   Mode mode = Mode::ok;
   std::uint64_t delay_ms = 0;
   unsigned status = 503;
   std::optional<std::string> retry_after;
+  Fields headers;  // more header fields, sent as given
   std::optional<std::string> body;
   std::int64_t code = -32603;
   std::string message = "internal error";
@@ -263,6 +271,7 @@ struct BehaviourPatch {
   std::optional<std::uint64_t> delay_ms;
   std::optional<unsigned> status;
   std::optional<std::string> retry_after;
+  std::optional<Fields> headers;
   std::optional<std::string> body;
   std::optional<std::int64_t> code;
   std::optional<std::string> message;
@@ -280,6 +289,7 @@ struct BehaviourPatch {
     if (delay_ms) behaviour.delay_ms = *delay_ms;
     if (status) behaviour.status = *status;
     if (retry_after) behaviour.retry_after = *retry_after;
+    if (headers) behaviour.headers = *headers;
     if (body) behaviour.body = *body;
     if (code) behaviour.code = *code;
     if (message) behaviour.message = *message;
@@ -871,7 +881,28 @@ Expected<std::string> read_raw(ondemand::value& value, std::string_view key) {
   return std::string(raw);
 }
 
-// Reads one behaviour field into patch; false when key is not a behaviour field.
+// [["Name", "value"], …]: names and values of header fields, without CR, LF or NUL.
+Expected<Fields> read_fields(ondemand::value& value) {
+  const Unexpected bad{std::string("\"headers\" must be an array of [name, value] string pairs")};
+  ondemand::array pairs;
+  if (value.get_array().get(pairs)) return bad;
+  Fields out;
+  for (auto pair_result : pairs) {
+    ondemand::array pair;
+    if (std::move(pair_result).get_array().get(pair)) return bad;
+    std::vector<std::string> parts;
+    for (auto part_result : pair) {
+      std::string_view text;
+      if (std::move(part_result).get_string().get(text)) return bad;
+      if (text.find_first_of(std::string_view("\r\n\0", 3)) != std::string_view::npos) return bad;
+      parts.emplace_back(text);
+    }
+    if (parts.size() != 2 || parts[0].empty()) return bad;
+    out.emplace_back(std::move(parts[0]), std::move(parts[1]));
+  }
+  return out;
+}
+
 Expected<bool> read_behaviour_field(std::string_view key, ondemand::value& value,
                                     BehaviourPatch& patch) {
   auto store = [](auto& slot, auto read) -> Expected<bool> {
@@ -896,6 +927,7 @@ Expected<bool> read_behaviour_field(std::string_view key, ondemand::value& value
     if (type == ondemand::json_type::number) return store(patch.retry_after, read_raw(value, key));
     return store(patch.retry_after, read_value<std::string>(value, key));
   }
+  if (key == "headers") return store(patch.headers, read_fields(value));
   if (key == "delay_ms") return store(patch.delay_ms, read_value<std::uint64_t>(value, key));
   if (key == "body") return store(patch.body, read_value<std::string>(value, key));
   if (key == "code") return store(patch.code, read_value<std::int64_t>(value, key));
@@ -1202,6 +1234,7 @@ class Connection {
         co_return co_await send_gzip_bomb(request, rpc, behaviour);
     }
     if (behaviour.retry_after) response.set(http::field::retry_after, *behaviour.retry_after);
+    for (const auto& [name, value] : behaviour.headers) response.insert(name, value);
     co_return co_await send(std::move(response));
   }
 

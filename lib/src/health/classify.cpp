@@ -84,11 +84,15 @@ constexpr MessageRule kMessageRules[] = {
     {"request count exceeded", "", C::rate_limited},
     {"quota exceeded", "", C::rate_limited},
     {"throughput", "exceeded", C::rate_limited},
+    {"request limit reached", "", C::rate_limited},  // QuickNode -32007 "100/second request ..."
     {"missing trie node", "", C::capability},
     {"header not found", "", C::capability},
     {"state not available", "", C::capability},
     {"historical state", "", C::capability},
     {"state is not available", "", C::capability},
+    {"state unavailable", "", C::capability},   // Besu "World state unavailable"
+    {"no state available", "", C::capability},  // Nethermind -32002 "No state available for block"
+    {"due to pruning", "", C::capability},      // Erigon "old data not available due to pruning"
     {"blockoutofrange", "", C::capability},
     {"block out of range", "", C::capability},
     {"unknown block", "", C::capability},
@@ -96,12 +100,15 @@ constexpr MessageRule kMessageRules[] = {
     {"does not exist/is not available", "", C::capability},
     {"method not found", "", C::capability},
     {"method not supported", "", C::capability},
+    {"method not enabled", "", C::capability},  // Besu -32604: not in its --rpc-http-api
     {"not supported", "", C::capability},
     {"unsupported method", "", C::capability},
     {"is not available", "", C::capability},
     {"block range", "", C::capability},
     {"is limited to", "", C::capability},
     {"range too large", "", C::capability},
+    {"range limit", "", C::capability},      // Besu -32005 "... exceeds maximum RPC range limit"
+    {"blocks distance", "", C::capability},  // Ankr "maximum [from, to] blocks distance: 10000"
     {"range is too large", "", C::capability},
     {"query returned more than", "", C::capability},
     {"too many blocks", "", C::capability},
@@ -138,6 +145,7 @@ constexpr CodeRule kCodeRules[] = {
     {jsonrpc::kMethodNotFound, C::capability},
     {-32001, C::capability},     // resource not found
     {-32004, C::capability},     // method not supported (EIP-1474)
+    {-32604, C::capability},     // method not enabled (Besu)
     {-32003, C::deterministic},  // transaction rejected
     {-32010, C::deterministic},  // transaction cost exceeds limit
     {-32015, C::deterministic},  // VM execution error (Nethermind)

@@ -279,7 +279,8 @@ struct Transfer {
   // Why the transfer was abandoned from a callback (returning a short count makes curl stop it
   // with CURLE_WRITE_ERROR): the answer's real failure, reported instead of curl's.
   TransportError abandoned = TransportError::none;
-  bool encoded = false;  // a Content-Encoding other than identity: the body is not read
+  bool encoded = false;           // a Content-Encoding other than identity: the body is not read
+  bool retry_after_seen = false;  // the answer's first Retry-After is the one kept
 
   void abandon(TransportError why) {
     if (abandoned == TransportError::none) abandoned = why;
@@ -332,7 +333,11 @@ struct Transfer {
         v.remove_suffix(1);
       return v;
     };
-    if (line.starts_with("HTTP/")) encoded = false;  // a new answer (after an interim one)
+    if (line.starts_with("HTTP/")) {  // a new answer (after an interim one)
+      encoded = false;
+      retry_after_seen = false;
+      response.retry_after.clear();
+    }
     constexpr std::string_view encoding_key = "content-encoding:";
     if (field_is(encoding_key)) {
       // Identity was asked for (Accept-Encoding: identity): anything else is not read at all, so
@@ -360,22 +365,12 @@ struct Transfer {
       }
       return true;
     }
-    constexpr std::string_view key = "retry-after:";
-    if (line.size() > key.size()) {
-      bool match = true;
-      for (std::size_t i = 0; i < key.size(); ++i) {
-        if (std::tolower(static_cast<unsigned char>(line[i])) != key[i]) {
-          match = false;
-          break;
-        }
-      }
-      if (match) {
-        auto v = line.substr(key.size());
-        while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
-        while (!v.empty() && (v.back() == '\r' || v.back() == '\n' || v.back() == ' '))
-          v.remove_suffix(1);
-        response.retry_after.assign(v);
-      }
+    constexpr std::string_view retry_key = "retry-after:";
+    if (field_is(retry_key) && !retry_after_seen) {
+      // The first field wins, as in the native client (a repeated one is the provider's slip);
+      // the value without the spaces and tabs around it.
+      retry_after_seen = true;
+      response.retry_after.assign(value_of(retry_key));
     }
     return true;
   }

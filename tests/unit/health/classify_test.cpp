@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cctype>
+#include <set>
 #include <string>
 
 #include "rpcroute/jsonrpc.hpp"
@@ -114,6 +115,63 @@ TEST_CASE("every recorded upstream answer gets its class", "[classify]") {
     }
   }
   CHECK(with_retry >= 2);
+}
+
+TEST_CASE("real providers' wordings get the class their senders mean", "[classify]") {
+  // tests/fixtures/provider-errors.json: each class written from what the provider says it
+  // means, not from the rule table, so the table is tested against the world.
+  simdjson::dom::parser parser;
+  simdjson::dom::element root;
+  auto path = std::string(RPCROUTE_SOURCE_DIR) + "/tests/fixtures/provider-errors.json";
+  INFO(path);
+  REQUIRE(parser.load(path).get(root) == simdjson::SUCCESS);
+  simdjson::dom::array cases;
+  REQUIRE(root["cases"].get_array().get(cases) == simdjson::SUCCESS);
+
+  std::set<std::string, std::less<>> sources;
+  std::set<std::string, std::less<>> classes;
+  std::size_t index = 0;
+  for (auto item : cases) {
+    simdjson::dom::object c;
+    REQUIRE(item.get_object().get(c) == simdjson::SUCCESS);
+    INFO("case " << index++ << ": " << simdjson::to_string(c));
+    std::string_view source;
+    std::string_view want_name;
+    REQUIRE(c["source"].get_string().get(source) == simdjson::SUCCESS);
+    REQUIRE(c["class"].get_string().get(want_name) == simdjson::SUCCESS);
+    sources.emplace(source);
+    classes.emplace(want_name);
+    auto want = class_named(want_name);
+    REQUIRE(want.has_value());
+    // The whole answer (status and body); where the design overrides the sender's meaning, the
+    // case says so (answer_class, with the reason in "design").
+    std::string_view answer_name = want_name;
+    if (std::string_view design; c["answer_class"].get_string().get(design) == simdjson::SUCCESS)
+      answer_name = design;
+    auto answer_want = class_named(answer_name);
+    REQUIRE(answer_want.has_value());
+    auto got = classify_case(c);
+    CHECK(class_name(got.cls) == class_name(*answer_want));
+    // The error object alone, as it comes inside a batch answered with 200.
+    std::int64_t code = 0;
+    std::string_view message;
+    REQUIRE(c["error"]["code"].get_int64().get(code) == simdjson::SUCCESS);
+    REQUIRE(c["error"]["message"].get_string().get(message) == simdjson::SUCCESS);
+    CHECK(class_name(classify_rpc_error(code, message)) == class_name(*want));
+    std::int64_t retry_s = 0;
+    if (c["retry_after_s"].get_int64().get(retry_s) == simdjson::SUCCESS)
+      CHECK(got.retry_after_ms == retry_s * 1000);
+  }
+  for (std::string_view s :
+       {"Alchemy", "Infura", "QuickNode", "Ankr", "Cloudflare", "publicnode", "llamarpc",
+        "BlastAPI", "Chainstack", "geth", "erigon", "nethermind", "besu", "reth"}) {
+    INFO("no case from " << s);
+    CHECK(sources.count(s) == 1);
+  }
+  for (std::string_view k : {"deterministic", "capability", "rate_limited", "provider_failure"}) {
+    INFO("no case of class " << k);
+    CHECK(classes.count(k) == 1);
+  }
 }
 
 TEST_CASE("every message rule is reachable and wins over codes", "[classify]") {

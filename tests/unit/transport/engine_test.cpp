@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "rpcroute/outcome.hpp"
 #include "rpcroute/transport.hpp"
 
 using namespace rpcroute;
@@ -31,6 +32,8 @@ struct ScriptedServer {
   std::function<std::string(int)> later = [](int) { return std::string(); };
   int later_ms = 0;
   bool endless = false;
+  enum class After { serve_on, close, reset } after = After::serve_on;  // once an answer is written
+  std::string greeting;  // when not empty: written on accept, then the connection is closed
   int connections = 0;
   int requests = 0;
   std::vector<std::string> heads;
@@ -41,6 +44,12 @@ struct ScriptedServer {
 
   asio::awaitable<void> serve(tcp::socket socket) {
     std::string in;
+    if (!greeting.empty()) {
+      boost::system::error_code ec;
+      co_await asio::async_write(socket, asio::buffer(greeting),
+                                 asio::redirect_error(asio::use_awaitable, ec));
+      co_return;
+    }
     for (;;) {
       boost::system::error_code ec;
       auto n = co_await asio::async_read_until(socket, asio::dynamic_buffer(in), "\r\n\r\n",
@@ -60,6 +69,8 @@ struct ScriptedServer {
       const std::string out = answer(number);
       co_await asio::async_write(socket, asio::buffer(out), asio::redirect_error(asio::use_awaitable, ec));
       if (ec) co_return;
+      if (after == After::reset) socket.set_option(asio::socket_base::linger(true, 0));
+      if (after != After::serve_on) co_return;  // the socket closes here: FIN, or RST with linger 0
       if (endless) {
         const std::string filler(64 * 1024, 'a');
         while (!ec) co_await asio::async_write(socket, asio::buffer(filler), asio::redirect_error(asio::use_awaitable, ec));
@@ -124,6 +135,9 @@ const std::string kBody = R"({"jsonrpc":"2.0","id":1,"method":"eth_blockNumber",
 // expression twice.
 HttpRequest request_to(const ScriptedServer& server, std::uint64_t cap = kDefaultMaxResponseBytes) {
   return HttpRequest{server.url(), kBody, nullptr, 20'000, cap};
+}
+HttpRequest request_at(const std::string& url, std::int64_t timeout_ms) {
+  return HttpRequest{url, kBody, nullptr, timeout_ms};
 }
 const std::string kExtra = answer_of(R"({"jsonrpc":"2.0","id":1,"result":"0xdeadbeef"})");
 
@@ -263,4 +277,157 @@ TEST_CASE("engine: both clients ask for identity and never decode a coded answer
   CHECK(got[1].status == 429);
   CHECK(got[1].retry_after == "9");
   CHECK(got[1].body.empty());
+}
+
+TEST_CASE("engine: both clients read Retry-After alike, whatever its spelling or framing",
+          "[transport][curl]") {
+  // What each client keeps of the field, and what the classifier makes of it (ms; -1: none).
+  // The date is 45 s after kNow.
+  constexpr std::int64_t kNow = 1'445'412'480'000 - 45'000;
+  struct Row {
+    const char* what;
+    std::string fields;
+    std::string kept;
+    std::int64_t ms;
+  };
+  const Row rows[] = {
+      {"seconds", "Retry-After: 20\r\n", "20", 20'000},
+      {"an HTTP-date", "Retry-After: Wed, 21 Oct 2015 07:28:00 GMT\r\n",
+       "Wed, 21 Oct 2015 07:28:00 GMT", 45'000},
+      {"repeated: the first wins", "Retry-After: 7\r\nRetry-After: 60\r\n", "7", 7'000},
+      {"repeated, the first empty: still the first", "Retry-After:\r\nRetry-After: 8\r\n", "", -1},
+      {"absent", "", "", -1},
+      {"another field that ends like it", "X-Retry-After: 3\r\n", "", -1},
+      {"junk", "Retry-After: soon\r\n", "soon", -1},
+      {"negative", "Retry-After: -5\r\n", "-5", -1},
+      {"huge (past 64 bits)", "Retry-After: 99999999999999999999\r\n", "99999999999999999999", -1},
+      {"a week: the longest kept", "Retry-After: 604800\r\n", "604800", 604'800'000},
+      {"a week and a second: too long", "Retry-After: 604801\r\n", "604801", -1},
+      {"lower-case name", "retry-after: 5\r\n", "5", 5'000},
+      {"upper-case name, no space", "RETRY-AFTER:6\r\n", "6", 6'000},
+      {"spaces and tabs around the value", "Retry-After: \t 9 \t\r\n", "9", 9'000},
+  };
+  const std::string body =
+      R"({"jsonrpc":"2.0","id":1,"error":{"code":-32005,"message":"limited"}})";
+  const std::size_t n_rows = std::size(rows);
+  for (const char* client : {"native", "curl"}) {
+    for (const bool chunked : {false, true}) {
+      asio::io_context io;
+      ScriptedServer server(io);
+      server.answer = [&](int n) {
+        const auto& row = rows[static_cast<std::size_t>(n - 1) % n_rows];
+        std::string out =
+            "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\n" + row.fields;
+        if (chunked) {
+          char size[32];
+          std::snprintf(size, sizeof size, "%zx", body.size());
+          return out + "Transfer-Encoding: chunked\r\n\r\n" + size + "\r\n" + body +
+                 "\r\n0\r\n\r\n";
+        }
+        return out + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+      };
+      Client c(io, client);
+      std::vector<HttpResponse> got;
+      run(io, server, [&]() -> asio::awaitable<void> {
+        for (std::size_t i = 0; i < n_rows; ++i)
+          got.push_back(co_await c.engine->perform(request_to(server)));
+      });
+      REQUIRE(got.size() == n_rows);
+      for (std::size_t i = 0; i < n_rows; ++i) {
+        INFO(client << (chunked ? ", chunked: " : ", Content-Length: ") << rows[i].what);
+        CHECK(got[i].error == TransportError::none);
+        CHECK(got[i].status == 429);
+        CHECK(got[i].retry_after == rows[i].kept);
+        CHECK(retry_after_ms(got[i].retry_after, "", "", kNow) == rows[i].ms);
+        // What the router makes of the whole answer: a rate limit until then.
+        const auto c429 = classify_http_status(429, got[i].body, got[i].retry_after, kNow);
+        CHECK(c429.cls == OutcomeClass::rate_limited);
+        CHECK(c429.retry_after_ms == rows[i].ms);
+      }
+    }
+  }
+}
+
+TEST_CASE("engine: both clients name a failed transfer alike", "[transport][curl]") {
+  struct Row {
+    const char* what;
+    TransportError expected;
+    std::function<void(ScriptedServer&)> script;
+    bool https = false;  // ask for https:// of a plain HTTP server
+    std::int64_t timeout_ms = 20'000;
+  };
+  const Row rows[] = {
+      {"no answer, the connection closed", TransportError::reset,
+       [](ScriptedServer& s) {
+         s.answer = [](int) { return std::string(); };
+         s.after = ScriptedServer::After::close;
+       }},
+      {"no answer, the connection reset", TransportError::reset,
+       [](ScriptedServer& s) {
+         s.answer = [](int) { return std::string(); };
+         s.after = ScriptedServer::After::reset;
+       }},
+      {"a body cut short of its Content-Length", TransportError::truncated,
+       [](ScriptedServer& s) {
+         s.answer = [](int) {
+           return std::string("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789");
+         };
+         s.after = ScriptedServer::After::close;
+       }},
+      {"a chunked body cut short", TransportError::truncated,
+       [](ScriptedServer& s) {
+         s.answer = [](int) {
+           return std::string("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel");
+         };
+         s.after = ScriptedServer::After::close;
+       }},
+      {"no answer in time", TransportError::timeout,
+       [](ScriptedServer& s) { s.answer = [](int) { return std::string(); }; }, false, 300},
+      {"TLS asked of a plain HTTP server", TransportError::tls,
+       [](ScriptedServer& s) {
+         s.greeting = "HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n";
+       },
+       true},
+  };
+  for (const auto& row : rows) {
+    for (const char* client : {"native", "curl"}) {
+      INFO(client << ": " << row.what);
+      asio::io_context io;
+      ScriptedServer server(io);
+      row.script(server);
+      Client c(io, client);
+      std::vector<HttpResponse> got;
+      std::string url = server.url();
+      if (row.https) url.insert(4, "s");
+      run(io, server, [&]() -> asio::awaitable<void> {
+        got.push_back(co_await c.engine->perform(request_at(url, row.timeout_ms)));
+      });
+      REQUIRE(got.size() == 1);
+      CHECK(static_cast<int>(got[0].error) == static_cast<int>(row.expected));
+      CHECK(!got[0].error_message.empty());
+    }
+  }
+  {
+    for (const char* client : {"native", "curl"}) {
+      INFO(client << ": a refused connection");
+      asio::io_context io;
+      std::string url;
+      {
+        tcp::acceptor closed(io, {asio::ip::make_address("127.0.0.1"), 0});
+        url = "http://127.0.0.1:" + std::to_string(closed.local_endpoint().port()) + "/";
+      }  // nothing listens there now
+      Client c(io, client);
+      std::vector<HttpResponse> got;
+      asio::co_spawn(
+          io,
+          [&]() -> asio::awaitable<void> {
+            got.push_back(co_await c.engine->perform(request_at(url, 20'000)));
+            io.stop();  // pooled state would keep run_for busy until its bound
+          },
+          asio::detached);
+      io.run_for(std::chrono::seconds(30));
+      REQUIRE(got.size() == 1);
+      CHECK(static_cast<int>(got[0].error) == static_cast<int>(TransportError::connect));
+    }
+  }
 }
