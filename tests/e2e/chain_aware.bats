@@ -354,7 +354,7 @@ sc_block_number() {
   # provider failure even before anything is known about the others.
   kill -TERM "$SC_PID"
   wait "$SC_PID" || true
-  rm -f "$S"
+  rm -f "$S" "$S.journal"
   fake_control liar '{"block_number":"0x7fffffffffffffff"}'
   run --separate-stderr rpcroute call -p "$P" --json eth_blockNumber
   assert_status 0
@@ -545,7 +545,7 @@ EOF
 
   # A loaded machine may not make more than 5 rpcroute calls a second, which makes the bound above
   # hold trivially. One token a second is slower than any machine: most calls must go to s2.
-  rm -f "$S"
+  rm -f "$S" "$S.journal"  # the journal too: it would replay the last run's drawn bucket
   quota_profile 1 5
   read -r a b ms < <(quota_run 12)
   echo "rps 1: s1 $a, s2 $b in $ms ms" >&3
