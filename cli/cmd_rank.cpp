@@ -119,6 +119,27 @@ Table candidate_table(const Chain& chain, Strategy strategy, const std::vector<C
   return t;
 }
 
+/// `learned_limits`: the eth_getLogs block ranges the providers stated in their errors (issue 19),
+/// which the router splits wider ranges by: [{provider, eth_getLogs_blocks, t_ms}].
+void write_learned_limits(json::Writer& w, Setup& setup, const Chain& chain) {
+  w.key("learned_limits");
+  w.begin_array();
+  for (const auto& p : chain.providers) {
+    const ProviderState* ps =
+        setup.health().provider(provider_key(setup.profile.name, chain.name, p));
+    if (ps == nullptr || ps->log_limit.blocks == 0) continue;
+    w.begin_object();
+    w.key("provider");
+    w.value(p.id);
+    w.key("eth_getLogs_blocks");
+    w.value(ps->log_limit.blocks);
+    w.key("t_ms");
+    w.value(ps->log_limit.t_ms);
+    w.end_object();
+  }
+  w.end_array();
+}
+
 }  // namespace
 
 int run_rank(const RankOptions& options) {
@@ -144,7 +165,10 @@ int run_rank(const RankOptions& options) {
 
   if (options.json) {
     json::Writer w;
-    write_plan_json(w, setup.profile, chain, options.method, plan, now, options.explain);
+    w.begin_object();
+    write_plan_members(w, setup.profile, chain, options.method, plan, now, options.explain);
+    write_learned_limits(w, setup, chain);
+    w.end_object();
     write_stdout(w.take() + "\n");
     return 0;
   }

@@ -100,6 +100,9 @@ dev_send() { # NAME TX_FIELDS_JSON
   run --separate-stderr rpcroute rank -p "$P" -m eth_getLogs "$filter"
   assert_status 0
   [[ $output == *"learned eth_getLogs range limits:"*"f1: 2000 blocks"* ]]
+  run --separate-stderr rpcroute rank -p "$P" -m eth_getLogs --json "$filter"
+  assert_status 0
+  assert_jq '[.learned_limits[] | [.provider, .eth_getLogs_blocks, (.t_ms > 0)]] == [["f1", 2000, true]]'
   # The next call splits up front: ten requests, none refused.
   before=$(fake_requests f1)
   run --separate-stderr rpcroute call -p "$P" eth_getLogs "$filter"

@@ -17,6 +17,10 @@ namespace rpcroute {
 /// metric and probability of being tried first, then the exclusions with their reasons.
 void write_plan_json(json::Writer& w, const Profile& profile, const Chain& chain,
                      std::string_view method, const Plan& plan, std::int64_t now_ms, bool explain);
+/// The same members without the enclosing object, for a caller that adds members of its own.
+void write_plan_members(json::Writer& w, const Profile& profile, const Chain& chain,
+                        std::string_view method, const Plan& plan, std::int64_t now_ms,
+                        bool explain);
 
 /// How an exclusion's retry_in_ms is written: left out (503 details), only when known (`call
 /// --json`), or always, null when unknown (`rank --json`, /status).

@@ -81,6 +81,13 @@ std::string explain_candidate(Strategy s, const Candidate& c, std::size_t pos, s
 void write_plan_json(json::Writer& w, const Profile& profile, const Chain& chain,
                      std::string_view method, const Plan& plan, std::int64_t now, bool explain) {
   w.begin_object();
+  write_plan_members(w, profile, chain, method, plan, now, explain);
+  w.end_object();
+}
+
+void write_plan_members(json::Writer& w, const Profile& profile, const Chain& chain,
+                        std::string_view method, const Plan& plan, std::int64_t now,
+                        bool explain) {
   w.key("profile");
   w.value(profile.name);
   w.key("chain");
@@ -147,7 +154,6 @@ void write_plan_json(json::Writer& w, const Profile& profile, const Chain& chain
   w.begin_array();
   for (const auto& e : plan.excluded) write_exclusion_json(w, e, RetryField::always);
   w.end_array();
-  w.end_object();
 }
 
 void write_exclusion_json(json::Writer& w, const Exclusion& e, RetryField retry) {
