@@ -151,9 +151,11 @@ redis_rate_limit() {
   done
   wait "${wpids[@]}"
   local limited spare bound ratio_v total
-  limited=$(metric_sum 'rpcroute_attempts_total{profile="perf_redis",chain="local",provider="limited",outcome="success"}' "${ports[@]}")
+  # The metrics' profile label is the profile file's name (redis_rl.yaml), not its `name:`.
+  limited=$(metric_sum 'rpcroute_attempts_total{profile="redis_rl",chain="local",provider="limited",outcome="success"}' "${ports[@]}")
   spare=$(metric_sum 'provider="spare",outcome="success"' "${ports[@]}")
   total=$(jq -s 'map(.requests // 0) | add' "$work"/wrk.rl.*.json)
+  ((limited > 0)) || warn "redis: no attempt on provider limited was counted in /metrics (labels changed?)"
   bound=$((redis_rps * secs + redis_burst))
   ratio_v=$(ratio "$limited" "$bound")
   for h in 1 2 3; do
