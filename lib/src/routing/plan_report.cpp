@@ -86,8 +86,7 @@ void write_plan_json(json::Writer& w, const Profile& profile, const Chain& chain
 }
 
 void write_plan_members(json::Writer& w, const Profile& profile, const Chain& chain,
-                        std::string_view method, const Plan& plan, std::int64_t now,
-                        bool explain) {
+                        std::string_view method, const Plan& plan, std::int64_t now, bool explain) {
   w.key("profile");
   w.value(profile.name);
   w.key("chain");
