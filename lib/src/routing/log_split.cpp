@@ -254,6 +254,8 @@ bool needs_head(const BlockRef& ref) {
 }
 
 constexpr std::size_t kMaxLogAttempts = 64;  // attempt records kept for the merged answer
+/// A part that fails this close to the split's deadline ran out of the deadline's time.
+constexpr std::int64_t kDeadlineMarginUs = 25'000;
 
 }  // namespace log_split_detail
 
@@ -413,8 +415,9 @@ asio::awaitable<void> Router::fetch_logs(LogJob& job, BlockSpan span, int depth,
                           span.from, span.to, out.provider, error.message));
     co_return;
   }
-  // Out of time: the one deadline's error, not the part's (its timeout was what was left).
-  if (clock_.mono_us() + 1000 >= job.deadline_us ||
+  // Out of time: the one deadline's error, not the part's (its timeout was what was left). The
+  // margin: a part's timer (libcurl's own clock, whole milliseconds) may end a few ms before it.
+  if (clock_.mono_us() + d::kDeadlineMarginUs >= job.deadline_us ||
       out.unavailable_reason.starts_with("deadline of")) {
     fail_logs_deadline(job);
     co_return;
