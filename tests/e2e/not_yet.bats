@@ -7,6 +7,7 @@
 # shellcheck disable=SC2016,SC2154
 
 load helpers
+load tls_helpers
 
 setup() {
   e2e_setup
@@ -145,4 +146,67 @@ two_nodes_one_ahead() {
     "$(node_url sc)/rpc/local")
   assert_json "$body" '.result.number == "0x32"'
   grep -qi '^x-rpcroute-provider: high' "$hdrs"
+}
+
+@test "over HTTPS: a null receipt from the provider behind is asked again of the one at the height" {
+  # The fake's receipts: a hash's last four hex digits are its block (0x66 = 102 here).
+  local hash
+  hash=0x$(printf '%060x' 7)0066
+  make_test_pki "$BATS_TEST_TMPDIR/pki"
+  start_tls_fake tlow --height 100
+  start_tls_fake thigh --height 102
+  cat >"$P" <<EOF
+chains:
+  local:
+    chain_id: 31337
+    block_time_ms: 60000
+    providers:
+      - { id: tlow, url: "$(node_url tlow)", priority: 1, tls: { ca_file: "$TEST_PKI/ca.pem" } }
+      - { id: thigh, url: "$(node_url thigh)", priority: 2, tls: { ca_file: "$TEST_PKI/ca.pem" } }
+routing:
+  default_strategy: priority
+EOF
+  # probe records both heights (100 and 102) in the state file.
+  run --separate-stderr rpcroute probe -p "$P"
+  assert_status 0
+  # tlow, first by priority, is behind block 102 and says null; thigh has the receipt.
+  run --separate-stderr rpcroute call -p "$P" --json eth_getTransactionReceipt "$hash"
+  assert_status 0
+  assert_jq '.result.transactionHash == $h and .result.blockNumber == "0x66" and
+             .meta.provider == "thigh" and .meta.empty_retries == 1 and
+             [.meta.attempts[].provider] == ["tlow", "thigh"]' --arg h "$hash"
+  # A receipt neither has (block 0x70): thigh, at the height, says null too: a genuine null.
+  hash=0x$(printf '%060x' 7)0070
+  run --separate-stderr rpcroute call -p "$P" --json eth_getTransactionReceipt "$hash"
+  assert_status 0
+  assert_jq '.result == null and .meta.provider == "thigh" and .meta.empty_retries == 1'
+}
+
+@test "over HTTPS: rewrite_latest sends latest at the chain's height" {
+  make_test_pki "$BATS_TEST_TMPDIR/pki"
+  start_tls_fake tlow --height 100
+  start_tls_fake thigh --height 102
+  cat >"$P" <<EOF
+chains:
+  local:
+    chain_id: 31337
+    block_time_ms: 60000
+    providers:
+      - { id: tlow, url: "$(node_url tlow)", priority: 1, tls: { ca_file: "$TEST_PKI/ca.pem" } }
+      - { id: thigh, url: "$(node_url thigh)", priority: 2, tls: { ca_file: "$TEST_PKI/ca.pem" } }
+routing:
+  default_strategy: priority
+EOF
+  run --separate-stderr rpcroute probe -p "$P"
+  assert_status 0
+  # Off: latest goes to tlow, first by priority.
+  run --separate-stderr rpcroute call -p "$P" --json eth_getBalance "$DEV_ACCOUNT" latest
+  assert_status 0
+  assert_jq '.meta.provider == "tlow"'
+  # On: latest is sent as block 102, above tlow's height, so thigh serves it.
+  sed -i 's/^    block_time_ms: 60000$/    block_time_ms: 60000\n    rewrite_latest: true/' "$P"
+  grep -q '^    rewrite_latest: true$' "$P"
+  run --separate-stderr rpcroute call -p "$P" --json eth_getBalance "$DEV_ACCOUNT" latest
+  assert_status 0
+  assert_jq '.meta.provider == "thigh" and .meta.block == 102'
 }
