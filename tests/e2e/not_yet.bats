@@ -148,10 +148,9 @@ two_nodes_one_ahead() {
   grep -qi '^x-rpcroute-provider: high' "$hdrs"
 }
 
-@test "over HTTPS: a null receipt from the provider behind is asked again of the one at the height" {
-  # The fake's receipts: a hash's last four hex digits are its block (0x66 = 102 here).
-  local hash
-  hash=0x$(printf '%060x' 7)0066
+# Two TLS fakes, `tlow` at block 100 (priority 1) and `thigh` at 102, in profile $P (blocks every
+# minute, so the estimates stay at the heights probe records); probe records both heights.
+two_tls_fakes_one_ahead() {
   make_test_pki "$BATS_TEST_TMPDIR/pki"
   start_tls_fake tlow --height 100
   start_tls_fake thigh --height 102
@@ -166,9 +165,15 @@ chains:
 routing:
   default_strategy: priority
 EOF
-  # probe records both heights (100 and 102) in the state file.
   run --separate-stderr rpcroute probe -p "$P"
   assert_status 0
+}
+
+@test "over HTTPS: a null receipt from the provider behind is asked again of the one at the height" {
+  # The fake's receipts: a hash's last four hex digits are its block (0x66 = 102 here).
+  local hash
+  hash=0x$(printf '%060x' 7)0066
+  two_tls_fakes_one_ahead
   # tlow, first by priority, is behind block 102 and says null; thigh has the receipt.
   run --separate-stderr rpcroute call -p "$P" --json eth_getTransactionReceipt "$hash"
   assert_status 0
@@ -183,22 +188,7 @@ EOF
 }
 
 @test "over HTTPS: rewrite_latest sends latest at the chain's height" {
-  make_test_pki "$BATS_TEST_TMPDIR/pki"
-  start_tls_fake tlow --height 100
-  start_tls_fake thigh --height 102
-  cat >"$P" <<EOF
-chains:
-  local:
-    chain_id: 31337
-    block_time_ms: 60000
-    providers:
-      - { id: tlow, url: "$(node_url tlow)", priority: 1, tls: { ca_file: "$TEST_PKI/ca.pem" } }
-      - { id: thigh, url: "$(node_url thigh)", priority: 2, tls: { ca_file: "$TEST_PKI/ca.pem" } }
-routing:
-  default_strategy: priority
-EOF
-  run --separate-stderr rpcroute probe -p "$P"
-  assert_status 0
+  two_tls_fakes_one_ahead
   # Off: latest goes to tlow, first by priority.
   run --separate-stderr rpcroute call -p "$P" --json eth_getBalance "$DEV_ACCOUNT" latest
   assert_status 0
