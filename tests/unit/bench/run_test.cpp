@@ -10,6 +10,9 @@
 #include "rpcroute/bench.hpp"
 #include "rpcroute/state.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_run_test {
+
 using namespace rpcroute;
 using tcp = asio::ip::tcp;
 
@@ -204,3 +207,5 @@ TEST_CASE("bench run: without a store nothing is recorded; a dead provider is me
   CHECK_FALSE(results.warmups[1].message.empty());
   CHECK(results.any_answer());
 }
+
+}  // namespace unit_run_test

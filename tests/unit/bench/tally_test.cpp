@@ -5,6 +5,9 @@
 #include "rpcroute/bench.hpp"
 #include "rpcroute/metrics.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_tally_test {
+
 using namespace rpcroute;
 
 namespace {
@@ -236,3 +239,5 @@ TEST_CASE("bench error lines: one per provider and message over all methods, wit
   CHECK(lines[3].count == 5);
   CHECK(lines[3].methods == std::vector<std::string_view>{"eth_gasPrice"});
 }
+
+}  // namespace unit_tally_test

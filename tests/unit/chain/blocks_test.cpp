@@ -2,6 +2,9 @@
 
 #include <catch2/catch.hpp>
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_blocks_test {
+
 using namespace rpcroute;
 using K = BlockRef::Kind;
 
@@ -95,3 +98,5 @@ TEST_CASE("heights: estimates move forward with the block time, only within the 
   chain.block_time_ms = 20'000;
   CHECK(height_horizon_ms(chain) == 100'000);
 }
+
+}  // namespace unit_blocks_test

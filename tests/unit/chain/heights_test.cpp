@@ -6,6 +6,9 @@
 #include "rpcroute/health/exchange.hpp"
 #include "rpcroute/state.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_heights_test {
+
 using namespace rpcroute;
 
 namespace {
@@ -222,3 +225,5 @@ chains:
   CHECK(refuse_doubtful_heads(store, profile, chain, liar, key("liar"), calls, absurd, clock.now_ms()));
   CHECK_THAT(absurd.per_call[0].message, Catch::Contains("no chain is that long"));
 }
+
+}  // namespace unit_heights_test

@@ -4,6 +4,9 @@
 #include "rpcroute/poller.hpp"
 #include "rpcroute/state.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_poller_test {
+
 using namespace rpcroute;
 
 TEST_CASE("poller: the interval is the block time within 1 s and 30 s", "[poller]") {
@@ -303,3 +306,5 @@ TEST_CASE("finality: kept across a save of the state file", "[poller][finality]"
   CHECK(back->chains["c"].safe.block == 90);
   CHECK(back->chains["c"].safe.t_ms == 2);
 }
+
+}  // namespace unit_poller_test

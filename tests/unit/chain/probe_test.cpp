@@ -3,6 +3,9 @@
 #include "rpcroute/probe.hpp"
 #include "rpcroute/state.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_probe_test {
+
 using namespace rpcroute;
 
 namespace {
@@ -74,3 +77,5 @@ TEST_CASE("probe findings survive the state file round trip", "[probe][state]") 
   CHECK(g.syncing == std::optional<bool>(false));
   CHECK(g.client_version == "geth/1.14");
 }
+
+}  // namespace unit_probe_test

@@ -4,6 +4,9 @@
 
 #include "rpcroute/transaction.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_transaction_test {
+
 using namespace rpcroute;
 
 namespace {
@@ -80,3 +83,5 @@ TEST_CASE("transaction_sender: garbage, truncation and a bad signature give noth
   auto s = transaction_sender(other);
   CHECK((!s || *s != kSender));
 }
+
+}  // namespace unit_transaction_test

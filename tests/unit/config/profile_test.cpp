@@ -9,6 +9,9 @@
 #include "../support/temp_dir.hpp"
 #include "rpcroute/config.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_profile_test {
+
 using namespace rpcroute;
 using rpcroute::test::fake_env;
 using rpcroute::test::TempDir;
@@ -1102,3 +1105,5 @@ TEST_CASE("provider URLs: what the URL check accepts and refuses", "[config]") {
     CHECK(message.find("bad URL") != std::string::npos);
   }
 }
+
+}  // namespace unit_profile_test

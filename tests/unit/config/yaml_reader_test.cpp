@@ -9,6 +9,9 @@
 
 #include "config/yaml_reader.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_yaml_reader_test {
+
 using rpcroute::detail::ProfileError;
 using rpcroute::detail::YamlReader;
 
@@ -78,3 +81,5 @@ TEST_CASE("yaml reader: aliases are counted as expanded, so a billion laughs is 
   CHECK_THAT(message_of([&] { (void)reader.parse(text); }),
              Catch::Contains("more than 100000 nodes once aliases are expanded"));
 }
+
+}  // namespace unit_yaml_reader_test

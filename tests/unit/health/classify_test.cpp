@@ -9,6 +9,9 @@
 #include "rpcroute/jsonrpc.hpp"
 #include "rpcroute/outcome.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_classify_test {
+
 using namespace rpcroute;
 
 namespace {
@@ -426,3 +429,5 @@ TEST_CASE("report_text: a long message is cut to 512 bytes on a character bounda
   CHECK(e.size() <= 512 + std::string("… (200 bytes)").size());
   CHECK(e.substr(0, 8) == "\\x1b\\x1b");
 }
+
+}  // namespace unit_classify_test

@@ -5,6 +5,9 @@
 #include "rpcroute/jsonrpc.hpp"
 #include "rpcroute/state.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_exchange_test {
+
 using namespace rpcroute;
 
 namespace {
@@ -362,3 +365,5 @@ TEST_CASE("classify_exchange: one error answer to a batch refuses the batch; no 
       UpstreamIds{10, 2}, 0, empty_profile());
   CHECK(limited.per_call[0].cls == OutcomeClass::rate_limited);
 }
+
+}  // namespace unit_exchange_test

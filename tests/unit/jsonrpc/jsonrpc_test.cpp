@@ -4,6 +4,9 @@
 #include <limits>
 #include <string>
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_jsonrpc_test {
+
 using namespace rpcroute;
 using namespace rpcroute::jsonrpc;
 
@@ -471,3 +474,5 @@ TEST_CASE("same_id keeps large integer ids apart", "[jsonrpc]") {
   CHECK_FALSE(same_id("9007199254740993", "9007199254740992"));
   CHECK_FALSE(same_id("12345678901234567891", "12345678901234567890"));
 }
+
+}  // namespace unit_jsonrpc_test

@@ -4,6 +4,9 @@
 
 #include "rpcroute/methods.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_methods_test {
+
 using namespace rpcroute;
 
 TEST_CASE("methods: every row of the catalogue is found under its own name", "[methods]") {
@@ -94,3 +97,5 @@ TEST_CASE("methods: sticky sources follow a sender's flow", "[methods]") {
   CHECK(method_info("eth_getTransactionReceipt").sticky == StickySource::hash_param);
   CHECK(method_info("eth_getBalance").sticky == StickySource::none);
 }
+
+}  // namespace unit_methods_test

@@ -8,6 +8,9 @@
 
 #include "rpcroute/jsonrpc.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_plain_test {
+
 using namespace rpcroute::jsonrpc;
 
 namespace {
@@ -212,3 +215,5 @@ TEST_CASE("plain path: differential against the full path on mutated documents",
   }
   CHECK(accepted > 5000);
 }
+
+}  // namespace unit_plain_test

@@ -4,6 +4,9 @@
 
 #include "rpcroute/metrics.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_latency_test {
+
 using namespace rpcroute;
 
 namespace {
@@ -104,3 +107,5 @@ TEST_CASE("summarize: only failures means no latency and zero success", "[metric
   CHECK_FALSE(s.has_latency());
   CHECK(s.p50_ms == 0.0);
 }
+
+}  // namespace unit_latency_test

@@ -7,6 +7,9 @@
 #include "../support/fake_transport.hpp"
 #include "rpcroute/executor.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_attempt_timeout_test {
+
 using namespace rpcroute;
 using test::FakeTransport;
 
@@ -120,3 +123,5 @@ TEST_CASE("filter pin: eth_newFilter records where the filter lives; its reads g
   // Another filter id is not pinned: both providers are candidates.
   CHECK(f.planner.plan(f.chain, "eth_getFilterChanges", R"(["0x99"])", {}).candidates.size() == 2);
 }
+
+}  // namespace unit_attempt_timeout_test

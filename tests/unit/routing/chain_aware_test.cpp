@@ -4,6 +4,9 @@
 
 #include "rpcroute/router.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_chain_aware_test {
+
 using namespace rpcroute;
 
 namespace {
@@ -289,3 +292,5 @@ TEST_CASE("chain-aware: a lag judged when the heights were seen stands while its
   f.clock.advance(61'000);
   CHECK(f.excluded(f.router.plan(f.chain, "eth_blockNumber", "[]", {}), "full") == nullptr);
 }
+
+}  // namespace unit_chain_aware_test

@@ -6,6 +6,9 @@
 #include "../support/fake_transport.hpp"
 #include "rpcroute/executor.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_chain_check_test {
+
 using namespace rpcroute;
 using test::FakeTransport;
 
@@ -175,3 +178,5 @@ TEST_CASE("chain check: off (the sidecar, which probes), nothing extra is sent",
   CHECK(o.provider == "a");
   CHECK(f.methods_sent(0) == std::vector<std::string>{"eth_blockNumber"});
 }
+
+}  // namespace unit_chain_check_test

@@ -3,6 +3,9 @@
 
 #include "rpcroute/exclusions.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_exclusions_test {
+
 using namespace rpcroute;
 
 namespace {
@@ -214,3 +217,5 @@ TEST_CASE("exclusions: min-block keeps only providers observed at or past the bl
   f.ps.height = {1, f.in.now_ms};
   CHECK(f.apply() == Fate::candidate);
 }
+
+}  // namespace unit_exclusions_test

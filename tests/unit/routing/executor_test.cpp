@@ -6,6 +6,9 @@
 #include "../support/fake_transport.hpp"
 #include "rpcroute/executor.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_executor_test {
+
 using namespace rpcroute;
 using test::FakeTransport;
 
@@ -211,3 +214,5 @@ TEST_CASE("executor: the deadline cuts the last attempt short and then ends the 
   CHECK(out.unavailable_reason == "deadline of 1500 ms exceeded");
   CHECK(f.transport.count("http://b.test") == 0);
 }
+
+}  // namespace unit_executor_test

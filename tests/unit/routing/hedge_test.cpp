@@ -9,6 +9,9 @@
 #include "../support/fake_transport.hpp"
 #include "rpcroute/executor.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_hedge_test {
+
 using namespace rpcroute;
 using test::FakeTransport;
 
@@ -309,3 +312,5 @@ chains:
                                    "t.yaml");
   CHECK_FALSE(unknown.has_value());
 }
+
+}  // namespace unit_hedge_test

@@ -4,6 +4,9 @@
 
 #include "rpcroute/judge.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_judge_test {
+
 using namespace rpcroute;
 
 namespace {
@@ -102,3 +105,5 @@ TEST_CASE("judge: the end of the candidates or of the attempts", "[judge]") {
   last.holding_error = true;  // a capability answer came earlier
   CHECK(judge(of(OutcomeClass::provider_failure, Outcome::timeout), kRead, last).action == Action::return_held);
 }
+
+}  // namespace unit_judge_test

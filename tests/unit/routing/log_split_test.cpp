@@ -9,6 +9,9 @@
 #include "rpcroute/router.hpp"
 #include "rpcroute/state.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_log_split_test {
+
 using namespace rpcroute;
 
 TEST_CASE("log split: every recorded range error is read as its source states it", "[logsplit]") {
@@ -249,3 +252,5 @@ TEST_CASE("log split: the parts share the request's one deadline; on expiry one 
   REQUIRE(out.status == CallOutcome::Status::result);
   CHECK(out.result == expected_logs(0, 49));
 }
+
+}  // namespace unit_log_split_test

@@ -7,6 +7,9 @@
 #include "rpcroute/router.hpp"
 #include "rpcroute/state.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_not_yet_test {
+
 using namespace rpcroute;
 
 namespace {
@@ -218,3 +221,5 @@ TEST_CASE("not yet: a null from a method outside the lookups is delivered", "[no
   CHECK(out.result == "null");
   CHECK(f.transport.log.size() == 1);
 }
+
+}  // namespace unit_not_yet_test

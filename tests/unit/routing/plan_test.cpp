@@ -2,6 +2,9 @@
 
 #include "rpcroute/router.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_plan_test {
+
 using namespace rpcroute;
 
 namespace {
@@ -228,3 +231,5 @@ TEST_CASE("attempt_stalled: ten times the median, at least 250 ms, 1 s without d
   CHECK_FALSE(attempt_stalled(999, 0));
   CHECK(attempt_stalled(1'000, 0));
 }
+
+}  // namespace unit_plan_test

@@ -4,6 +4,9 @@
 
 #include "rpcroute/planner.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_planner_test {
+
 using namespace rpcroute;
 
 namespace {
@@ -124,3 +127,5 @@ chains:
   REQUIRE(good);
   CHECK(good->chains[0].providers[0].group == ProviderGroup::primary);
 }
+
+}  // namespace unit_planner_test

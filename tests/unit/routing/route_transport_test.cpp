@@ -4,6 +4,9 @@
 #include "../support/fake_transport.hpp"
 #include "rpcroute/router.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_route_transport_test {
+
 using namespace rpcroute;
 
 namespace {
@@ -82,3 +85,5 @@ TEST_CASE("route: a call goes upstream and its answer comes back with the client
   CHECK(f.transport.log[0].calls[0].method == "eth_gasPrice");
   CHECK(out[0].response == R"({"jsonrpc":"2.0","id":1,"result":"0x1"})");
 }
+
+}  // namespace unit_route_transport_test

@@ -2,6 +2,9 @@
 
 #include "rpcroute/sticky.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_sticky_test {
+
 using namespace rpcroute;
 
 namespace {
@@ -75,3 +78,5 @@ TEST_CASE("StickyProviders: bounded; expired entries go first, then the oldest",
   for (int i = 0; i < 1000; ++i) sticky.stick("c", key(1000 + i), "p", 200'000 + i);
   CHECK(sticky.size() <= 10);
 }
+
+}  // namespace unit_sticky_test

@@ -7,6 +7,9 @@
 
 #include "rpcroute/strategy.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_strategies_test {
+
 using namespace rpcroute;
 
 namespace {
@@ -462,3 +465,5 @@ TEST_CASE("every strategy ranks a single candidate first with certainty", "[stra
     CHECK(c[0].first_probability == Approx(1.0));
   }
 }
+
+}  // namespace unit_strategies_test

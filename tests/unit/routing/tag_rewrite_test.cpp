@@ -7,6 +7,9 @@
 #include "rpcroute/state.hpp"
 #include "rpcroute/tag_rewrite.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_tag_rewrite_test {
+
 using namespace rpcroute;
 
 namespace {
@@ -123,3 +126,5 @@ TEST_CASE("tag rewrite: on a chain that asks, reads go at the high-water height"
   out = route("eth_getBalance", "[" + kA + R"(,"latest"])");
   CHECK(transport.log.at(0).calls.at(0).params == "[" + kA + R"(,"latest"])");
 }
+
+}  // namespace unit_tag_rewrite_test

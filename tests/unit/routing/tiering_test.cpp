@@ -6,6 +6,9 @@
 
 #include "rpcroute/strategy.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_tiering_test {
+
 using namespace rpcroute;
 
 namespace {
@@ -193,3 +196,5 @@ TEST_CASE("apply_tiers: with no primary usable, the backups are balanced", "[tie
   CHECK(c[1].first_probability == Approx(0.5));
   CHECK(c[2].first_probability == 0.0);
 }
+
+}  // namespace unit_tiering_test

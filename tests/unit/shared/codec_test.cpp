@@ -6,6 +6,9 @@
 #include "rpcroute/metrics.hpp"
 #include "rpcroute/shared/store.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_codec_test {
+
 using namespace rpcroute;
 using namespace rpcroute::shared;
 
@@ -316,3 +319,5 @@ TEST_CASE("with_prior: the shared summary ranks a host without samples; its own 
   CHECK_FALSE(f.has_latency());
   CHECK(f.success_rate == 0);
 }
+
+}  // namespace unit_codec_test

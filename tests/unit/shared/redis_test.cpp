@@ -13,6 +13,9 @@
 #include "rpcroute/shared/codec.hpp"
 #include "rpcroute/shared/store.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_redis_test {
+
 using namespace rpcroute;
 using namespace rpcroute::shared;
 
@@ -486,3 +489,5 @@ TEST_CASE("Redis away: local state within the budget, logged once, merged back o
       },
       1000));
 }
+
+}  // namespace unit_redis_test

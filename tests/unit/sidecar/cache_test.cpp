@@ -7,6 +7,9 @@
 #include "policy.hpp"
 #include "rpcroute/methods.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_cache_test {
+
 using namespace rpcroute;
 using namespace rpcroute::sidecar;
 
@@ -199,3 +202,5 @@ TEST_CASE(
   CHECK_FALSE(policy::cache_bypass("", "miss"));
   CHECK_FALSE(policy::cache_bypass("", ""));
 }
+
+}  // namespace unit_cache_test

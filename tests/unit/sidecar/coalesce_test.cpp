@@ -8,6 +8,9 @@
 #include "cache.hpp"
 #include "rpcroute/router.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_coalesce_test {
+
 using namespace rpcroute;
 using namespace rpcroute::sidecar;
 
@@ -194,3 +197,5 @@ TEST_CASE("coalescing: the table is bounded; past it calls are routed on their o
   CHECK(f.transport.log.size() == Coalescer::kMaxFlights + 2);
   CHECK(f.coalescer.in_flight() == 0);
 }
+
+}  // namespace unit_coalesce_test

@@ -6,6 +6,9 @@
 
 #include "routes.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_dashboard_test {
+
 using namespace rpcroute;
 using namespace rpcroute::sidecar;
 
@@ -174,3 +177,5 @@ TEST_CASE("dashboard: routes", "[sidecar][dashboard][routes]") {
   CHECK(parse_route("/dashboard/other").kind == RouteKind::not_found);
   CHECK(parse_route("/").kind == RouteKind::rpc);  // GET / is the page; POST / stays JSON-RPC
 }
+
+}  // namespace unit_dashboard_test

@@ -2,6 +2,9 @@
 
 #include "policy.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_policy_test {
+
 using namespace rpcroute::sidecar::policy;
 
 TEST_CASE("policy: host_only drops the port and brackets and lower-cases", "[sidecar][policy]") {
@@ -92,3 +95,5 @@ TEST_CASE("policy: the bearer scheme is case-insensitive, the token is not", "[s
   CHECK_FALSE(bearer_token_matches("Bearer", "s3cret"));
   CHECK_FALSE(bearer_token_matches("Bearer ", "s3cret"));
 }
+
+}  // namespace unit_policy_test

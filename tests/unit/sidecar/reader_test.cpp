@@ -6,6 +6,9 @@
 
 #include "reader.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_reader_test {
+
 using namespace rpcroute::sidecar;
 namespace http = boost::beast::http;
 
@@ -112,3 +115,5 @@ TEST_CASE("reader: without an Upgrade field, Beast's reader keeps no field list"
   budget.give_back(held);
   CHECK(budget.used == 0);
 }
+
+}  // namespace unit_reader_test

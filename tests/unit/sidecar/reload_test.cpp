@@ -6,6 +6,9 @@
 #include <filesystem>
 #include <fstream>
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_reload_test {
+
 using namespace rpcroute;
 using namespace rpcroute::sidecar;
 
@@ -131,3 +134,5 @@ TEST_CASE("reload: /status shows the last attempt and its error", "[sidecar][rel
         R"({"reload":{"reloads":0,"loaded_ms":1000,"files":["/p.yaml"],"last_trigger":"SIGHUP",)"
         R"("last_try_ms":2000,"ok":false,"error":"/p.yaml:3:5: unknown key"}})");
 }
+
+}  // namespace unit_reload_test

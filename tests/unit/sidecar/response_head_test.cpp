@@ -15,6 +15,9 @@
 
 #include "response_head.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_response_head_test {
+
 namespace http = boost::beast::http;
 using rpcroute::sidecar::response_head;
 
@@ -143,3 +146,5 @@ TEST_CASE("response head: the fast path writes what Beast's serializer writes", 
   }
   CHECK(checked > 1000);
 }
+
+}  // namespace unit_response_head_test

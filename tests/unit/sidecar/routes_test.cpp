@@ -2,6 +2,9 @@
 
 #include "routes.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_routes_test {
+
 using namespace rpcroute;
 using namespace rpcroute::sidecar;
 
@@ -71,3 +74,5 @@ TEST_CASE("routes: /ws and /ws/rpc/... are the RPC routes again", "[sidecar][rou
     CHECK(parse_route(bad).kind == RouteKind::not_found);
   }
 }
+
+}  // namespace unit_routes_test

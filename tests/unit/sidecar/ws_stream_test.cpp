@@ -9,6 +9,9 @@
 #include <string>
 #include <vector>
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_ws_stream_test {
+
 using namespace rpcroute;
 using namespace rpcroute::sidecar;
 
@@ -165,3 +168,5 @@ TEST_CASE("ws_stream helpers", "[ws_stream]") {
   CHECK(!parse_hex("1f"));
   CHECK(logs_filter(R"(["logs",{}])", 1, 2) == R"([{"fromBlock":"0x1","toBlock":"0x2"}])");
 }
+
+}  // namespace unit_ws_stream_test

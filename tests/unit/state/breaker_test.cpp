@@ -3,6 +3,9 @@
 #include "rpcroute/clock.hpp"
 #include "rpcroute/state.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_breaker_test {
+
 using namespace rpcroute;
 
 namespace {
@@ -280,3 +283,5 @@ TEST_CASE("a timeout opens the breaker at once; other failures count to the thre
     CHECK_FALSE(trips_at_once(o));
   }
 }
+
+}  // namespace unit_breaker_test

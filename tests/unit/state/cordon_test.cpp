@@ -9,6 +9,9 @@
 #include "rpcroute/state.hpp"
 #include "state/journal.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_cordon_test {
+
 using namespace rpcroute;
 using rpcroute::test::TempDir;
 
@@ -197,3 +200,5 @@ TEST_CASE("StateStore::refresh: a running store sees what another process append
   CHECK(last.state().providers.at(kKey).methods.at("eth_call").size() == 3);
   CHECK_FALSE(cordon_of(last).active(kNow + 5));
 }
+
+}  // namespace unit_cordon_test

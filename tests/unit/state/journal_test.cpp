@@ -14,6 +14,9 @@
 #include "../support/temp_dir.hpp"
 #include "rpcroute/state.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_journal_test {
+
 using namespace rpcroute;
 using rpcroute::test::read_file;
 using rpcroute::test::TempDir;
@@ -589,3 +592,5 @@ TEST_CASE(
           static_cast<std::size_t>(kEach));
   }
 }
+
+}  // namespace unit_journal_test

@@ -3,6 +3,9 @@
 #include "rpcroute/state.hpp"
 #include "../support/temp_dir.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_pending_test {
+
 using namespace rpcroute;
 
 TEST_CASE("StateStore keeps bounded pending changes and saves what the file would keep", "[state]") {
@@ -37,3 +40,5 @@ TEST_CASE("StateStore keeps bounded pending changes and saves what the file woul
   CHECK(ps.breaker.state == BreakerState::open);
   CHECK(reader.state().chains.at("p/c").rr_cursor == 10'000);
 }
+
+}  // namespace unit_pending_test

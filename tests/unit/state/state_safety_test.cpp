@@ -20,6 +20,9 @@
 #include "../support/temp_dir.hpp"
 #include "rpcroute/state.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_state_safety_test {
+
 using namespace rpcroute;
 using rpcroute::test::fake_env;
 using rpcroute::test::read_file;
@@ -455,3 +458,5 @@ TEST_CASE("StateStore: a waiting writer keeps waiting while other writers finish
   ::waitpid(writer, &status, 0);
   ::waitpid(holder, &status, 0);
 }
+
+}  // namespace unit_state_safety_test

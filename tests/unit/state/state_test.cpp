@@ -15,6 +15,9 @@
 
 #include "../support/temp_dir.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_state_test {
+
 using namespace rpcroute;
 using rpcroute::test::fake_env;
 using rpcroute::test::read_file;
@@ -860,3 +863,5 @@ TEST_CASE("StateStore: a FIFO at the state path is left alone; a directory is re
   REQUIRE(in_folder.save().has_value());
   CHECK(std::filesystem::is_directory(folder));
 }
+
+}  // namespace unit_state_test

@@ -11,6 +11,9 @@
 #include "rpcroute/cancel.hpp"
 #include "rpcroute/transport.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_cancel_test {
+
 using namespace rpcroute;
 using tcp = asio::ip::tcp;
 
@@ -106,3 +109,5 @@ TEST_CASE("cancel: request() runs the registered hook once; reset() starts over"
   cancel.request();
   CHECK(stopped == 1);
 }
+
+}  // namespace unit_cancel_test

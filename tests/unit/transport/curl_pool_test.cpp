@@ -8,6 +8,9 @@
 
 #include "rpcroute/transport.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_curl_pool_test {
+
 using rpcroute::Header;
 using rpcroute::detail::CurlSetupRef;
 using rpcroute::detail::EasyPool;
@@ -154,3 +157,5 @@ TEST_CASE("curl pool: other tls: settings are another set-up, kept with it", "[t
   pool.release(std::move(again));
   pool.release(std::move(empty));
 }
+
+}  // namespace unit_curl_pool_test

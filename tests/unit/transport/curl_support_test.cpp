@@ -5,6 +5,9 @@
 
 #include "transport/curl_support.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_curl_support_test {
+
 using namespace rpcroute;
 
 TEST_CASE("transport_error_of: curl's codes in the client's terms", "[transport][curl]") {
@@ -65,3 +68,5 @@ TEST_CASE("tls_cause: a refused client certificate is TLS's, other resets are no
   CHECK_FALSE(tls_cause(CURLE_COULDNT_CONNECT, X509_V_OK, "Connection refused"));
   CHECK_FALSE(tls_cause(CURLE_OPERATION_TIMEDOUT, X509_V_OK, "SSL connection timeout"));
 }
+
+}  // namespace unit_curl_support_test

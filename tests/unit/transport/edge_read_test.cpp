@@ -9,6 +9,9 @@
 #include <optional>
 #include <string>
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_edge_read_test {
+
 using namespace rpcroute;
 using tcp = asio::ip::tcp;
 
@@ -233,3 +236,5 @@ TEST_CASE("edge read: without enable_edge_reads it behaves like async_read_some"
 TEST_CASE("edge read: not built for this Boost; async_read_some_edge is async_read_some") { SUCCEED(); }
 
 #endif
+
+}  // namespace unit_edge_read_test

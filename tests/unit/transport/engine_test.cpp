@@ -12,6 +12,9 @@
 #include "rpcroute/outcome.hpp"
 #include "rpcroute/transport.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_engine_test {
+
 using namespace rpcroute;
 using tcp = asio::ip::tcp;
 
@@ -431,3 +434,5 @@ TEST_CASE("engine: both clients name a failed transfer alike", "[transport][curl
     }
   }
 }
+
+}  // namespace unit_engine_test

@@ -8,6 +8,9 @@
 
 #include "../support/http1_oracle.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_http1_test {
+
 using namespace rpcroute;
 
 namespace {
@@ -215,3 +218,5 @@ TEST_CASE("http1: differential against Beast on mutated messages") {
   }
   CHECK(accepted > 10000);  // the mutants exercise the accepting path, not only refusals
 }
+
+}  // namespace unit_http1_test

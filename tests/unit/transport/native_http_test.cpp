@@ -8,6 +8,9 @@
 #include "rpcroute/jsonrpc.hpp"
 #include "rpcroute/transport.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_native_http_test {
+
 using namespace rpcroute;
 using tcp = asio::ip::tcp;
 
@@ -162,3 +165,5 @@ TEST_CASE("parse_response: strings are still validated without being unescaped",
   CHECK(r->replies[0].result->size() == (3u << 20) + 4);
   CHECK(jsonrpc::parse_response(R"({"jsonrpc":"2.0","id":1,"result":"0x1"})").has_value());
 }
+
+}  // namespace unit_native_http_test

@@ -5,6 +5,9 @@
 
 #include "transport/native_http.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_native_target_test {
+
 using rpcroute::detail::parse_native_target;
 
 TEST_CASE("native target: an address and port give one endpoint, a pool key and the request head",
@@ -74,3 +77,5 @@ TEST_CASE("native target: what curl must take is declined", "[transport]") {
     CHECK(parse_native_target(url) == nullptr);
   }
 }
+
+}  // namespace unit_native_target_test

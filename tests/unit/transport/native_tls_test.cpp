@@ -9,6 +9,9 @@
 
 #include "transport/native_transfer.hpp"
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_native_tls_test {
+
 using namespace rpcroute;
 using rpcroute::detail::NativeHttp;
 
@@ -133,3 +136,5 @@ TEST_CASE("native tls: a host name is resolved when connecting; one that does no
   CHECK((failed.error == TransportError::dns || failed.error == TransportError::timeout));
   if (failed.error == TransportError::dns) CHECK(failed.error_message == "Could not resolve host: no-such-host.invalid");
 }
+
+}  // namespace unit_native_tls_test

@@ -7,6 +7,9 @@
 #include <thread>
 #include <vector>
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_alloc_test {
+
 using namespace rpcroute::alloc;
 
 TEST_CASE("alloc: every size up to kMaxCached maps to the smallest class that holds it") {
@@ -100,3 +103,5 @@ TEST_CASE("alloc: blocks cross threads, and a thread's cache is returned when it
 }
 
 #endif
+
+}  // namespace unit_alloc_test

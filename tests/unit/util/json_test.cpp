@@ -7,6 +7,9 @@
 #include <limits>
 #include <string>
 
+// Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
+namespace unit_json_test {
+
 using namespace rpcroute;
 
 TEST_CASE("json::quote escapes what JSON requires and round-trips", "[json]") {
@@ -73,3 +76,5 @@ TEST_CASE("json::append_double is locale-free and finite or null", "[json]") {
   json::append_double(out, -2.0, 0);
   CHECK(out == "-2");
 }
+
+}  // namespace unit_json_test
