@@ -131,10 +131,16 @@ if (mode === "call") {
   a.on("close", (code, reason) => {
     summary.a_close = code;
     summary.a_reason = reason.toString();
-    summary.b_open = b.readyState === WebSocket.OPEN;
-    print(summary);
-    b.close(1000);
-    done(0);
+    // B's last answers may still be on their way on a loaded machine: up to 5 s more for them.
+    const until = Date.now() + 5000;
+    const finish = () => {
+      if (summary.b_answers < 40 && Date.now() < until) return void setTimeout(finish, 50);
+      summary.b_open = b.readyState === WebSocket.OPEN;
+      print(summary);
+      b.close(1000);
+      done(0);
+    };
+    finish();
   });
   a.on("error", (e) => (summary.a_error = e.message));
   b.on("error", (e) => (summary.b_error = e.message));
