@@ -501,6 +501,49 @@ TEST_CASE("three stores leasing from one quota spend at most burst + rps × seco
   for (int n : by_host) CHECK(n >= bound / 10);  // nobody starved
 }
 
+TEST_CASE("Redis away: the lease becomes the local bucket, refilling; back, the host leases again",
+          "[shared][redis][lease]") {
+  auto server = std::make_unique<test::RedisServer>();
+  asio::io_context io;
+  SystemClock clock;
+  const auto profile = two_provider_profile();
+  const auto& chain = profile.chains[0];
+  const auto ka = provider_key(profile.name, chain.name, chain.providers[0]);
+  const Quota q = *chain.providers[0].rate_limit;  // 100 rps, burst 10
+  Host a(io, clock, server->url());
+  a.store->watch(profile);
+  a.store->start();
+  // A lease: its bucket does not refill before the lease lapses (t_ms ahead of now).
+  auto leased = [&] {
+    const auto* p = a.store->provider(ka);
+    return p != nullptr && p->quota.t_ms > clock.now_ms();
+  };
+  REQUIRE(run_until(io, [&] { return a.store->status().state == LinkState::up && leased(); }));
+  CHECK(bucket_level(a.store->provider(ka)->quota, q, clock.now_ms()) == Approx(1));  // idle
+
+  server->signal(SIGSTOP);
+  REQUIRE(run_until(
+      io, [&] { return a.store->status().state == LinkState::down; }, 2000));
+  CHECK_FALSE(leased());  // the local bucket now, refilling at rps as without Redis
+  run_until(
+      io, [] { return false; }, 150);
+  CHECK(bucket_level(a.store->provider(ka)->quota, q, clock.now_ms()) == Approx(q.burst));
+  int spent = 0;
+  while (bucket_wait_ms(a.store->provider(ka)->quota, q, clock.now_ms()) == 0 && spent < 100) {
+    a.store->record(QuotaEvent{ka, clock.now_ms(), 1, q}, profile.health);
+    ++spent;
+  }
+  CHECK(spent >= 10);
+  CHECK(spent < 100);
+  REQUIRE(a.logs.size() == 1);
+  CHECK(a.logs[0].find("own bucket") != std::string::npos);
+
+  server->signal(SIGCONT);
+  REQUIRE(run_until(
+      io, [&] { return a.store->status().state == LinkState::up; }, 3000));
+  CHECK(run_until(io, leased, 1000));
+}
+
 TEST_CASE("Redis away: local state within the budget, logged once, merged back on return",
           "[shared][redis]") {
   auto server = std::make_unique<test::RedisServer>();
