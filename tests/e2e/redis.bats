@@ -3,7 +3,8 @@
 # that each test starts on a free loopback port (no persistence) and stops in teardown. Two and
 # three sidecars on one Redis: an open breaker seen by all, heights that never go back across
 # hosts, a Redis killed, paused or full while requests go on, a password kept secret, an HTTPS
-# provider. The rate-limit figure under wrk is tests/perf/sections/redis.sh.
+# provider, three hosts hammering one rate-limited provider (plain and HTTPS). The figure under
+# heavier wrk load is tests/perf/sections/redis.sh.
 
 # jq programs are single-quoted on purpose; each test runs in its own subshell.
 # shellcheck disable=SC2016,SC2154
@@ -356,6 +357,94 @@ serve_shared() { # NAME [SERVE ARGS...]
   TEST_REDIS_PW=x run rpcroute call --profile "$P" --no-state --shared-state "rediss://127.0.0.1:1/0" eth_blockNumber
   assert_status 2
   [[ $stderr == *TLS* || $output == *TLS* ]]
+}
+
+# A wrk script: POST eth_blockNumber; counts the answers without a "result" (none is expected: the
+# spare provider takes what the quota refuses).
+write_bn_wrk() { # FILE
+  cat >"$1" <<'LUA'
+wrk.method = "POST"
+wrk.body = '{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}'
+wrk.headers["Content-Type"] = "application/json"
+local threads = {}
+function setup(thread) table.insert(threads, thread) end
+function init(args) failures = 0 end
+function response(status, headers, body)
+  if status ~= 200 or not string.find(body, '"result"', 1, true) then failures = failures + 1 end
+end
+function done(summary, latency, requests)
+  local f = 0
+  for _, t in ipairs(threads) do f = f + t:get("failures") end
+  io.write(string.format("LOAD requests=%d failures=%d\n", summary.requests, f))
+end
+LUA
+}
+
+# Three sidecars on one Redis, provider `limited` (URL, rate_limit RPS and BURST, EXTRA YAML for
+# its TLS) before `spare`, all three under wrk at once for SECS seconds. Idle before, the shared
+# bucket is full (burst); the fake's own count of served calls from just before the first wrk
+# starts to just after the last one ends must stay within burst + rps × that time (+5 % and 3
+# tokens the hosts may hold from before) and reach 85 % of rps × SECS (the quota is used, not
+# starved). The code before token leases served 120-131 % of the bound here.
+three_hosts_one_quota() { # URL EXTRA RPS BURST SECS
+  local url=$1 extra=$2 rps=$3 burst=$4 secs=$5 h t0 t1 c0 c1 served bound window
+  command -v wrk >/dev/null || { echo "wrk is needed (scripts/setup installs it)" >&2; return 1; }
+  cat >"$P" <<YAML
+name: e2e
+chains:
+  local:
+    chain_id: 31337
+    block_time_ms: 1000
+    providers:
+      - { id: limited, url: "$url", priority: 1, rate_limit: { rps: $rps, burst: $burst }$extra }
+      - { id: spare, url: "$(node_url spare)", priority: 2 }
+routing:
+  default_strategy: priority
+YAML
+  for h in h1 h2 h3; do serve_shared "$h"; done
+  for h in h1 h2 h3; do bn_via "$h" >/dev/null; done
+  write_bn_wrk "$BATS_TEST_TMPDIR/bn.lua"
+  local pids=() urls=()
+  for h in h1 h2 h3; do
+    sidecar_load "$h"
+    urls+=("$SC_URL/rpc/local")
+  done
+  c0=$(fake_requests limited)
+  nap 0.5 # the bucket refills to burst
+  t0=$(now_ms)
+  for h in 0 1 2; do
+    wrk -t1 -c4 -d"${secs}s" --timeout 5s -s "$BATS_TEST_TMPDIR/bn.lua" "${urls[h]}" \
+      >"$BATS_TEST_TMPDIR/wrk.$h" 2>&1 3>&- &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
+  t1=$(now_ms)
+  c1=$(fake_requests limited)
+  served=$((c1 - c0))
+  window=$((t1 - t0))
+  bound=$((burst + rps * window / 1000))
+  for h in 0 1 2; do
+    grep -h LOAD "$BATS_TEST_TMPDIR/wrk.$h" >&3 || { cat "$BATS_TEST_TMPDIR/wrk.$h" >&2; return 1; }
+    grep -q 'failures=0' "$BATS_TEST_TMPDIR/wrk.$h" || return 1
+  done
+  echo "limited served $served in $window ms of load; bound burst + rps × s = $bound ($((served * 100 / bound)) %)" >&3
+  ((served * 100 <= bound * 105 + 300)) || { echo "over the bound: $served > $bound" >&2; return 1; }
+  ((served * 100 >= rps * secs * 85)) || { echo "the quota went unused: $served in $window ms" >&2; return 1; }
+}
+
+@test "three sidecars hammered at once: the limited provider serves within burst + rps × s (±5 %)" {
+  start_redis redis
+  start_fake limited
+  start_fake spare
+  three_hosts_one_quota "$(node_url limited)" "" 100 30 5
+}
+
+@test "https: three sidecars on one quota of a provider over TLS stay within its bound" {
+  make_test_pki "$BATS_TEST_TMPDIR/pki"
+  start_redis redis
+  start_tls_fake limited
+  start_fake spare
+  three_hosts_one_quota "$(node_url limited)" ", tls: { ca_file: \"$TEST_PKI/ca.pem\" }" 100 30 4
 }
 
 @test "https: an open breaker of a provider over TLS is shared" {

@@ -110,6 +110,9 @@ std::string provider_hash(std::string_view prefix, std::string_view provider_key
 std::string quota_hash(std::string_view prefix, std::string_view provider_key) {
   return key(prefix, "q:", provider_key);
 }
+std::string quota_hosts(std::string_view prefix, std::string_view provider_key) {
+  return key(prefix, "qh:", provider_key);
+}
 std::string chain_hash(std::string_view prefix, std::string_view chain_key) {
   return key(prefix, "c:", chain_key);
 }
@@ -327,23 +330,86 @@ Bucket adopt_bucket(double remote_tokens, std::int64_t remote_t, double drawn_si
   return Bucket{std::max(remote_tokens - drawn_since, -quota.burst), remote_t};
 }
 
-const std::string_view kBucketScript = R"lua(
-local k = KEYS[1]
-local take, now = tonumber(ARGV[1]), tonumber(ARGV[2])
-local rps, burst, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+int lease_target(double rate_per_s, std::int64_t refresh_ms, const Quota& quota, int hosts) {
+  const double share = std::max(1.0, std::floor(quota.burst / std::max(1, hosts)));
+  const double use =
+      std::ceil(std::max(0.0, rate_per_s) * static_cast<double>(refresh_ms) / 1000.0);
+  return static_cast<int>(std::clamp(use, 1.0, share));
+}
+
+LeaseAsk lease_ask(double held, int target) {
+  LeaseAsk out;
+  const double want = std::max(1, target);
+  if (held < std::max(1.0, want / 2)) {
+    out.ask = std::ceil(want - held);
+  } else if (held - want >= 1) {
+    out.give_back = std::floor(held - want);
+  }
+  return out;
+}
+
+double spend_rate(double previous, double spent, double seconds) {
+  if (seconds <= 0) return previous;
+  return 0.5 * previous + 0.5 * std::max(0.0, spent) / seconds;
+}
+
+std::int64_t lease_ttl_ms(std::int64_t refresh_ms) {
+  return std::max<std::int64_t>(1'000, 4 * refresh_ms);
+}
+
+Bucket lease_bucket(double held, std::int64_t until_ms, const Quota& quota) {
+  return Bucket{std::clamp(held, -quota.burst, quota.burst), until_ms};
+}
+
+LeaseGrant grant_lease(Bucket& shared, std::int64_t now_ms, double take, double ask,
+                       double give_back, const Quota& quota) {
+  if (shared.t_ms == 0) shared = Bucket{quota.burst, now_ms};
+  const auto at = std::max(now_ms, shared.t_ms);
+  double level = std::min(quota.burst, bucket_level(shared, quota, at) + give_back);
+  level = std::max(level - take, -quota.burst);
+  LeaseGrant out;
+  if (ask > 0 && level >= 1) out.granted = std::min(std::floor(ask), std::floor(level));
+  level -= out.granted;
+  shared = Bucket{level, at};
+  out.level = level;
+  if (level < 1) {
+    out.wait_ms = quota.rps > 0
+                      ? static_cast<std::int64_t>(std::ceil((1 - level) / quota.rps * 1000.0))
+                      : kNoRefillWaitMs;
+  }
+  return out;
+}
+
+const std::string_view kQuotaScript = R"lua(
+local k, hk = KEYS[1], KEYS[2]
+local take, ask, back = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local rps, burst, ttl = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local v = redis.call('HMGET', k, 'tokens', 't')
 local tokens, t = tonumber(v[1]), tonumber(v[2])
 if tokens == nil or t == nil or t == 0 then tokens = burst; t = now end
 local at = math.max(now, t)
-local level = math.min(burst, tokens + (at - t) / 1000 * rps)
-if take > 0 or at > t then
-  tokens = math.max(level - take, -burst)
-  redis.call('HSET', k, 'tokens', string.format('%.6f', tokens), 't', string.format('%d', at))
-  redis.call('PEXPIRE', k, ttl)
-else
-  tokens = level
+local level = math.min(burst, math.min(burst, tokens + (at - t) / 1000 * rps) + back)
+level = math.max(level - take, -burst)
+local granted = 0
+if ask > 0 and level >= 1 then granted = math.min(math.floor(ask), math.floor(level)) end
+level = level - granted
+redis.call('HSET', k, 'tokens', string.format('%.6f', level), 't', string.format('%d', at))
+redis.call('PEXPIRE', k, ttl)
+local hosts = 1
+if ARGV[7] ~= '' then
+  redis.call('ZADD', hk, now, ARGV[7])
+  redis.call('ZREMRANGEBYSCORE', hk, '-inf', now - tonumber(ARGV[8]))
+  redis.call('PEXPIRE', hk, ttl)
+  hosts = redis.call('ZCARD', hk)
 end
-return {string.format('%.6f', tokens), string.format('%d', at)}
+local wait = 0
+if level < 1 then
+  if rps > 0 then wait = math.ceil((1 - level) / rps * 1000) else wait = 86400000 end
+end
+return {string.format('%d', granted), string.format('%.6f', level), string.format('%d', hosts),
+        string.format('%d', wait)}
 )lua";
 
 const std::string_view kProviderScript = R"lua(

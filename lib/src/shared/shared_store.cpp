@@ -64,7 +64,8 @@ SharedStore::SharedStore(asio::io_context& io, StateStore& local, const Clock& c
       clock_(clock),
       options_(std::move(options)),
       log_(std::move(log)),
-      timer_(io) {
+      timer_(io),
+      lease_timer_(io) {
   status_.url = display_url(options_.url);
   status_.since_ms = clock_.now_ms();
   std::random_device rd;
@@ -104,8 +105,11 @@ void SharedStore::start() {
 void SharedStore::stop() {
   running_ = false;
   timer_.cancel();
+  lease_timer_.cancel();
+  lease_timer_at_us_ = 0;
   if (commands_) commands_->close();
   if (events_) events_->close();
+  for (auto& [key, w] : providers_) drop_lease(key, w);
   // Not down (nothing failed): what is recorded from now on waits for the next start().
   if (status_.state == LinkState::up) set_state(LinkState::connecting, "");
 }
@@ -183,12 +187,14 @@ void SharedStore::lost(const std::string& why) {
   events_->close();
   for (auto& s : shas_) s.clear();
   next_connect_us_ = clock_.mono_us() + options_.retry_ms * 1000;
+  // The tokens leased are the local buckets' now, refilling on their own.
+  for (auto& [key, w] : providers_) drop_lease(key, w);
   if (status_.state == LinkState::down) return;
   ++status_.fallbacks;
   set_state(LinkState::down, why);
   log_(fmt::format(
       "rpcroute: warning: shared state: Redis at {} is unreachable ({}); routing on local state "
-      "until it returns",
+      "(quotas from each host's own bucket) until it returns",
       status_.url, status_.last_error));
 }
 
@@ -226,7 +232,7 @@ std::string SharedStore::scrub(std::string text) const {
 std::string_view SharedStore::script(int which) const {
   switch (which) {
     case 0:
-      return kBucketScript;
+      return kQuotaScript;
     case 1:
       return kProviderScript;
     case 3:
@@ -270,8 +276,20 @@ void SharedStore::record(Event event, const HealthConfig& health) {
     if (!w.height || h->height.t_ms >= w.height->t_ms) w.height = h->height;
   } else if (auto* q = std::get_if<QuotaEvent>(&event)) {
     auto& w = watched(q->key, health);
-    w.drawn += q->taken;
     w.quota = q->quota;
+    w.spent += q->taken;
+    if (w.leased) {
+      // Spent from the lease; below half of its size, more is asked for at once.
+      const std::string* key = &providers_.find(q->key)->first;
+      w.held -= q->taken;
+      local_.record(std::move(event), health);
+      local_provider(local_.state(), *key, w).quota =
+          lease_bucket(w.held, w.lease_until_ms, *w.quota);
+      if (!w.asking && clock_.mono_us() >= w.next_ask_us && lease_ask(w.held, w.target).ask > 0)
+        draw_quota(*key, w);
+      return;
+    }
+    w.drawn += q->taken;
   } else if (auto* hw = std::get_if<HighWaterEvent>(&event)) {
     record_high_water(*hw, health);
     return;

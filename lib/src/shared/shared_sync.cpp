@@ -57,7 +57,16 @@ void SharedStore::flush() {
   for (auto& [key, w] : providers_) {
     if (w.breaker_dirty || w.rate_limited_until_ms > 0 || w.height || w.cordon || w.log_limit)
       write_provider(key, w);
-    if (w.quota && w.quota->rps > 0) draw_quota(key, w);
+    if (w.quota && w.quota->rps > 0) {
+      // The lease's size follows this host's own use over the last refresh intervals.
+      const auto now_us = clock_.mono_us();
+      if (w.rate_at_us > 0)
+        w.rate = spend_rate(w.rate, w.spent, static_cast<double>(now_us - w.rate_at_us) / 1e6);
+      w.rate_at_us = now_us;
+      w.spent = 0;
+      w.target = lease_target(w.rate, options_.refresh_ms, *w.quota, w.hosts);
+      draw_quota(key, w);
+    }
     if (!w.latency_out.empty()) write_latency(key, w);
   }
   for (auto& [key, c] : chains_) {
@@ -212,26 +221,107 @@ void SharedStore::adopt_latency(const std::string& key, const Reply& r, std::int
 }
 
 void SharedStore::draw_quota(const std::string& key, Watched& w) {
+  if (w.asking || !w.quota) return;
+  // One EVALSHA says everything: what was spent outside a lease (taken as is), what the lease
+  // asks for or gives back. One-shot commands lease nothing: they read the shared level.
+  LeaseAsk a;
+  const auto now_ms = clock_.now_ms();
+  if (leasing_) {
+    a = lease_ask(w.leased ? w.held : 0, w.target);
+    if (clock_.mono_us() < w.next_ask_us) a.ask = 0;  // the bucket was empty: not before then
+    const bool lapsing = !w.leased || w.lease_until_ms - now_ms <= 2 * options_.refresh_ms;
+    if (w.drawn == 0 && a.ask == 0 && a.give_back == 0 && !lapsing) return;
+  }
   const auto take = fmt::format("{}", w.drawn);
+  const auto ask = fmt::format("{}", a.ask);
+  const auto back = fmt::format("{}", a.give_back);
   w.drawn = 0;
-  const auto now = std::to_string(clock_.now_ms());
+  if (w.leased) w.held -= a.give_back;
+  w.asking = true;
   const auto rps = fmt::format("{}", w.quota->rps);
   const auto burst = fmt::format("{}", w.quota->burst);
   const auto ttl = std::to_string(quota_ttl_ms(*w.quota));
-  eval(0, {"1", quota_hash(options_.prefix, key), take, now, rps, burst, ttl},
+  const auto window = std::to_string(kLeaseHostsWindowMs);
+  eval(0,
+       {"2", quota_hash(options_.prefix, key), quota_hosts(options_.prefix, key), take, ask, back,
+        rps, burst, ttl, leasing_ ? std::string_view(host_id_) : std::string_view(), window},
        [this, key](const Reply& r) {
-         check_write(r);
-         if (r.kind != Reply::Kind::array || r.items.size() != 2) return;
-         auto tokens = decimal(r.items[0]);
-         auto t = number<std::int64_t>(r.items[1]);
          auto it = providers_.find(key);
-         if (!tokens || !t || it == providers_.end() || !it->second.quota) return;
+         if (it == providers_.end() || !it->second.quota) return;
          auto& w = it->second;
-         // Draws made since this one was sent are this host's own: still to come off.
-         w.remote_bucket = adopt_bucket(*tokens, *t, 0, *w.quota);
+         w.asking = false;
+         check_write(r);
+         if (r.kind == Reply::Kind::none) return;  // the link went: lost() fell back
+         const auto granted = r.kind == Reply::Kind::array && r.items.size() == 4
+                                  ? number<std::int64_t>(r.items[0])
+                                  : std::nullopt;
+         const auto level = granted ? decimal(r.items[1]) : std::nullopt;
+         const auto hosts = granted ? number<int>(r.items[2]) : std::nullopt;
+         const auto wait = granted ? number<std::int64_t>(r.items[3]) : std::nullopt;
+         if (!granted || !level || !hosts || !wait || *granted < 0) {
+           // Refused (a full Redis: OOM) or not understood: the local bucket, as without Redis.
+           drop_lease(key, w);
+           return;
+         }
+         const auto now = clock_.now_ms();
          auto& ps = local_provider(local_.state(), key, w);
-         ps.quota = adopt_bucket(*tokens, *t, w.drawn, *w.quota);
+         if (!leasing_) {
+           // The shared level at Redis's now is the level here now: no host clock in between.
+           // Draws made since this one was sent are this host's own: still to come off.
+           w.remote_bucket = adopt_bucket(*level, now, 0, *w.quota);
+           ps.quota = adopt_bucket(*level, now, w.drawn, *w.quota);
+           return;
+         }
+         w.hosts = std::max(1, *hosts);
+         if (!w.leased) {
+           // From the local bucket to the lease: what the local bucket spent meanwhile is in
+           // `drawn`, taken with the next round.
+           w.leased = true;
+           w.held = 0;
+         }
+         w.held += static_cast<double>(*granted);
+         w.lease_until_ms = now + lease_ttl_ms(options_.refresh_ms);
+         ps.quota = lease_bucket(w.held, w.lease_until_ms, *w.quota);
+         if (*granted == 0 && lease_ask(w.held, w.target).ask > 0) {
+           // The shared bucket is empty: ask again when it holds a token.
+           w.next_ask_us = clock_.mono_us() + std::max<std::int64_t>(*wait, 1) * 1000;
+           arm_lease_timer(w.next_ask_us);
+         } else if (lease_ask(w.held, w.target).ask > 0) {
+           draw_quota(key, w);  // spent faster than granted meanwhile: at once
+         }
        });
+}
+
+void SharedStore::drop_lease(const std::string& key, Watched& w) {
+  w.asking = false;
+  w.next_ask_us = 0;
+  if (!w.leased || !w.quota) return;
+  w.leased = false;
+  // What is left of the lease is the local bucket's, refilling from now on (as without Redis).
+  auto& ps = local_provider(local_.state(), key, w);
+  ps.quota = Bucket{std::clamp(w.held, -w.quota->burst, w.quota->burst), clock_.now_ms()};
+  w.held = 0;
+}
+
+void SharedStore::arm_lease_timer(std::int64_t at_us) {
+  if (lease_timer_at_us_ != 0 && lease_timer_at_us_ <= at_us) return;
+  lease_timer_at_us_ = at_us;
+  lease_timer_.expires_after(
+      std::chrono::microseconds(std::max<std::int64_t>(0, at_us - clock_.mono_us())));
+  lease_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    lease_timer_at_us_ = 0;
+    if (!running_ || !up()) return;
+    const auto now_us = clock_.mono_us();
+    for (auto& [key, w] : providers_) {
+      if (!w.leased || w.asking || lease_ask(w.held, w.target).ask <= 0) continue;
+      if (now_us >= w.next_ask_us) {
+        draw_quota(key, w);
+      } else {
+        arm_lease_timer(w.next_ask_us);
+      }
+    }
+  });
 }
 
 void SharedStore::read_provider(const std::string& key) {
@@ -378,8 +468,8 @@ void SharedStore::reapply(State& state) {
   for (auto& [key, w] : providers_) {
     const bool breaker = w.remote_breaker_t > 0 && w.remote_breaker_t == w.breaker_t;
     if (!breaker && w.remote_rate_limited_until_ms == 0 && w.remote_height.t_ms == 0 &&
-        !w.remote_bucket && w.remote_cordon.t_ms == 0 && w.remote_log_limit.blocks == 0 &&
-        w.remote_latency.empty())
+        !w.remote_bucket && !w.leased && w.remote_cordon.t_ms == 0 &&
+        w.remote_log_limit.blocks == 0 && w.remote_latency.empty())
       continue;
     auto& ps = local_provider(state, key, w);
     if (breaker) {
@@ -388,8 +478,11 @@ void SharedStore::reapply(State& state) {
     }
     adopt_rate_limit(ps.rate_limited_until_ms, w.remote_rate_limited_until_ms);
     adopt_height(ps.height, w.remote_height);
-    if (w.remote_bucket && w.quota)
+    if (w.leased && w.quota) {
+      ps.quota = lease_bucket(w.held, w.lease_until_ms, *w.quota);
+    } else if (w.remote_bucket && w.quota) {
       ps.quota = adopt_bucket(w.remote_bucket->tokens, w.remote_bucket->t_ms, w.drawn, *w.quota);
+    }
     if (newer_cordon(w.remote_cordon, ps.cordon)) ps.cordon = w.remote_cordon;
     adopt_log_limit(ps.log_limit, w.remote_log_limit);
     ps.shared_latency = w.remote_latency;
@@ -414,6 +507,7 @@ void SharedStore::run_until(const std::function<bool()>& done, std::int64_t budg
 }
 
 void SharedStore::warm_up(std::int64_t budget_ms) {
+  leasing_ = false;  // a one-shot command reads the shared level and draws as is
   const auto target = rounds_answered_ + 1;
   start();
   run_until([this, target] { return rounds_answered_ >= target || !running_links(); }, budget_ms);
@@ -422,6 +516,7 @@ void SharedStore::warm_up(std::int64_t budget_ms) {
 
 void SharedStore::flush_now(std::int64_t budget_ms) {
   if (status_.state == LinkState::down) return;  // the warm-up found it away: not again
+  leasing_ = false;
   const auto target = rounds_answered_ + 1;
   start();  // once up, went_up() flushes what was recorded and reads back: one round
   run_until([this, target] { return rounds_answered_ >= target || !running_links(); }, budget_ms);

@@ -137,6 +137,7 @@ redis_overhead() {
 
 redis_rate_limit() {
   write_redis_profile "$work/redis_rl.yaml" 1 1
+  wrk_script "$work/rd.lua" "$bn_req"  # also when the overhead part did not run
   local h ports=() secs=$((duration < 10 ? 10 : duration))
   for h in 1 2 3; do
     sidecar_profile=$work/redis_rl.yaml start_sidecar "rl$h"

@@ -184,6 +184,101 @@ TEST_CASE("adopt_bucket takes off what was drawn since, never below -burst", "[s
   CHECK(adopt_bucket(-4, 1000, 3, q).tokens == Approx(-5));
 }
 
+TEST_CASE("lease sizes: a refresh interval of the host's own use, 1 at least, a fair share at most",
+          "[shared][lease]") {
+  const Quota q{200, 50};
+  CHECK(lease_target(0, 250, q, 3) == 1);               // idle: one token at hand
+  CHECK(lease_target(10, 250, q, 3) == 3);              // 2.5 a refresh, rounded up
+  CHECK(lease_target(60, 250, q, 3) == 15);             // 15 a refresh
+  CHECK(lease_target(1000, 250, q, 3) == 16);           // capped at burst / hosts
+  CHECK(lease_target(1000, 250, q, 1) == 50);           // alone: the whole burst
+  CHECK(lease_target(1000, 250, Quota{5, 2}, 3) == 1);  // burst under the hosts: 1 each
+  CHECK(lease_target(-5, 250, q, 0) == 1);              // nonsense in: still a valid size
+}
+
+TEST_CASE("lease asks: below half of the size ask up to it, above it give whole tokens back",
+          "[shared][lease]") {
+  auto a = lease_ask(0, 1);
+  CHECK(a.ask == 1);
+  CHECK(a.give_back == 0);
+  a = lease_ask(1, 1);  // holds its token: nothing to say
+  CHECK(a.ask == 0);
+  CHECK(a.give_back == 0);
+  a = lease_ask(4, 10);  // under half: up to the size
+  CHECK(a.ask == 6);
+  a = lease_ask(6, 10);  // over half: enough for now
+  CHECK(a.ask == 0);
+  a = lease_ask(-2, 4);  // a batch overdrew it: the debt is asked for too
+  CHECK(a.ask == 6);
+  a = lease_ask(9, 3);  // its use fell
+  CHECK(a.ask == 0);
+  CHECK(a.give_back == 6);
+  CHECK(lease_ask(3.5, 3).give_back == 0);  // less than a whole token above
+}
+
+TEST_CASE("the spend rate follows the host's use, halving the past each interval",
+          "[shared][lease]") {
+  double r = 0;
+  r = spend_rate(r, 10, 0.25);  // 40/s now
+  CHECK(r == Approx(20));
+  r = spend_rate(r, 10, 0.25);
+  CHECK(r == Approx(30));
+  r = spend_rate(r, 0, 0.25);
+  CHECK(r == Approx(15));
+  CHECK(spend_rate(r, 5, 0) == Approx(15));  // no time passed: unchanged
+}
+
+TEST_CASE("a lease bucket holds its tokens without refill until it lapses, then refills",
+          "[shared][lease]") {
+  const Quota q{10, 5};
+  const auto b = lease_bucket(2, 5'000, q);
+  CHECK(bucket_level(b, q, 1'000) == Approx(2));  // no refill while the lease lasts
+  CHECK(bucket_wait_ms(b, q, 1'000) == 0);
+  const auto empty = lease_bucket(0, 5'000, q);
+  CHECK(bucket_wait_ms(empty, q, 1'000) > 0);         // no token held: rate-limited here
+  CHECK(bucket_level(empty, q, 5'300) == Approx(3));  // lapsed: the local bucket refills
+  CHECK(lease_bucket(-9, 5'000, q).tokens == Approx(-5));
+  CHECK(lease_bucket(9, 5'000, q).tokens == Approx(5));
+  CHECK(lease_ttl_ms(250) == 1'000);
+  CHECK(lease_ttl_ms(50) == 1'000);
+  CHECK(lease_ttl_ms(1'000) == 4'000);
+}
+
+TEST_CASE("grant_lease: refill by elapsed time, grant whole tokens available, maybe 0",
+          "[shared][lease]") {
+  const Quota q{10, 5};
+  Bucket shared;  // never drawn: full
+  auto g = grant_lease(shared, 1'000, 0, 3, 0, q);
+  CHECK(g.granted == 3);
+  CHECK(g.level == Approx(2));
+  CHECK(g.wait_ms == 0);
+  g = grant_lease(shared, 1'000, 0, 3, 0, q);  // only 2 left
+  CHECK(g.granted == 2);
+  CHECK(g.level == Approx(0));
+  CHECK(g.wait_ms == 100);
+  g = grant_lease(shared, 1'050, 0, 1, 0, q);  // half a token: none granted
+  CHECK(g.granted == 0);
+  CHECK(g.level == Approx(0.5));
+  CHECK(g.wait_ms == 50);
+  g = grant_lease(shared, 900, 0, 1, 0, q);  // an earlier clock refills nothing
+  CHECK(g.granted == 0);
+  CHECK(shared.t_ms == 1'050);
+  g = grant_lease(shared, 1'050, 0, 0, 3, q);  // given back, capped at burst
+  CHECK(g.level == Approx(3.5));
+  g = grant_lease(shared, 1'050, 20, 0, 0, q);  // spent outside a lease: floored at -burst
+  CHECK(g.level == Approx(-5));
+  CHECK(g.wait_ms == 600);
+  g = grant_lease(shared, 60'000, 0, 100, 0, q);  // a long pause: full, never more than burst
+  CHECK(g.granted == 5);
+  // Many asks over a second never grant more than burst + rps × seconds.
+  Bucket b;
+  double total = 0;
+  for (std::int64_t t = 0; t <= 1'000; t += 7)
+    total += grant_lease(b, 10'000 + t, 0, 2, 0, q).granted;
+  CHECK(total <= 5 + 10 * 1.0 + 1e-9);
+  CHECK(total >= 14);
+}
+
 TEST_CASE("a cordon travels as ON UNTIL REASON, its reason cleaned on the way in",
           "[shared][cordon]") {
   Cordon c;

@@ -2,10 +2,12 @@
 #include <fmt/format.h>
 #include <hiredis/hiredis.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <csignal>
 #include <memory>
+#include <thread>
 
 #include "../support/redis_server.hpp"
 #include "rpcroute/log_split.hpp"
@@ -69,31 +71,36 @@ std::string eval(Sync& s, std::string_view script, std::vector<std::string> args
 
 }  // namespace
 
-TEST_CASE("the bucket script draws as apply_event's QuotaEvent does", "[shared][redis]") {
+TEST_CASE("the quota script grants as grant_lease does, on Redis's clock",
+          "[shared][redis][lease]") {
   test::RedisServer server;
   Sync s(server);
-  const Quota q{10, 5};
-  State local;
-  const HealthConfig health;
-  // The same draws through the script and through the model: the same levels.
-  struct Draw {
-    double take;
-    std::int64_t t;
+  // No refill (rps 0): the script's clock cannot change the figures, so they compare exactly.
+  const Quota q{0, 5};
+  Bucket model;
+  struct Round {
+    double take, ask, back;
   };
-  for (const Draw d :
-       {Draw{1, 1000}, Draw{3, 1000}, Draw{4, 1100}, Draw{0, 1200}, Draw{2, 3000}, Draw{1, 2500}}) {
-    auto r = eval(s, kBucketScript,
-                  {"1", "q:k", fmt::format("{}", d.take), std::to_string(d.t), "10", "5", "60000"});
-    apply_event(local, QuotaEvent{"k", d.t, d.take, q}, health);
-    const auto& b = local.providers["k"].quota;
+  for (const Round d : {Round{0, 3, 0}, Round{0, 3, 0}, Round{0, 1, 0}, Round{0, 0, 4},
+                        Round{2, 1, 0}, Round{20, 0, 0}, Round{0, 1, 0}}) {
+    auto r = eval(s, kQuotaScript,
+                  {"2", "q:k", "qh:k", fmt::format("{}", d.take), fmt::format("{}", d.ask),
+                   fmt::format("{}", d.back), "0", "5", "60000", "", "5000"});
+    const auto g = grant_lease(model, 1'000, d.take, d.ask, d.back, q);
     INFO(r);
-    CHECK(r == fmt::format("[{:.6f},{}]", d.take > 0 ? b.tokens : bucket_level(b, q, d.t),
-                           std::max<std::int64_t>(d.t, b.t_ms)));
+    CHECK(r == fmt::format("[{},{:.6f},1,{}]", g.granted, g.level, g.wait_ms));
   }
-  // Overdrawn by many hosts at once: the floor is -burst.
-  auto r = eval(s, kBucketScript, {"1", "q:k", "100", "3000", "10", "5", "60000"});
-  CHECK(r == "[-5.000000,3000]");
   CHECK(std::stoll(s.run({"PTTL", "q:k"})) > 50'000);
+  // Refill on Redis's clock: drained, then full again after 20 ms at 1000 rps.
+  const std::vector<std::string> fast = {"2",    "q:f", "qh:f",  "0",      "5",   "0",
+                                         "1000", "5",   "60000", "host-a", "5000"};
+  CHECK(eval(s, kQuotaScript, fast).starts_with("[5,0.0"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  auto second = fast;
+  second[9] = "host-b";
+  CHECK(eval(s, kQuotaScript, second).starts_with("[5,0.0"));
+  CHECK(s.run({"ZCARD", "qh:f"}) == "2");  // two hosts asking: each a fair share from now on
+  CHECK(std::stoll(s.run({"PTTL", "qh:f"})) > 50'000);
 }
 
 TEST_CASE("the provider script keeps the newer breaker and height, the later deadline",
@@ -446,6 +453,98 @@ TEST_CASE("two stores draw from one quota bucket", "[shared][redis]") {
         return p != nullptr && p->quota.t_ms > 0 && bucket_level(p->quota, q, clock.now_ms()) < 2;
       },
       1000));
+}
+
+TEST_CASE("three stores leasing from one quota spend at most burst + rps × seconds",
+          "[shared][redis][lease]") {
+  test::RedisServer server;
+  Sync s(server);
+  asio::io_context io;
+  SystemClock clock;
+  const auto profile = two_provider_profile();
+  const auto& chain = profile.chains[0];
+  const auto ka = provider_key(profile.name, chain.name, chain.providers[0]);
+  const Quota q = *chain.providers[0].rate_limit;  // 100 rps, burst 10
+  std::vector<std::unique_ptr<Host>> hosts;
+  for (int i = 0; i < 3; ++i) hosts.push_back(std::make_unique<Host>(io, clock, server.url()));
+  for (auto& h : hosts) {
+    h->store->watch(profile);
+    h->store->start();
+  }
+  REQUIRE(run_until(io, [&] {
+    return std::all_of(hosts.begin(), hosts.end(),
+                       [](const auto& h) { return h->store->status().state == LinkState::up; });
+  }));
+  io.run_for(std::chrono::milliseconds(100));  // the first leases
+  // The window opens on a full shared bucket; each host holds a token at most from before.
+  CHECK(s.run({"DEL", quota_hash("rpcroute:", ka)}) == "1");
+  const auto t0 = clock.now_ms();
+  const auto end_us = clock.mono_us() + 1'000'000;
+  int spent = 0;
+  std::vector<int> by_host(hosts.size());
+  while (clock.mono_us() < end_us) {
+    io.run_for(std::chrono::microseconds(300));
+    // Each host spends whenever its bucket holds a token, as the router's quota rule lets it.
+    for (std::size_t i = 0; i < hosts.size(); ++i) {
+      auto& store = *hosts[i]->store;
+      for (const ProviderState* p = store.provider(ka);
+           p != nullptr && bucket_wait_ms(p->quota, q, clock.now_ms()) == 0;
+           p = store.provider(ka)) {
+        store.record(QuotaEvent{ka, clock.now_ms(), 1, q}, profile.health);
+        ++spent;
+        ++by_host[i];
+      }
+    }
+  }
+  const double bound = q.burst + q.rps * static_cast<double>(clock.now_ms() - t0) / 1000.0;
+  INFO("spent " << spent << " (" << by_host[0] << " " << by_host[1] << " " << by_host[2]
+                << "), bound " << bound);
+  CHECK(spent <= bound * 1.05 + 3);
+  CHECK(spent >= bound * 0.85);
+  for (int n : by_host) CHECK(n >= bound / 10);  // nobody starved
+}
+
+TEST_CASE("Redis away: the lease becomes the local bucket, refilling; back, the host leases again",
+          "[shared][redis][lease]") {
+  auto server = std::make_unique<test::RedisServer>();
+  asio::io_context io;
+  SystemClock clock;
+  const auto profile = two_provider_profile();
+  const auto& chain = profile.chains[0];
+  const auto ka = provider_key(profile.name, chain.name, chain.providers[0]);
+  const Quota q = *chain.providers[0].rate_limit;  // 100 rps, burst 10
+  Host a(io, clock, server->url());
+  a.store->watch(profile);
+  a.store->start();
+  // A lease: its bucket does not refill before the lease lapses (t_ms ahead of now).
+  auto leased = [&] {
+    const auto* p = a.store->provider(ka);
+    return p != nullptr && p->quota.t_ms > clock.now_ms();
+  };
+  REQUIRE(run_until(io, [&] { return a.store->status().state == LinkState::up && leased(); }));
+  CHECK(bucket_level(a.store->provider(ka)->quota, q, clock.now_ms()) == Approx(1));  // idle
+
+  server->signal(SIGSTOP);
+  REQUIRE(run_until(
+      io, [&] { return a.store->status().state == LinkState::down; }, 2000));
+  CHECK_FALSE(leased());  // the local bucket now, refilling at rps as without Redis
+  run_until(
+      io, [] { return false; }, 150);
+  CHECK(bucket_level(a.store->provider(ka)->quota, q, clock.now_ms()) == Approx(q.burst));
+  int spent = 0;
+  while (bucket_wait_ms(a.store->provider(ka)->quota, q, clock.now_ms()) == 0 && spent < 100) {
+    a.store->record(QuotaEvent{ka, clock.now_ms(), 1, q}, profile.health);
+    ++spent;
+  }
+  CHECK(spent >= 10);
+  CHECK(spent < 100);
+  REQUIRE(a.logs.size() == 1);
+  CHECK(a.logs[0].find("own bucket") != std::string::npos);
+
+  server->signal(SIGCONT);
+  REQUIRE(run_until(
+      io, [&] { return a.store->status().state == LinkState::up; }, 3000));
+  CHECK(run_until(io, leased, 1000));
 }
 
 TEST_CASE("Redis away: local state within the budget, logged once, merged back on return",

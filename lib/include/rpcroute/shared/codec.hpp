@@ -11,6 +11,7 @@
 
 #include "rpcroute/config.hpp"
 #include "rpcroute/error.hpp"
+#include "rpcroute/health/bucket.hpp"
 #include "rpcroute/health/model.hpp"
 
 namespace rpcroute::shared {
@@ -32,7 +33,8 @@ struct RedisUrl {
 //   PREFIX p:PROVIDER_KEY   hash: bt b br (breaker), rl (rate-limited until), ht h (height),
 //                           ct cv (an operator's cordon, `rpcroute cordon`), lt l (the learned
 //                           eth_getLogs block-range limit: its time and blocks)
-//   PREFIX q:PROVIDER_KEY   hash: tokens t (the quota bucket, drawn by kBucketScript)
+//   PREFIX q:PROVIDER_KEY   hash: tokens t (the quota bucket, leased out by kQuotaScript)
+//   PREFIX qh:PROVIDER_KEY  sorted set: the hosts that leased from it, by Redis time (fair shares)
 //   PREFIX c:CHAIN_KEY      hash: b t g (the high-water mark and its reset generation)
 //   PREFIX f:FILTER_KEY     string "PROVIDER_ID T" (filter-id affinity)
 //   PREFIX trial:PROVIDER_KEY  string: which host probes a half-open provider now
@@ -41,6 +43,7 @@ struct RedisUrl {
 //   PREFIX ev               pub/sub channel: "b KEY" (breaker), "c KEY" (mark), "f KEY ID T"
 [[nodiscard]] std::string provider_hash(std::string_view prefix, std::string_view provider_key);
 [[nodiscard]] std::string quota_hash(std::string_view prefix, std::string_view provider_key);
+[[nodiscard]] std::string quota_hosts(std::string_view prefix, std::string_view provider_key);
 [[nodiscard]] std::string chain_hash(std::string_view prefix, std::string_view chain_key);
 [[nodiscard]] std::string filter_string(std::string_view prefix, std::string_view filter_key);
 [[nodiscard]] std::string trial_string(std::string_view prefix, std::string_view provider_key);
@@ -133,16 +136,61 @@ bool adopt_log_limit(LogLimit& local, const LogLimit& remote);
 /// remote generation is newer (a host reset it: the chain restarted). `known_gen` is updated.
 bool adopt_high_water(Height& local, std::uint64_t& known_gen, const Height& remote,
                       std::uint64_t remote_gen);
-/// The local bucket after a draw answered by kBucketScript: the shared level minus what this host
+/// The local bucket after a draw answered by kQuotaScript: the shared level minus what this host
 /// drew since it sent the draw, never below -burst (as apply_event's QuotaEvent).
 [[nodiscard]] Bucket adopt_bucket(double remote_tokens, std::int64_t remote_t, double drawn_since,
                                   const Quota& quota);
 
+// Quota leases (issue 20): every host takes tokens out of the shared bucket in small batches (one
+// EVALSHA of kQuotaScript, Redis's own clock) and spends only the tokens it holds, so that N hosts
+// together spend at most what the one bucket grants: burst + rps × seconds. A lease is sized to
+// the host's own recent use over one refresh interval, at least 1 token, at most a fair share of
+// burst (burst / the hosts seen asking); a host that runs low asks again at once.
+
+/// Tokens a host asks to hold: its spend rate over one refresh interval, rounded up, within
+/// [1, max(1, floor(burst / hosts))].
+[[nodiscard]] int lease_target(double rate_per_s, std::int64_t refresh_ms, const Quota& quota,
+                               int hosts);
+/// What a host holding `held` tokens (negative: a batch overdrew it) says to Redis: ask for the
+/// tokens up to `target` when it holds less than half of it (or under 1), give back whole tokens
+/// above it (its use fell).
+struct LeaseAsk {
+  double ask = 0;
+  double give_back = 0;
+};
+[[nodiscard]] LeaseAsk lease_ask(double held, int target);
+/// The spend rate (tokens/s) after `spent` tokens in `seconds`: an average that halves the
+/// weight of the past each interval.
+[[nodiscard]] double spend_rate(double previous, double spent, double seconds);
+/// How long a lease lasts without word from Redis; after that the tokens left are the local
+/// bucket's, refilling on their own (the fallback when Redis goes away unnoticed).
+[[nodiscard]] std::int64_t lease_ttl_ms(std::int64_t refresh_ms);
+/// The local bucket of a host holding a lease: `held` tokens (floored at -burst, capped at burst)
+/// that do not refill before `until_ms` (bucket_level() refills from t_ms on).
+[[nodiscard]] Bucket lease_bucket(double held, std::int64_t until_ms, const Quota& quota);
+/// One lease round on the shared bucket, kQuotaScript's arithmetic: refill to `now_ms` (never
+/// backwards), add what is given back (capped at burst), take what was spent outside any lease
+/// (floored at -burst), then grant min(ask, whole tokens available), maybe 0. `wait_ms`: until the
+/// bucket holds a whole token again (0 when it does).
+struct LeaseGrant {
+  double granted = 0;
+  double level = 0;
+  std::int64_t wait_ms = 0;
+};
+[[nodiscard]] LeaseGrant grant_lease(Bucket& shared, std::int64_t now_ms, double take, double ask,
+                                     double give_back, const Quota& quota);
+/// The wait of a bucket that never refills (rps 0).
+inline constexpr std::int64_t kNoRefillWaitMs = 86'400'000;
+/// A host counts towards the fair shares while it leased within this time.
+inline constexpr std::int64_t kLeaseHostsWindowMs = 5'000;
+
 // The Lua scripts (run with EVALSHA after SCRIPT LOAD at connect). Numbers travel as decimal text.
 
-/// KEYS[1] quota hash; ARGV take now_ms rps burst ttl_ms. Refills to max(now, t), takes, floors at
-/// -burst, as apply_event's QuotaEvent. Returns {tokens as text, t}.
-extern const std::string_view kBucketScript;
+/// KEYS[1] quota hash, KEYS[2] its hosts' sorted set; ARGV take ask give_back rps burst ttl_ms
+/// host window_ms. One lease round as grant_lease() on Redis's clock (TIME: no host clock goes in);
+/// a non-empty host is recorded in the set (those older than window_ms leave it). Returns {granted,
+/// level, hosts, wait_ms} as text.
+extern const std::string_view kQuotaScript;
 /// KEYS[1] provider hash; ARGV ttl_ms bt b br rl ht h ct cv lt l (empty: not sent). Breaker,
 /// height, cordon and log limit: the newer wins; rl: the larger. Returns 1.
 extern const std::string_view kProviderScript;

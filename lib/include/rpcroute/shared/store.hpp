@@ -100,7 +100,18 @@ class SharedStore final : public HealthStore {
     std::optional<Quota> quota;
     std::int64_t breaker_t = 0;     // the newest breaker transition known (ours or adopted)
     std::int64_t trial_for_ms = 0;  // the half-open deadline a trial lease was asked for
-    double drawn = 0;               // quota tokens drawn since the last draw was sent
+    double drawn = 0;               // quota tokens drawn outside a lease since the last draw
+    // The quota lease (codec.hpp): tokens taken out of the shared bucket, spent only here.
+    bool leased = false;              // spends from a lease, not from a refilling local bucket
+    bool asking = false;              // a lease round is under way
+    double held = 0;                  // tokens held (negative: a batch overdrew the lease)
+    std::int64_t lease_until_ms = 0;  // the lease lapses then (wall time, this host's clock)
+    std::int64_t next_ask_us = 0;     // the shared bucket was empty: no ask before then
+    int target = 1;                   // the lease's size (lease_target)
+    int hosts = 1;                    // hosts leasing from the bucket, as Redis last said
+    double spent = 0;                 // tokens spent since the rate was last estimated
+    double rate = 0;                  // tokens/s this host spends (spend_rate)
+    std::int64_t rate_at_us = 0;
     // Waiting to be written:
     bool breaker_dirty = false;
     std::int64_t rate_limited_until_ms = 0;
@@ -152,6 +163,9 @@ class SharedStore final : public HealthStore {
   void read_chain(const std::string& key);
   void adopt_chain(const std::string& key, const Reply& r);
   void draw_quota(const std::string& key, Watched& w);
+  /// The lease's tokens become the local bucket's (Redis away, a lease refused, the store stops).
+  void drop_lease(const std::string& key, Watched& w);
+  void arm_lease_timer(std::int64_t at_us);
   void lease_trials();
   void check_write(const Reply& r);
   void set_state(LinkState s, const std::string& why);
@@ -174,6 +188,8 @@ class SharedStore final : public HealthStore {
   std::unique_ptr<RedisLink> commands_;
   std::unique_ptr<RedisLink> events_;  // the pub/sub subscription
   asio::steady_timer timer_;
+  asio::steady_timer lease_timer_;  // asks again when an empty shared bucket holds a token
+  std::int64_t lease_timer_at_us_ = 0;
   std::map<std::string, Watched, std::less<>> providers_;
   std::map<std::string, WatchedChain, std::less<>> chains_;
   std::set<std::string, std::less<>> profiles_;
@@ -183,6 +199,7 @@ class SharedStore final : public HealthStore {
   std::uint64_t rounds_answered_ = 0;
   std::int64_t next_latency_us_ = 0;  // when the latency summaries are read next
   bool running_ = false;
+  bool leasing_ = true;  // serve: quota leases; one-shot commands draw as is
   bool logged_write_error_ = false;
   std::string host_id_;
   SharedStatus status_;
