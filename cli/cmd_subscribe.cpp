@@ -115,6 +115,115 @@ asio::awaitable<void> watch_heads(PollTarget target, std::shared_ptr<bool> runni
   }
 }
 
+/// The sidecar's runtime of the command's profile (its chains' state keys); the router comes
+/// with the loop.
+std::shared_ptr<sidecar::ProfileRuntime> runtime_of(const Profile& profile) {
+  auto rt = std::make_shared<sidecar::ProfileRuntime>();
+  rt->profile = profile;
+  for (const auto& c : rt->profile.chains) {
+    rt->chain_keys.push_back(chain_key(rt->profile.name, c));
+    auto& keys = rt->provider_keys.emplace_back();
+    for (const auto& p : c.providers) keys.push_back(provider_key(rt->profile.name, c.name, p));
+  }
+  return rt;
+}
+
+/// One subscription on the command's loop, printed until something ends it: --count, --duration,
+/// a signal, a reader that went, or no provider left (`ended` says why).
+class Follow {
+ public:
+  Follow(const SubscribeOptions& options, EventLoop& loop, Setup& setup,
+         std::shared_ptr<sidecar::ProfileRuntime> rt, const Chain& chain)
+      : options_(options),
+        loop_(loop),
+        setup_(setup),
+        rt_(std::move(rt)),
+        chain_(chain),
+        health_(setup.health()),
+        // Destroyed before the loop: its sockets close while the loop is there.
+        subscriptions_(8 * 1024 * 1024, {[this]() -> const HealthView& { return health_; }, {}}),
+        stop_(loop.io(), asio::steady_timer::time_point::max()) {}
+
+  asio::awaitable<void> run(std::string params, std::optional<std::int64_t> duration_ms);
+
+  int code = 0;
+  std::string ended;  // why no provider can serve it (any more)
+
+ private:
+  void finish(int with) {
+    if (finished_) return;
+    finished_ = true;
+    code = with;
+    stop_.cancel();
+  }
+  sidecar::WsSubscriptions::Listener listener();
+
+  const SubscribeOptions& options_;
+  EventLoop& loop_;
+  Setup& setup_;
+  std::shared_ptr<sidecar::ProfileRuntime> rt_;
+  const Chain& chain_;
+  HealthStore& health_;
+  sidecar::WsSubscriptions subscriptions_;
+  asio::steady_timer stop_;
+  std::shared_ptr<bool> running_ = std::make_shared<bool>(true);  // the head pollers go on
+  std::int64_t printed_ = 0;
+  bool finished_ = false;
+};
+
+sidecar::WsSubscriptions::Listener Follow::listener() {
+  sidecar::WsSubscriptions::Listener listener;
+  listener.bare = true;
+  listener.sink = [this](std::string result) {
+    if (finished_) return;
+    result += '\n';
+    write_stdout(result);
+    if (std::ferror(stdout)) {  // a reader that went (| head): nothing more to do
+      finish(0);
+      return;
+    }
+    if (options_.count > 0 && ++printed_ >= options_.count) finish(0);
+  };
+  listener.ended = [this](const std::string& reason) {
+    ended = reason;
+    finish(code_of(ExitCode::unavailable));
+  };
+  return listener;
+}
+
+asio::awaitable<void> Follow::run(std::string params, std::optional<std::int64_t> duration_ms) {
+  for (const auto& provider : chain_.providers) {
+    const PollTarget target{loop_.engine(), health_, setup_.clock, setup_.rng,
+                            rt_->profile,   chain_,  provider};
+    asio::co_spawn(loop_.io(), watch_heads(target, running_), asio::detached);
+  }
+  asio::signal_set signals(loop_.io(), SIGINT, SIGTERM);
+  signals.async_wait([this](const boost::system::error_code& ec, int) {
+    if (!ec) finish(0);
+  });
+  asio::steady_timer limit(loop_.io());
+  if (duration_ms) {
+    limit.expires_after(std::chrono::milliseconds(*duration_ms));
+    limit.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec) finish(0);
+    });
+  }
+  const jsonrpc::Call call{"1", "eth_subscribe", std::move(params), {}};
+  const CallOutcome answer = co_await subscriptions_.subscribe(1, rt_, chain_, call, listener());
+  boost::system::error_code ignored;
+  if (answer.result.empty()) {
+    ended = error_message(answer.error);
+    finish(code_of(ExitCode::unavailable));
+  } else if (!finished_) {
+    co_await stop_.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+  }
+  *running_ = false;
+  signals.cancel(ignored);
+  limit.cancel();
+  // The provider confirms the eth_unsubscribe (within its timeout) before the sockets close.
+  co_await subscriptions_.leave(1);
+}
+
 }  // namespace
 
 Result<std::string> subscribe_params(const SubscribeOptions& options) {
@@ -176,92 +285,23 @@ int run_subscribe(const SubscribeOptions& options) {
       !setup.open_shared(options.shared_state))
     return code_of(ExitCode::usage);
 
-  // The sidecar's runtime of one profile: the subscriptions fetch backfills through its router.
-  const auto chain_index = static_cast<std::size_t>(setup.chain - setup.profile.chains.data());
-  auto rt = std::make_shared<sidecar::ProfileRuntime>();
-  rt->profile = setup.profile;
-  const Chain& chain = rt->profile.chains[chain_index];
-  for (const auto& c : rt->profile.chains) {
-    rt->chain_keys.push_back(chain_key(rt->profile.name, c));
-    auto& keys = rt->provider_keys.emplace_back();
-    for (const auto& p : c.providers) keys.push_back(provider_key(rt->profile.name, c.name, p));
-  }
-
+  // The subscriptions fetch backfills through the runtime's router, as the sidecar's do.
+  const auto rt = runtime_of(setup.profile);
+  const Chain& chain =
+      rt->profile.chains[static_cast<std::size_t>(setup.chain - setup.profile.chains.data())];
   int code = 0;
-  std::string ended;  // why no provider can serve it any more
+  std::string ended;
   EventLoop::Completion<void> done;
   {
     EventLoop loop;
     rt->router = std::make_unique<Router>(rt->profile, loop.engine(), setup.health(), setup.clock,
                                           setup.rng);
-    HealthStore& health = setup.health();
-    // After the loop: destroyed first, its sockets closed while the loop is still there.
-    sidecar::WsSubscriptions subscriptions(
-        8 * 1024 * 1024, {[&health]() -> const HealthView& { return health; }, {}});
-    auto running = std::make_shared<bool>(true);
-    asio::steady_timer stop(loop.io(), asio::steady_timer::time_point::max());
-    std::int64_t printed = 0;
-    bool finished = false;
-    auto finish = [&](int with) {
-      if (finished) return;
-      finished = true;
-      code = with;
-      stop.cancel();
-    };
-    auto work = [&]() -> asio::awaitable<void> {
-      for (const auto& provider : chain.providers) {
-        asio::co_spawn(loop.io(),
-                       watch_heads({loop.engine(), health, setup.clock, setup.rng, rt->profile,
-                                    chain, provider},
-                                   running),
-                       asio::detached);
-      }
-      asio::signal_set signals(loop.io(), SIGINT, SIGTERM);
-      signals.async_wait([&](const boost::system::error_code& ec, int) {
-        if (!ec) finish(0);
-      });
-      asio::steady_timer limit(loop.io());
-      if (duration_ms) {
-        limit.expires_after(std::chrono::milliseconds(*duration_ms));
-        limit.async_wait([&](const boost::system::error_code& ec) {
-          if (!ec) finish(0);
-        });
-      }
-      sidecar::WsSubscriptions::Listener listener;
-      listener.bare = true;
-      listener.sink = [&](std::string result) {
-        if (finished) return;
-        result += '\n';
-        write_stdout(result);
-        if (std::ferror(stdout)) {  // a reader that went (| head): nothing more to do
-          finish(0);
-          return;
-        }
-        if (options.count > 0 && ++printed >= options.count) finish(0);
-      };
-      listener.ended = [&](const std::string& reason) {
-        ended = reason;
-        finish(code_of(ExitCode::unavailable));
-      };
-      const jsonrpc::Call call{"1", "eth_subscribe", *params, {}};
-      const CallOutcome answer =
-          co_await subscriptions.subscribe(1, rt, chain, call, std::move(listener));
-      if (answer.result.empty()) {
-        ended = error_message(answer.error);
-        finished = true;
-        code = code_of(ExitCode::unavailable);
-      } else if (!finished) {
-        boost::system::error_code ignored;
-        co_await stop.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
-      }
-      *running = false;
-      boost::system::error_code ignored;
-      signals.cancel(ignored);
-      limit.cancel();
-      // The provider confirms the eth_unsubscribe (within its timeout) before the sockets close.
-      co_await subscriptions.leave(1);
-    };
-    done = loop.run(work(), EventLoop::Until::done);
+    {
+      Follow follow(options, loop, setup, rt, chain);
+      done = loop.run(follow.run(*params, duration_ms), EventLoop::Until::done);
+      code = follow.code;
+      ended = follow.ended;
+    }
     rt->router.reset();  // it uses the loop's HTTP client
   }
   if (!done) return internal_error(done.error());
