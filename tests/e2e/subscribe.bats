@@ -4,8 +4,9 @@
 # (tcp_proxy.mjs) as in ws_failover.bats, each provider's HTTP (what a failover's backfill uses)
 # over HTTPS through an nginx front before its forwarder: killing a forwarder drops both. The heads
 # must come exactly once and in order while the serving provider is killed twice; the logs of a
-# filter must be exactly those anvil's eth_getLogs has; SIGINT ends it with whole lines and exit 0;
-# when every provider is gone it ends with one error line and exit 3; bad arguments are usage
+# filter must be exactly those anvil's eth_getLogs has; SIGINT ends it with whole lines and exit 0,
+# after the provider confirmed the eth_unsubscribe (a sidecar's -v log shows it); when every
+# provider is gone it ends with one error line and exit 3; bad arguments are usage
 # errors (exit 2).
 
 # jq programs are single-quoted on purpose; $output comes from bats.
@@ -208,6 +209,26 @@ check_heads() { # OUT
   run --separate-stderr timeout 30 "$RPCROUTE_BIN" subscribe newHeads -p "$P" --no-state --duration 2500ms
   assert_status 0
   (($(wc -l <<<"$output") >= 1))
+}
+
+@test "subscribe: after SIGINT the provider gets eth_unsubscribe before the socket closes" {
+  # The provider is a sidecar (its -v log has a line per WebSocket message) in front of anvil.
+  start_anvil ch --block-time 1
+  write_profile "$P" "ch,ws_url=ws://127.0.0.1:$(node_port ch)"
+  start_serve sc -p "$P" --no-state -v
+  local via=$BATS_TEST_TMPDIR/via.yaml out=$BATS_TEST_TMPDIR/via.out log
+  log=$(_node_file sc log)
+  write_profile "$via" "sc,url=http://127.0.0.1:$(node_port sc)/rpc/local,ws_url=ws://127.0.0.1:$(node_port sc)/rpc/local"
+  timeout 60 "$RPCROUTE_BIN" subscribe newHeads -p "$via" --no-state >"$out" 3>&- &
+  local pid=$!
+  wait_lines "$out" 2 20
+  kill -INT "$pid"
+  local status=0
+  wait "$pid" || status=$?
+  assert_equal "$status" 0 "exit status"
+  grep 'websocket' "$log" | sed 's/^/# /' >&3
+  grep -Eq 'websocket .*: message eth_subscribe ' "$log"
+  grep -Eq 'websocket .*: message eth_unsubscribe ' "$log"
 }
 
 @test "subscribe: every provider gone ends it with one error line and exit 3" {
