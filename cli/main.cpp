@@ -16,6 +16,7 @@
 #include "cmd_rank.hpp"
 #include "cmd_serve.hpp"
 #include "cmd_state.hpp"
+#include "cmd_subscribe.hpp"
 #include "cmd_top.hpp"
 #include "help.hpp"
 #include "output.hpp"
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
       "See rpcroute(1).");
   int exit_code = 0;
   rpcroute::cli::setup_call(app, exit_code);
+  rpcroute::cli::setup_subscribe(app, exit_code);
   rpcroute::cli::setup_bench(app, exit_code);
   rpcroute::cli::setup_state(app, exit_code);
   rpcroute::cli::setup_profiles(app, exit_code);

@@ -97,11 +97,16 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   /// Starts the closing handshake (once); calls being routed are cancelled, queued answers
   /// behind the one being written dropped.
   void close(websocket::close_code code, std::string reason);
+  /// A subscription ended (no provider can serve it): its error notification, queued already,
+  /// goes out, then the close with 1013 and `reason`; nothing more is queued meanwhile.
+  void end(std::string reason);
   asio::awaitable<void> close_handshake(std::shared_ptr<WsSession> self,
                                         websocket::close_reason reason);
   /// Shutting down: closes with 1001 once nothing is routed, queued or being written.
   void close_when_done() {
-    if (going_away_ && in_flight_ == 0 && out_.empty() && !writing_)
+    if (!ending_.empty() && out_.empty() && !writing_)
+      close(websocket::close_code::try_again_later, ending_);
+    else if (going_away_ && in_flight_ == 0 && out_.empty() && !writing_)
       close(websocket::close_code::going_away, "server shutting down");
   }
   void log(std::string_view what) const;
@@ -115,9 +120,10 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   bool writing_ = false;
   bool closing_ = false;
   bool going_away_ = false;
-  int close_code_ = 0;               // the close the server started, for the metrics
-  std::size_t in_flight_ = 0;        // messages being answered
-  asio::steady_timer slot_;          // the read loop waits here while in_flight_ is at the cap
+  std::string ending_;         // a subscription ended: the close's reason, once the queue is out
+  int close_code_ = 0;         // the close the server started, for the metrics
+  std::size_t in_flight_ = 0;  // messages being answered
+  asio::steady_timer slot_;    // the read loop waits here while in_flight_ is at the cap
   std::set<Cancellation*> routing_;  // the calls being routed, cancelled when the client goes
   std::uint64_t id_;                 // for the subscriptions (WsSubscriptions)
   std::size_t subscriptions_ = 0;    // this client's, against ws_max_subscriptions
@@ -281,17 +287,21 @@ asio::awaitable<CallOutcome> WsSession::subscription_call(const jsonrpc::Call& c
                           hub_.config_.ws_max_subscriptions));
   }
   ++subscriptions_;  // counted before the wait: a burst of subscribes cannot pass the limit
-  CallOutcome o = co_await subscriptions.subscribe(id_, job.rt, *job.chain, call,
-                                                   [weak = weak_from_this()](std::string message) {
-                                                     if (auto self = weak.lock())
-                                                       self->send(std::move(message));
-                                                   });
+  WsSubscriptions::Listener listener;
+  listener.sink = [weak = weak_from_this()](std::string message) {
+    if (auto self = weak.lock()) self->send(std::move(message));
+  };
+  listener.ended = [weak = weak_from_this()](const std::string& reason) {
+    if (auto self = weak.lock()) self->end(reason);
+  };
+  CallOutcome o =
+      co_await subscriptions.subscribe(id_, job.rt, *job.chain, call, std::move(listener));
   if (o.result.empty()) --subscriptions_;
   co_return o;
 }
 
 void WsSession::send(std::string message) {
-  if (closing_) return;
+  if (closing_ || !ending_.empty()) return;
   const ServerConfig& config = hub_.config_;
   // One answer is always taken, however large (it is what the client asked for); past that, a
   // queue that grows is a client that does not read.
@@ -324,6 +334,14 @@ asio::awaitable<void> WsSession::write_loop(std::shared_ptr<WsSession> /*self: h
     }
   }
   writing_ = false;
+  close_when_done();
+}
+
+void WsSession::end(std::string reason) {
+  if (closing_ || !ending_.empty()) return;
+  // A close reason holds 123 bytes at most: the error notification before it has the whole why.
+  ending_ = "no provider can serve a subscription of this connection";
+  log(fmt::format("a subscription ended, closing with 1013: {}", reason));
   close_when_done();
 }
 
@@ -366,7 +384,10 @@ WsClients::WsClients(const ServerConfig& config, Handlers& handlers, Metrics& me
     : config_(config),
       handlers_(handlers),
       metrics_(metrics),
-      subscriptions_(config.max_body, metrics, handlers) {}
+      subscriptions_(config.max_body,
+                     {[&handlers]() -> const HealthView& { return handlers.health(); },
+                      [&metrics](std::size_t n) { metrics.websocket_upstream_subscriptions(n); }}) {
+}
 
 void WsClients::start(tcp::socket socket, const Request& req, Route route, std::string remote) {
   http::request<http::empty_body> upgrade(req.method, req.target, static_cast<int>(req.version));

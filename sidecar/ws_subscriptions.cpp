@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "handlers.hpp"
-#include "metrics.hpp"
 #include "ws_stream.hpp"
 #include "ws_upstream.hpp"
 
@@ -138,6 +137,8 @@ struct WsSubscriptions::Shared {
   struct Client {
     std::uint64_t session = 0;
     Sink sink;
+    Ended ended;
+    bool bare = false;  // the sink takes results alone (rpcroute subscribe)
     // Until its eth_subscribe answer is out, a client's events wait here: the client could not
     // match them to its subscription yet.
     bool ready = false;
@@ -157,17 +158,16 @@ struct WsSubscriptions::Shared {
   Clock::time_point last_event{};  // the last event from upstream, or the last (re)open
 };
 
-WsSubscriptions::WsSubscriptions(std::size_t max_message, Metrics& metrics, Handlers& handlers)
-    : max_message_(max_message),
-      metrics_(metrics),
-      handlers_(handlers),
-      id_prefix_(std::random_device{}()) {}
+WsSubscriptions::WsSubscriptions(std::size_t max_message, Host host)
+    : max_message_(max_message), host_(std::move(host)), id_prefix_(std::random_device{}()) {}
 
 WsSubscriptions::~WsSubscriptions() { *alive_ = false; }
 
 std::size_t WsSubscriptions::upstream_count() const { return by_upstream_.size(); }
 
-void WsSubscriptions::publish() { metrics_.websocket_upstream_subscriptions(by_upstream_.size()); }
+void WsSubscriptions::publish() {
+  if (host_.upstream_count) host_.upstream_count(by_upstream_.size());
+}
 
 WsUpstream& WsSubscriptions::upstream_for(const Provider& provider,
                                           std::shared_ptr<ProfileRuntime> owner) {
@@ -187,7 +187,8 @@ WsUpstream& WsSubscriptions::upstream_for(const Provider& provider,
 asio::awaitable<CallOutcome> WsSubscriptions::subscribe(std::uint64_t session,
                                                         std::shared_ptr<ProfileRuntime> rt,
                                                         const Chain& chain,
-                                                        const jsonrpc::Call& call, Sink sink) {
+                                                        const jsonrpc::Call& call,
+                                                        Listener listener) {
   const std::string params = canonical(call.params);
   const std::string key = fmt::format("{}\n{}\n{}", rt->profile.name, chain.name, params);
   ex_ = co_await asio::this_coro::executor;
@@ -207,7 +208,8 @@ asio::awaitable<CallOutcome> WsSubscriptions::subscribe(std::uint64_t session,
   }
   Shared& shared = *it->second;
   const std::string client_id = fmt::format("0x{:016x}{:016x}", id_prefix_, ++id_counter_);
-  shared.clients[client_id] = {session, std::move(sink), false, {}};
+  shared.clients[client_id] = {
+      session, std::move(listener.sink), std::move(listener.ended), listener.bare, false, {}};
   by_client_[client_id] = &shared;
   // After each wait the subscription is looked up again: its clients may all have left.
   std::string error = "no provider could open the subscription";
@@ -222,9 +224,13 @@ asio::awaitable<CallOutcome> WsSubscriptions::subscribe(std::uint64_t session,
     error = co_await open(shared);
     it = by_key_.find(key);
     if (it != by_key_.end() && it->second->provider == nullptr) {
-      // Nobody is served: every client waiting on it gets the error (they are removed).
-      for (auto& [id, c] : it->second->clients) by_client_.erase(id);
-      by_key_.erase(it);
+      // Nobody is served: every client waiting on it gets the error (they are removed). Clients
+      // served before (its provider went meanwhile) stay: reopen() goes on trying for them.
+      for (auto& [id, c] : it->second->clients) {
+        if (!c.ready) by_client_.erase(id);
+      }
+      std::erase_if(it->second->clients, [](const auto& c) { return !c.second.ready; });
+      if (it->second->clients.empty()) by_key_.erase(it);
     }
   }
   if (by_client_.count(client_id) == 0) co_return error_answer(call, jsonrpc::kNoProvider, error);
@@ -344,6 +350,13 @@ asio::awaitable<void> WsSubscriptions::drain(std::shared_ptr<Shared> shared,
 
 void WsSubscriptions::fan_out(Shared& shared, const std::string& result) {
   for (auto& [client_id, client] : shared.clients) {
+    if (client.bare) {
+      if (client.ready)
+        client.sink(result);
+      else if (client.early.size() < kMaxEarly)
+        client.early.push_back(result);
+      continue;
+    }
     auto event = fmt::format(
         R"({{"jsonrpc":"2.0","method":"eth_subscription","params":{{"subscription":"{}","result":{}}}}})",
         client_id, result);
@@ -373,10 +386,16 @@ void WsSubscriptions::on_drop(const Provider& provider) {
 asio::awaitable<void> WsSubscriptions::reopen(std::string key, std::shared_ptr<bool> alive) {
   asio::steady_timer pause(ex_);
   auto wait = std::chrono::milliseconds(500);
+  const auto since = Clock::now();
+  boost::system::error_code ignored;
   while (*alive) {
     auto found = by_key_.find(key);
-    if (found == by_key_.end() || found->second->opening || found->second->provider != nullptr)
-      co_return;
+    if (found == by_key_.end() || found->second->provider != nullptr) co_return;
+    if (found->second->opening) {  // a new client's subscribe is trying: its outcome first
+      pause.expires_after(std::chrono::milliseconds(50));
+      co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+      continue;
+    }
     const std::shared_ptr<Shared> shared = found->second;
     const std::string error = co_await open(*shared);
     if (!*alive || by_key_.count(key) == 0) co_return;
@@ -389,11 +408,20 @@ asio::awaitable<void> WsSubscriptions::reopen(std::string key, std::shared_ptr<b
       }
       co_return;
     }
+    // Past the chain's resubscribe_timeout_ms without a provider: its clients are told.
+    const auto limit = std::chrono::milliseconds(shared->chain->websocket.resubscribe_timeout_ms);
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(since + limit - Clock::now());
+    if (left.count() <= 0) {
+      end(key, fmt::format("no provider took the {} subscription again within {} ms: {}",
+                           first_string(shared->params), limit.count(), error));
+      co_return;
+    }
+    const auto nap = std::min(wait, left);
     fmt::print(stderr,
                "rpcroute: a subscription could not be opened again: {} (next try in {} ms)\n",
-               error, wait.count());
-    pause.expires_after(wait);
-    boost::system::error_code ignored;
+               error, nap.count());
+    pause.expires_after(nap);
     co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
     wait = std::min<std::chrono::milliseconds>(wait * 2, kMaxRetry);
   }
@@ -442,7 +470,7 @@ std::uint64_t WsSubscriptions::head_elsewhere(const Shared& shared) const {
   std::size_t ci = 0;
   while (ci < rt.profile.chains.size() && &rt.profile.chains[ci] != &chain) ++ci;
   if (ci == rt.profile.chains.size() || ci >= rt.provider_keys.size()) return 0;
-  const HealthView& health = handlers_.health();
+  const HealthView& health = host_.health();
   std::uint64_t best = 0;
   for (std::size_t pi = 0; pi < chain.providers.size() && pi < rt.provider_keys[ci].size(); ++pi) {
     if (&chain.providers[pi] == shared.provider) continue;
@@ -492,24 +520,71 @@ void WsSubscriptions::drop_session(std::uint64_t session) {
   for (auto& [id, shared] : by_client_) {
     if (shared->clients.at(id).session == session) ids.push_back(id);
   }
-  for (const auto& id : ids) remove_client(id);
+  for (const auto& id : ids) {
+    if (auto last = remove_client(id))
+      last->first->notify("eth_unsubscribe", fmt::format("[\"{}\"]", last->second));
+  }
 }
 
-void WsSubscriptions::remove_client(const std::string& client_id) {
+asio::awaitable<void> WsSubscriptions::leave(std::uint64_t session) {
+  std::vector<std::string> ids;
+  for (auto& [id, shared] : by_client_) {
+    if (shared->clients.at(id).session == session) ids.push_back(id);
+  }
+  std::vector<std::pair<WsUpstream*, std::string>> open;
+  for (const auto& id : ids) {
+    if (auto last = remove_client(id)) open.push_back(std::move(*last));
+  }
+  // The sockets stay while this object does (upstreams_ is never pruned).
+  for (auto& [socket, upstream_id] : open)
+    (void)co_await socket->call("eth_unsubscribe", fmt::format("[\"{}\"]", upstream_id));
+}
+
+std::optional<std::pair<WsUpstream*, std::string>> WsSubscriptions::remove_client(
+    const std::string& client_id) {
   auto it = by_client_.find(client_id);
-  if (it == by_client_.end()) return;
+  if (it == by_client_.end()) return std::nullopt;
   Shared& shared = *it->second;
   by_client_.erase(it);
   shared.clients.erase(client_id);
-  if (!shared.clients.empty()) return;
+  if (!shared.clients.empty()) return std::nullopt;
   // The last one: the upstream subscription goes too.
+  std::optional<std::pair<WsUpstream*, std::string>> last;
   if (shared.provider != nullptr) {
     if (auto up = upstreams_.find(shared.provider); up != upstreams_.end())
-      up->second.socket->notify("eth_unsubscribe", fmt::format("[\"{}\"]", shared.upstream_id));
+      last.emplace(up->second.socket.get(), shared.upstream_id);
     by_upstream_.erase({shared.provider, shared.upstream_id});
   }
   if (!shared.opening) by_key_.erase(shared.key);
   publish();
+  return last;
+}
+
+void WsSubscriptions::end(const std::string& key, const std::string& reason) {
+  auto it = by_key_.find(key);
+  if (it == by_key_.end()) return;
+  const std::shared_ptr<Shared> shared = it->second;
+  by_key_.erase(it);
+  if (shared->provider != nullptr) {  // not reached today: it ends for want of one
+    by_upstream_.erase({shared->provider, shared->upstream_id});
+    shared->provider = nullptr;
+  }
+  // Taken out first: a client's callbacks may unsubscribe or drop its session.
+  std::map<std::string, Shared::Client> clients;
+  clients.swap(shared->clients);
+  shared->inbox.clear();
+  for (const auto& [id, client] : clients) by_client_.erase(id);
+  publish();
+  const std::string error = jsonrpc::error_object(
+      jsonrpc::kNoProvider, fmt::format("no provider can serve this subscription: {}", reason));
+  for (auto& [id, client] : clients) {
+    if (!client.bare) {
+      client.sink(fmt::format(
+          R"({{"jsonrpc":"2.0","method":"eth_subscription","params":{{"subscription":"{}","error":{}}}}})",
+          id, error));
+    }
+    if (client.ended) client.ended(reason);
+  }
 }
 
 }  // namespace rpcroute::sidecar

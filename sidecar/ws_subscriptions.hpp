@@ -5,7 +5,11 @@
 // one. When the provider's socket drops, or stalls (no newHeads for `stall_blocks` block times
 // while the chain's head moves elsewhere), each of its subscriptions is opened again on the first
 // candidate that takes it, by the routing order, and what was missed meanwhile is fetched over HTTP
-// (ws_stream.hpp): clients see one stream, without gaps or duplicates.
+// (ws_stream.hpp): clients see one stream, without gaps or duplicates. A subscription that no
+// provider takes again within the chain's websocket.resubscribe_timeout_ms ends: each client gets
+// a JSON-RPC error notification for it, then its `ended` callback (the sidecar closes the socket
+// with 1013, `rpcroute subscribe` exits 3). Used by the sidecar (ws_session.hpp) and by
+// `rpcroute subscribe` (cli/cmd_subscribe.cpp) alike.
 
 #include <chrono>
 #include <cstdint>
@@ -13,35 +17,52 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "rpcroute/asio_compat.hpp"
 #include "rpcroute/config.hpp"
 #include "rpcroute/executor.hpp"
+#include "rpcroute/health/store.hpp"
 #include "rpcroute/jsonrpc.hpp"
 
 namespace rpcroute::sidecar {
 
 struct ProfileRuntime;
 using Runtimes = std::map<std::string, std::shared_ptr<ProfileRuntime>, std::less<>>;
-class Handlers;
-class Metrics;
 class WsUpstream;
 
 class WsSubscriptions {
  public:
-  /// Where a client's events go (its session's queue).
+  /// Where a client's events go (its session's queue): each a whole eth_subscription
+  /// notification, or, for a `bare` client, the event's result alone.
   using Sink = std::function<void(std::string message)>;
+  /// The subscription ended (no provider can serve it): called once, after the error
+  /// notification went to the sink (a `bare` client gets none), with why.
+  using Ended = std::function<void(const std::string& reason)>;
+  struct Listener {
+    Sink sink;
+    Ended ended;
+    bool bare = false;
+  };
+  /// What the subscriptions need of whoever holds them.
+  struct Host {
+    /// The heights routing has seen (the stall detector's "head elsewhere").
+    std::function<const HealthView&()> health;
+    /// The count of upstream subscriptions open, each time it changes (the sidecar's /metrics).
+    std::function<void(std::size_t)> upstream_count;
+  };
 
-  WsSubscriptions(std::size_t max_message, Metrics& metrics, Handlers& handlers);
+  WsSubscriptions(std::size_t max_message, Host host);
   ~WsSubscriptions();
   WsSubscriptions(const WsSubscriptions&) = delete;
   WsSubscriptions& operator=(const WsSubscriptions&) = delete;
 
   /// eth_subscribe for client `session`: its own subscription id, or the error.
   asio::awaitable<CallOutcome> subscribe(std::uint64_t session, std::shared_ptr<ProfileRuntime> rt,
-                                         const Chain& chain, const jsonrpc::Call& call, Sink sink);
+                                         const Chain& chain, const jsonrpc::Call& call,
+                                         Listener listener);
   /// A reload: each subscription follows its profile and chain into `current`. One open on a
   /// provider that is gone from it, or whose URL changed, is opened again where the new routing
   /// order says (as when its socket drops); one on a provider still there stays open. A
@@ -51,6 +72,10 @@ class WsSubscriptions {
   CallOutcome unsubscribe(std::uint64_t session, const jsonrpc::Call& call);
   /// The client is gone: its subscriptions go with it.
   void drop_session(std::uint64_t session);
+  /// The same, waiting (each within its provider's timeout) for the providers to confirm the
+  /// eth_unsubscribe of the upstream subscriptions it was the last client of: a client about to
+  /// exit (`rpcroute subscribe`) leaves nothing open behind.
+  asio::awaitable<void> leave(std::uint64_t session);
   /// Upstream subscriptions open now.
   [[nodiscard]] std::size_t upstream_count() const;
 
@@ -76,12 +101,16 @@ class WsSubscriptions {
   void check_stalls();
   /// The best head of the subscription's chain seen anywhere but on its provider.
   [[nodiscard]] std::uint64_t head_elsewhere(const Shared& shared) const;
-  void remove_client(const std::string& client_id);
+  /// Takes the client out; when it was the last, the upstream subscription too: what to send
+  /// eth_unsubscribe on and the provider's id for it, if it was open.
+  std::optional<std::pair<WsUpstream*, std::string>> remove_client(const std::string& client_id);
+  /// No provider can serve the subscription: its clients get the error notification and their
+  /// `ended`, and it is gone.
+  void end(const std::string& key, const std::string& reason);
   void publish();
 
   std::size_t max_message_;
-  Metrics& metrics_;
-  Handlers& handlers_;
+  Host host_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // false once destroyed
   bool watching_ = false;                                       // the stall detector runs
   asio::any_io_executor ex_;

@@ -249,7 +249,9 @@ EOF
     echo "$pid" >"$procs/$name.pid"
     deadline=$((SECONDS + 10))
     while ((SECONDS < deadline)) && kill -0 "$pid" 2>/dev/null; do
-      if curl -sf --max-time 2 --cacert "$TEST_PKI/ca.pem" "https://localhost:$port/_stats" >/dev/null 2>&1; then
+      # Ready once the upstream answers through it (a fake's 200; anvil's 404 for a GET).
+      if [[ $(curl -s -o /dev/null -w '%{http_code}' --max-time 2 --cacert "$TEST_PKI/ca.pem" \
+        "https://localhost:$port/_stats" 2>/dev/null) == [24]0[0-9] ]]; then
         echo "$port" >"$port_file"
         echo "$port" >"$procs/$name.port"
         echo "https://localhost:$port" >"$procs/$name.url"

@@ -11,8 +11,9 @@
 //   node ws_client.mjs subs URL CLIENTS EVENTS PARAMS METRICS_URL   CLIENTS subscriptions with the
 //                                            same PARAMS, EVENTS newHeads each, then unsubscribed
 //   node ws_client.mjs listen URL PARAMS SECONDS   one subscription: its id, then one line per
-//                                            event (the head's number and the subscription) for
-//                                            SECONDS, then close with 1000
+//                                            event (the head's number and the subscription; an
+//                                            error notification as {"ended": ERROR}) for
+//                                            SECONDS, then close with 1000 (or the server's close)
 //   node ws_client.mjs follow URL HEADS LOG_FILTER NODE_URL   newHeads and logs (LOG_FILTER: the
 //                                            logs subscription's filter object) on one socket
 //                                            until HEADS heads came ({"head":N} for each), then a
@@ -211,10 +212,11 @@ if (mode === "call") {
   ws.on("message", (data) => {
     const m = JSON.parse(data.toString());
     if (m.id === 1) print({ id: m.result ?? null, error: m.error ?? null });
+    else if (m.method === "eth_subscription" && m.params.error) print({ ended: m.params.error, subscription: m.params.subscription });
     else if (m.method === "eth_subscription") print({ number: Number(m.params.result.number), subscription: m.params.subscription });
   });
-  ws.on("close", (code) => {
-    print({ close: code });
+  ws.on("close", (code, reason) => {
+    print({ close: code, reason: reason.toString() });
     done(0);
   });
   setTimeout(() => ws.close(1000), seconds * 1000);

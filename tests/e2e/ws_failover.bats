@@ -164,3 +164,32 @@ wait_heads() { # FILE N
   assert_equal "$(jq -c '[.breaks, .dups, .stale, (.heads > 10)]' <<<"$summary")" '[0,0,0,true]'
   grep -Eq 'newHeads: reorg at [0-9]+' "$log"
 }
+
+@test "ws failover: when no provider can serve any more, an error notification, then a close with 1013" {
+  start_anvil ch --block-time 1
+  start_proxy p1 ch
+  start_proxy p2 ch
+  local specs=() p
+  for p in p1 p2; do specs+=("$p,ws_url=ws://127.0.0.1:$(node_port "$p"),timeout_ms=1500"); done
+  write_profile "$P" --strategy priority "${specs[@]}"
+  sed -i 's/^    block_time_ms: 1000$/&\n    websocket: { resubscribe_timeout_ms: 3000 }/' "$P"
+  start_serve sc -p "$P" --no-state
+  local out=$BATS_TEST_TMPDIR/ended.out log
+  log=$(_node_file sc log)
+  timeout 50 node "$WS_CLIENT" listen "ws://127.0.0.1:$(node_port sc)/rpc/local" '["newHeads"]' 40 >"$out" 3>&- &
+  local client=$!
+  wait_for_line "$out" '"number":' 20
+  local killed_at=$SECONDS
+  kill -KILL "$(node_pid p1)" "$(node_pid p2)"
+  wait "$client"
+  sed 's/^/# /' "$out" >&3
+  # Within the 3 s resubscribe_timeout_ms and the last retry's wait, long before the client's 40 s.
+  ((SECONDS - killed_at <= 10))
+  local id
+  id=$(jq -r 'select(.id) | .id' "$out")
+  # The error notification for the subscription, then the close: the last two lines.
+  assert_json "$(tail -n 2 "$out" | head -n 1)" '.subscription == $id and .ended.code == -32050
+    and (.ended.message | test("^no provider can serve this subscription: no provider took the newHeads subscription again within 3000 ms: "))' --arg id "$id"
+  assert_equal "$(tail -n 1 "$out")" '{"close":1013,"reason":"no provider can serve a subscription of this connection"}' "the close"
+  grep -q 'a subscription ended, closing with 1013' "$log"
+}

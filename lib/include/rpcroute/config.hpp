@@ -115,6 +115,9 @@ struct WsChainConfig {
   std::uint64_t max_backfill_blocks = 128;
   std::int64_t backfill_timeout_ms = 10'000;
   std::int64_t stall_blocks = 3;
+  /// A subscription whose provider went and that no provider takes again within this ends: its
+  /// clients get a terminal error (issue 18).
+  std::int64_t resubscribe_timeout_ms = 30'000;
 };
 
 struct Chain {

@@ -216,16 +216,21 @@ class ProfileSchema : public detail::YamlReader {
     return o;
   }
 
-  /// `websocket: { max_backfill_blocks, backfill_timeout_ms, stall_blocks }` (issue 18).
+  /// `websocket: { max_backfill_blocks, backfill_timeout_ms, stall_blocks,
+  /// resubscribe_timeout_ms }` (issue 18).
   WsChainConfig read_websocket(const YAML::Node& w) const {
     WsChainConfig o;
     require_map(w, "websocket");
-    check_keys(w, {"max_backfill_blocks", "backfill_timeout_ms", "stall_blocks"}, "websocket");
+    check_keys(
+        w, {"max_backfill_blocks", "backfill_timeout_ms", "stall_blocks", "resubscribe_timeout_ms"},
+        "websocket");
     o.max_backfill_blocks =
         static_cast<std::uint64_t>(opt_int(w, "max_backfill_blocks", 0)
                                        .value_or(static_cast<std::int64_t>(o.max_backfill_blocks)));
     o.backfill_timeout_ms = opt_int(w, "backfill_timeout_ms", 1).value_or(o.backfill_timeout_ms);
     o.stall_blocks = opt_int(w, "stall_blocks", 0).value_or(o.stall_blocks);
+    o.resubscribe_timeout_ms =
+        opt_int(w, "resubscribe_timeout_ms", 1).value_or(o.resubscribe_timeout_ms);
     return o;
   }
 

@@ -231,6 +231,29 @@ strategies:
   CHECK(p->strategies.latency_weighted.min_calls == 3);  // not given: default
 }
 
+TEST_CASE("a chain's websocket settings are read, with their defaults", "[config]") {
+  auto p = load_profile_text(R"(chains:
+  eth:
+    chain_id: 1
+    websocket: { stall_blocks: 0, resubscribe_timeout_ms: 2500 }
+    providers:
+      - id: a
+        url: http://h
+)",
+                             "t.yaml", kNoEnv);
+  REQUIRE(p.has_value());
+  const WsChainConfig& ws = p->chains.front().websocket;
+  CHECK(ws.stall_blocks == 0);
+  CHECK(ws.resubscribe_timeout_ms == 2'500);
+  CHECK(ws.max_backfill_blocks == 128);  // not given: defaults
+  CHECK(ws.backfill_timeout_ms == 10'000);
+  CHECK(WsChainConfig{}.resubscribe_timeout_ms == 30'000);
+  CHECK_THAT(load_error("chains:\n  eth:\n    chain_id: 1\n"
+                        "    websocket: { resubscribe_timeout_ms: 0 }\n"
+                        "    providers:\n      - id: a\n        url: http://h\n"),
+             Catch::Matchers::Contains("resubscribe_timeout_ms"));
+}
+
 TEST_CASE("validation errors name the source, line and column", "[config]") {
   // Every YAML below starts at line 1, column 1 of its raw string.
   struct Case {
