@@ -219,6 +219,11 @@ asio::awaitable<bool> WsUpstream::connect(std::string& error) {
                                 asio::redirect_error(asio::use_awaitable, ec));
     });
   }
+  if (ec && target->tls && why.empty()) {
+    // A TLS 1.3 server refuses a client certificate after the client's handshake: its alert
+    // comes with the first read.
+    why = detail::tls_alert_message(ec);
+  }
   if (ec) {
     // Neither the URL nor its path (where a key may be) is named: the provider's id is.
     error = fmt::format("WebSocket to provider {} failed ({}): {}", provider_.id, step,

@@ -255,8 +255,8 @@ YAML
   echo "# mtls: $out" >&3
   assert_json "$out" '.answer.result | test("^0x[0-9a-f]{32}$")'
   assert_equal "$(fake_stat mtls '.ws.subscriptions')" 1 "subscriptions served over mTLS"
-  # Without the client certificate the fake refuses it.
+  # Without the client certificate the fake refuses the connection, and the cause is named.
   out=$(wss_subscribe_once sc_nocert mtls "$ca")
   echo "# mtls without a client certificate: $out" >&3
-  assert_json "$out" '.answer.error.message | test("WebSocket to provider mtls failed")'
+  assert_json "$out" '.answer.error.message | test("WebSocket to provider mtls failed .*TLS: client certificate rejected")'
 }

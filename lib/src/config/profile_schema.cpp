@@ -381,8 +381,8 @@ class ProfileSchema : public detail::YamlReader {
              });
     };
     if (!secure(p.url, "https://") && !secure(p.ws_url, "wss://")) {
-      throw error(t, fmt::format("provider '{}' has 'tls' but neither its url is https:// nor its "
-                                 "ws_url wss://",
+      throw error(t, fmt::format("provider '{}' has 'tls' but its url is not https:// and its "
+                                 "ws_url not wss://",
                                  p.id));
     }
     auto& o = p.tls;
