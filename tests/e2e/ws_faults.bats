@@ -6,7 +6,8 @@
 # Its profile has two fakes of one chain (4 blocks a second, the same heights: their blocks and
 # hashes agree), F first by priority and H second, both with a ws_url; block_time_ms 250 and
 # websocket.stall_blocks 4 (a silent socket is treated as dropped after 1 s while the head moves
-# elsewhere). A client subscribes to newHeads through the sidecar (ws_client.mjs heads) and gets
+# elsewhere), max_lag_blocks 40 (at 4 blocks a second, probes of a loaded machine see a fake a few
+# blocks behind the other: it must stay a candidate). A client subscribes to newHeads through the sidecar (ws_client.mjs heads) and gets
 # its first heads from F; then F's fault is set through /_control and the client must receive
 # HEADS_AFTER more heads within LIMIT_S seconds, each number exactly once, in order, each head's
 # parentHash the hash of the head before (no gap, no duplicate, no break). The fault must have hit
@@ -86,6 +87,7 @@ ws_fault_row() { # FAULT SCHEME
     echo "  local:"
     echo "    chain_id: 31337"
     echo "    block_time_ms: 250"
+    echo "    max_lag_blocks: 40"
     echo "    websocket: { stall_blocks: 4 }"
     echo "    providers:"
     for n in f h; do
