@@ -16,8 +16,12 @@
 # resident memory grown by less than RSS_GROWTH_KB.
 #
 # Every row runs twice: fakes on ws:// (plain) and on wss:// (the fake's TLS mode, a test CA the
-# profile trusts through tls: {ca_file}). The wss:// rows also check that the sidecar's log never
-# shows the providers' URL paths (each holds a key).
+# profile trusts through tls: {ca_file}). Every row also checks that the sidecar's log never shows
+# the providers' URL paths (each holds a key).
+#
+# A last test opens wss:// to fakes whose certificate fails (unknown CA, expired, wrong host), to
+# one that never answers the ClientHello, and to one that wants a client certificate (mTLS, with
+# and without the provider's cert_file): the subscription's error names the cause, never the URL.
 
 # jq programs are single-quoted on purpose; $output comes from bats.
 # shellcheck disable=SC2016,SC2154
@@ -235,7 +239,7 @@ YAML
   return "${PIPESTATUS[0]}"
 }
 
-@test "wss:// certificate failures name their cause and never the URL; mTLS is served" {
+@test "wss:// TLS failures name their cause and never the URL; a hung handshake ends; mTLS is served" {
   local ca="{ ca_file: $TEST_PKI/ca.pem }" out cert cause
   for cert in unknown_ca expired wrong_host; do
     start_tls_fake "$cert" "$cert"
@@ -250,6 +254,11 @@ YAML
     [[ $out != *"$KEY"* ]] || { echo "the answer shows the key: $out" >&2; return 1; }
     ! grep -q "$KEY" "$(_node_file "sc_$cert" log)"
   done
+  # A server that never answers the ClientHello: the connect limit (5 s) covers the handshake.
+  start_tls_fake hang --tls-handshake hang
+  out=$(wss_subscribe_once sc_hang hang "$ca")
+  echo "# hang: $out" >&3
+  assert_json "$out" '.answer.error.message | test("WebSocket to provider hang failed [(]tls[)]: no TLS handshake within 5 s")'
   # mTLS: the fake wants a client certificate; the provider's cert_file/key_file serve wss:// too.
   start_tls_fake mtls --tls-client-ca "$TEST_PKI/client_ca.pem" --mine-per-sec 4
   out=$(wss_subscribe_once sc_mtls mtls \
