@@ -86,6 +86,88 @@ detail::TlsContexts& tls_contexts(std::unique_lock<std::mutex>& lock) {
 using PlainWs = websocket::stream<tcp::socket>;
 using TlsWs = websocket::stream<ssl::stream<tcp::socket>>;
 
+/// The target's endpoints. The loop runs without Asio's resolver thread (async_resolve answers
+/// "operation not supported"): an address is used as is, a name resolved in place (a blocking
+/// lookup, once per connection).
+std::vector<tcp::endpoint> endpoints_of(const asio::any_io_executor& ex, const WsTarget& t,
+                                        boost::system::error_code& ec) {
+  std::vector<tcp::endpoint> found;
+  std::uint16_t port = 0;
+  std::from_chars(t.port.data(), t.port.data() + t.port.size(), port);
+  if (auto address = asio::ip::make_address(t.host, ec); !ec) {
+    found.emplace_back(address, port);
+    return found;
+  }
+  tcp::resolver resolver(ex);
+  ec = {};
+  for (const auto& entry : resolver.resolve(t.host, t.port, ec)) found.push_back(entry.endpoint());
+  return found;
+}
+
+/// Connects the link's socket and, for wss://, does the TLS handshake: empty, or why not (`step`
+/// says where). A connect or TLS handshake that hangs (a black-holed address, a server that never
+/// answers the ClientHello) ends with the socket after kConnectLimit.
+template <class LinkT>
+asio::awaitable<std::string> open_transport(asio::any_io_executor ex, std::shared_ptr<LinkT> link,
+                                            const WsTarget& t, std::string& step) {
+  boost::system::error_code ec;
+  const auto found = endpoints_of(ex, t, ec);
+  if (ec) co_return ec.message();
+  auto timed_out = std::make_shared<bool>(false);
+  asio::steady_timer limit(ex, kConnectLimit);
+  limit.async_wait(
+      [weak = std::weak_ptr<LinkT>(link), timed_out](const boost::system::error_code& e) {
+        if (auto l = weak.lock(); l && !e) {
+          *timed_out = true;
+          boost::system::error_code ignored;
+          l->socket().close(ignored);
+        }
+      });
+  step = "connect";
+  co_await asio::async_connect(link->socket(), found,
+                               asio::redirect_error(asio::use_awaitable, ec));
+  std::string why;  // a TLS failure's cause, else ec's message
+  if (!ec && t.tls) {
+    step = "tls";
+    auto& tls = std::get<TlsWs>(link->ws).next_layer();
+    co_await tls.async_handshake(ssl::stream_base::client,
+                                 asio::redirect_error(asio::use_awaitable, ec));
+    if (ec && !*timed_out) why = detail::tls_handshake_error(tls.native_handle(), ec);
+  }
+  limit.cancel();
+  if (ec && *timed_out)
+    co_return fmt::format("no {} within {} s", step == "tls" ? "TLS handshake" : step,
+                          std::chrono::duration_cast<std::chrono::seconds>(kConnectLimit).count());
+  if (ec && why.empty()) why = ec.message();
+  co_return why;
+}
+
+/// The WebSocket handshake, the socket's bounds set first: empty, or why not.
+template <class LinkT>
+asio::awaitable<std::string> ws_handshake(LinkT& link, const WsTarget& t, std::size_t max_message) {
+  websocket::stream_base::timeout limits{};
+  limits.handshake_timeout = kConnectLimit;
+  limits.idle_timeout = kPingTimeout;
+  limits.keep_alive_pings = true;
+  const std::string host =
+      t.host.find(':') != std::string::npos ? "[" + t.host + "]:" + t.port : t.host + ":" + t.port;
+  boost::system::error_code ec;
+  co_await link.with([&](auto& ws) {
+    ws.set_option(limits);
+    ws.read_message_max(max_message);
+    ws.auto_fragment(false);
+    ws.text(true);
+    return ws.async_handshake(host, t.target, asio::redirect_error(asio::use_awaitable, ec));
+  });
+  if (!ec) co_return std::string();
+  // A TLS 1.3 server refuses a client certificate after the client's handshake: its alert comes
+  // with the first read.
+  if (t.tls) {
+    if (auto alert = detail::tls_alert_message(ec); !alert.empty()) co_return alert;
+  }
+  co_return ec.message();
+}
+
 }  // namespace
 
 struct WsUpstream::Link {
@@ -155,79 +237,15 @@ asio::awaitable<bool> WsUpstream::connect(std::string& error) {
   } else {
     link = std::make_shared<Link>(ex_);
   }
-  // The loop runs without Asio's resolver thread (async_resolve answers "operation not
-  // supported"): an address is used as is, a name resolved in place (a blocking lookup, once per
-  // connection).
-  boost::system::error_code ec;
-  std::vector<tcp::endpoint> found;
-  std::uint16_t port = 0;
-  std::from_chars(target->port.data(), target->port.data() + target->port.size(), port);
-  if (auto address = asio::ip::make_address(target->host, ec); !ec) {
-    found.emplace_back(address, port);
-  } else {
-    tcp::resolver resolver(ex_);
-    ec = {};
-    for (const auto& entry : resolver.resolve(target->host, target->port, ec))
-      found.push_back(entry.endpoint());
-  }
-  // A connect or TLS handshake that hangs (a black-holed address, a server that never answers
-  // the ClientHello) ends with the socket after kConnectLimit; from the WebSocket handshake on,
-  // the websocket's own timeouts apply.
-  auto timed_out = std::make_shared<bool>(false);
-  asio::steady_timer limit(ex_, kConnectLimit);
-  limit.async_wait(
-      [weak = std::weak_ptr<Link>(link), timed_out](const boost::system::error_code& e) {
-        if (auto l = weak.lock(); l && !e) {
-          *timed_out = true;
-          boost::system::error_code ignored;
-          l->socket().close(ignored);
-        }
-      });
-  const char* step = "resolve";
-  if (!ec) {
-    step = "connect";
-    co_await asio::async_connect(link->socket(), found,
-                                 asio::redirect_error(asio::use_awaitable, ec));
-  }
-  std::string why;  // a TLS failure's cause, else ec's message
-  if (!ec && target->tls) {
-    step = "tls";
-    auto& tls = std::get<TlsWs>(link->ws).next_layer();
-    co_await tls.async_handshake(ssl::stream_base::client,
-                                 asio::redirect_error(asio::use_awaitable, ec));
-    if (ec && !*timed_out) why = detail::tls_handshake_error(tls.native_handle(), ec);
-  }
-  limit.cancel();
-  if (ec && *timed_out)
-    why = fmt::format("no {} within {} s", step == std::string_view("tls") ? "TLS handshake" : step,
-                      std::chrono::duration_cast<std::chrono::seconds>(kConnectLimit).count());
-  if (!ec) {
+  std::string step = "resolve";
+  std::string why = co_await open_transport(ex_, link, *target, step);
+  if (why.empty()) {
     step = "handshake";
-    websocket::stream_base::timeout limits{};
-    limits.handshake_timeout = kConnectLimit;
-    limits.idle_timeout = kPingTimeout;
-    limits.keep_alive_pings = true;
-    const std::string host = target->host.find(':') != std::string::npos
-                                 ? "[" + target->host + "]:" + target->port
-                                 : target->host + ":" + target->port;
-    co_await link->with([&](auto& ws) {
-      ws.set_option(limits);
-      ws.read_message_max(max_message_);
-      ws.auto_fragment(false);
-      ws.text(true);
-      return ws.async_handshake(host, target->target,
-                                asio::redirect_error(asio::use_awaitable, ec));
-    });
+    why = co_await ws_handshake(*link, *target, max_message_);
   }
-  if (ec && target->tls && why.empty()) {
-    // A TLS 1.3 server refuses a client certificate after the client's handshake: its alert
-    // comes with the first read.
-    why = detail::tls_alert_message(ec);
-  }
-  if (ec) {
+  if (!why.empty()) {
     // Neither the URL nor its path (where a key may be) is named: the provider's id is.
-    error = fmt::format("WebSocket to provider {} failed ({}): {}", provider_.id, step,
-                        why.empty() ? ec.message() : why);
+    error = fmt::format("WebSocket to provider {} failed ({}): {}", provider_.id, step, why);
     co_return false;
   }
   link_ = link;
