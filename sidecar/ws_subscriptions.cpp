@@ -22,7 +22,7 @@ namespace {
 constexpr std::size_t kMaxEarly = 256;   // events held for a client before its answer is out
 constexpr std::size_t kMaxInbox = 1024;  // events waiting while a backfill runs
 constexpr auto kStallTick = std::chrono::milliseconds(250);
-constexpr auto kMinShun = std::chrono::seconds(60);  // a stalled provider is tried last this long
+constexpr auto kMinShun = std::chrono::seconds(60);  // a stalled or dropped provider: tried last
 constexpr auto kMaxRetry = std::chrono::seconds(30);
 using Clock = std::chrono::steady_clock;
 
@@ -368,6 +368,11 @@ void WsSubscriptions::fan_out(Shared& shared, const std::string& result) {
 }
 
 void WsSubscriptions::on_drop(const Provider& provider) {
+  // A provider whose socket dropped is tried last for a while, like a stalled one: opened again
+  // first there, one that accepts subscriptions and drops at each first event would starve its
+  // clients (ws_faults.bats, drop).
+  auto& until = shunned_[&provider];
+  until = std::max(until, Clock::now() + kMinShun);
   // Every subscription open there is opened again where the routing order says now.
   std::vector<std::string> keys;
   for (auto it = by_upstream_.begin(); it != by_upstream_.end();) {

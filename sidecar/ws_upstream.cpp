@@ -5,13 +5,18 @@
 #include <fmt/format.h>
 #include <simdjson.h>
 
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/websocket.hpp>
+#include <boost/beast/websocket/ssl.hpp>
 #include <charconv>
 #include <chrono>
 #include <deque>
+#include <mutex>
 #include <optional>
+#include <variant>
 #include <vector>
 
+#include "native_tls.hpp"
 #include "rpcroute/jsonrpc.hpp"
 
 namespace rpcroute::sidecar {
@@ -19,6 +24,7 @@ namespace rpcroute::sidecar {
 namespace beast = boost::beast;
 namespace websocket = beast::websocket;
 using tcp = asio::ip::tcp;
+namespace ssl = asio::ssl;
 
 namespace {
 
@@ -26,22 +32,31 @@ constexpr auto kConnectLimit = std::chrono::seconds(5);
 constexpr auto kPingTimeout = std::chrono::seconds(20);
 
 struct WsTarget {
+  bool tls = false;
   std::string host;
   std::string port;
   std::string target;
 };
 
-/// ws://host[:port][/path]; nullopt for anything else (wss:// is not served yet).
+/// ws://host[:port][/path] or wss://…; nullopt for anything else.
 std::optional<WsTarget> parse_ws_url(std::string_view url) {
-  if (!url.starts_with("ws://")) return std::nullopt;
-  url.remove_prefix(5);
+  WsTarget t;
+  const auto scheme = url.find("://");
+  if (scheme == std::string_view::npos) return std::nullopt;
+  std::string name(url.substr(0, scheme));
+  for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (name == "wss") {
+    t.tls = true;
+  } else if (name != "ws") {
+    return std::nullopt;
+  }
+  url.remove_prefix(scheme + 3);
   const auto slash = url.find('/');
   std::string_view authority = url.substr(0, slash);
-  WsTarget t;
   t.target = slash == std::string_view::npos ? "/" : std::string(url.substr(slash));
   if (const auto at = authority.rfind('@'); at != std::string_view::npos)
     authority.remove_prefix(at + 1);
-  std::string_view port = "80";
+  std::string_view port = t.tls ? "443" : "80";
   if (!authority.empty() && authority.front() == '[') {
     const auto close = authority.find(']');
     if (close == std::string_view::npos) return std::nullopt;
@@ -59,14 +74,118 @@ std::optional<WsTarget> parse_ws_url(std::string_view url) {
   return t;
 }
 
+/// The OpenSSL contexts of wss:// upstreams, one per distinct tls: settings, made like the native
+/// HTTP client's (native_tls.hpp: the same CA, client certificate and insecure handling).
+detail::TlsContexts& tls_contexts(std::unique_lock<std::mutex>& lock) {
+  static std::mutex mutex;
+  static detail::TlsContexts contexts;
+  lock = std::unique_lock(mutex);
+  return contexts;
+}
+
+using PlainWs = websocket::stream<tcp::socket>;
+using TlsWs = websocket::stream<ssl::stream<tcp::socket>>;
+
+/// The target's endpoints. The loop runs without Asio's resolver thread (async_resolve answers
+/// "operation not supported"): an address is used as is, a name resolved in place (a blocking
+/// lookup, once per connection).
+std::vector<tcp::endpoint> endpoints_of(const asio::any_io_executor& ex, const WsTarget& t,
+                                        boost::system::error_code& ec) {
+  std::vector<tcp::endpoint> found;
+  std::uint16_t port = 0;
+  std::from_chars(t.port.data(), t.port.data() + t.port.size(), port);
+  if (auto address = asio::ip::make_address(t.host, ec); !ec) {
+    found.emplace_back(address, port);
+    return found;
+  }
+  tcp::resolver resolver(ex);
+  ec = {};
+  for (const auto& entry : resolver.resolve(t.host, t.port, ec)) found.push_back(entry.endpoint());
+  return found;
+}
+
+/// Connects the link's socket and, for wss://, does the TLS handshake: empty, or why not (`step`
+/// says where). A connect or TLS handshake that hangs (a black-holed address, a server that never
+/// answers the ClientHello) ends with the socket after kConnectLimit.
+template <class LinkT>
+asio::awaitable<std::string> open_transport(asio::any_io_executor ex, std::shared_ptr<LinkT> link,
+                                            const WsTarget& t, std::string& step) {
+  boost::system::error_code ec;
+  const auto found = endpoints_of(ex, t, ec);
+  if (ec) co_return ec.message();
+  auto timed_out = std::make_shared<bool>(false);
+  asio::steady_timer limit(ex, kConnectLimit);
+  limit.async_wait(
+      [weak = std::weak_ptr<LinkT>(link), timed_out](const boost::system::error_code& e) {
+        if (auto l = weak.lock(); l && !e) {
+          *timed_out = true;
+          boost::system::error_code ignored;
+          l->socket().close(ignored);
+        }
+      });
+  step = "connect";
+  co_await asio::async_connect(link->socket(), found,
+                               asio::redirect_error(asio::use_awaitable, ec));
+  std::string why;  // a TLS failure's cause, else ec's message
+  if (!ec && t.tls) {
+    step = "tls";
+    auto& tls = std::get<TlsWs>(link->ws).next_layer();
+    co_await tls.async_handshake(ssl::stream_base::client,
+                                 asio::redirect_error(asio::use_awaitable, ec));
+    if (ec && !*timed_out) why = detail::tls_handshake_error(tls.native_handle(), ec);
+  }
+  limit.cancel();
+  if (ec && *timed_out)
+    co_return fmt::format("no {} within {} s", step == "tls" ? "TLS handshake" : step,
+                          std::chrono::duration_cast<std::chrono::seconds>(kConnectLimit).count());
+  if (ec && why.empty()) why = ec.message();
+  co_return why;
+}
+
+/// The WebSocket handshake, the socket's bounds set first: empty, or why not.
+template <class LinkT>
+asio::awaitable<std::string> ws_handshake(LinkT& link, const WsTarget& t, std::size_t max_message) {
+  websocket::stream_base::timeout limits{};
+  limits.handshake_timeout = kConnectLimit;
+  limits.idle_timeout = kPingTimeout;
+  limits.keep_alive_pings = true;
+  const std::string host =
+      t.host.find(':') != std::string::npos ? "[" + t.host + "]:" + t.port : t.host + ":" + t.port;
+  boost::system::error_code ec;
+  co_await link.with([&](auto& ws) {
+    ws.set_option(limits);
+    ws.read_message_max(max_message);
+    ws.auto_fragment(false);
+    ws.text(true);
+    return ws.async_handshake(host, t.target, asio::redirect_error(asio::use_awaitable, ec));
+  });
+  if (!ec) co_return std::string();
+  // A TLS 1.3 server refuses a client certificate after the client's handshake: its alert comes
+  // with the first read.
+  if (t.tls) {
+    if (auto alert = detail::tls_alert_message(ec); !alert.empty()) co_return alert;
+  }
+  co_return ec.message();
+}
+
 }  // namespace
 
 struct WsUpstream::Link {
-  explicit Link(const asio::any_io_executor& ex) : ws(ex) {}
-  websocket::stream<tcp::socket> ws;
+  explicit Link(const asio::any_io_executor& ex) : ws(std::in_place_type<PlainWs>, ex) {}
+  Link(const asio::any_io_executor& ex, ssl::context& context)
+      : ws(std::in_place_type<TlsWs>, ex, context) {}
+  std::variant<PlainWs, TlsWs> ws;
   std::deque<std::string> out;
   bool writing = false;
   bool alive = true;
+
+  tcp::socket& socket() {
+    return std::visit([](auto& w) -> tcp::socket& { return beast::get_lowest_layer(w); }, ws);
+  }
+  template <class F>
+  decltype(auto) with(F&& f) {
+    return std::visit(std::forward<F>(f), ws);
+  }
 };
 
 struct WsUpstream::Pending {
@@ -89,64 +208,44 @@ void WsUpstream::close() {
   if (!link_) return;
   link_->alive = false;
   boost::system::error_code ignored;
-  link_->ws.next_layer().close(ignored);
+  link_->socket().close(ignored);
   link_.reset();
 }
 
 asio::awaitable<bool> WsUpstream::connect(std::string& error) {
   const auto target = parse_ws_url(provider_.ws_url);
   if (!target) {
-    error = "its ws_url is not a ws:// URL this version can open (wss:// is not served yet)";
+    error = fmt::format("WebSocket to provider {} failed: its ws_url is not a ws:// or wss:// URL",
+                        provider_.id);
     co_return false;
   }
-  auto link = std::make_shared<Link>(ex_);
-  // The loop runs without Asio's resolver thread (async_resolve answers "operation not
-  // supported"): an address is used as is, a name resolved in place (a blocking lookup, once per
-  // connection).
-  boost::system::error_code ec;
-  std::vector<tcp::endpoint> found;
-  std::uint16_t port = 0;
-  std::from_chars(target->port.data(), target->port.data() + target->port.size(), port);
-  if (auto address = asio::ip::make_address(target->host, ec); !ec) {
-    found.emplace_back(address, port);
-  } else {
-    tcp::resolver resolver(ex_);
-    ec = {};
-    for (const auto& entry : resolver.resolve(target->host, target->port, ec))
-      found.push_back(entry.endpoint());
-  }
-  // A connect that hangs (a black-holed address) ends with the socket after kConnectLimit; from
-  // the handshake on, the websocket's own timeouts apply.
-  asio::steady_timer limit(ex_, kConnectLimit);
-  limit.async_wait([weak = std::weak_ptr<Link>(link)](const boost::system::error_code& e) {
-    if (auto l = weak.lock(); l && !e) {
-      boost::system::error_code ignored;
-      l->ws.next_layer().close(ignored);
+  std::shared_ptr<Link> link;
+  if (target->tls) {
+    // The provider's tls: settings, through the native client's context builder; Asio's
+    // ssl::context holds a reference of its own on the shared SSL_CTX.
+    std::unique_lock<std::mutex> lock;
+    const auto& context = tls_contexts(lock).get(&provider_.tls);
+    if (!context.error.empty()) {
+      error = fmt::format("WebSocket to provider {} failed (tls): {}", provider_.id, context.error);
+      co_return false;
     }
-  });
-  const char* step = "resolve";
-  if (!ec) {
-    step = "connect";
-    co_await asio::async_connect(link->ws.next_layer(), found,
-                                 asio::redirect_error(asio::use_awaitable, ec));
+    SSL_CTX_up_ref(context.ctx);
+    ssl::context shared(context.ctx);
+    link = std::make_shared<Link>(ex_, shared);
+    auto& tls = std::get<TlsWs>(link->ws).next_layer();
+    detail::set_peer_host(tls.native_handle(), target->host, provider_.tls.insecure);
+  } else {
+    link = std::make_shared<Link>(ex_);
   }
-  limit.cancel();
-  if (!ec) step = "handshake";
-  if (!ec) {
-    websocket::stream_base::timeout limits{};
-    limits.handshake_timeout = kConnectLimit;
-    limits.idle_timeout = kPingTimeout;
-    limits.keep_alive_pings = true;
-    link->ws.set_option(limits);
-    link->ws.read_message_max(max_message_);
-    link->ws.auto_fragment(false);
-    link->ws.text(true);
-    co_await link->ws.async_handshake(target->host + ":" + target->port, target->target,
-                                      asio::redirect_error(asio::use_awaitable, ec));
+  std::string step = "resolve";
+  std::string why = co_await open_transport(ex_, link, *target, step);
+  if (why.empty()) {
+    step = "handshake";
+    why = co_await ws_handshake(*link, *target, max_message_);
   }
-  if (ec) {
-    error =
-        fmt::format("WebSocket to provider {} failed ({}): {}", provider_.id, step, ec.message());
+  if (!why.empty()) {
+    // Neither the URL nor its path (where a key may be) is named: the provider's id is.
+    error = fmt::format("WebSocket to provider {} failed ({}): {}", provider_.id, step, why);
     co_return false;
   }
   link_ = link;
@@ -203,8 +302,10 @@ void WsUpstream::send(std::string message) {
 asio::awaitable<void> WsUpstream::write_loop(std::shared_ptr<Link> link) {
   while (link->alive && !link->out.empty()) {
     boost::system::error_code ec;
-    co_await link->ws.async_write(asio::buffer(link->out.front()),
-                                  asio::redirect_error(asio::use_awaitable, ec));
+    co_await link->with([&](auto& ws) {
+      return ws.async_write(asio::buffer(link->out.front()),
+                            asio::redirect_error(asio::use_awaitable, ec));
+    });
     link->out.pop_front();
     if (ec) break;
   }
@@ -215,7 +316,9 @@ asio::awaitable<void> WsUpstream::read_loop(std::shared_ptr<Link> link) {
   beast::flat_buffer buffer;
   while (link->alive) {
     boost::system::error_code ec;
-    co_await link->ws.async_read(buffer, asio::redirect_error(asio::use_awaitable, ec));
+    co_await link->with([&](auto& ws) {
+      return ws.async_read(buffer, asio::redirect_error(asio::use_awaitable, ec));
+    });
     if (ec) break;
     if (!link->alive) break;
     dispatch(std::string_view(static_cast<const char*>(buffer.data().data()), buffer.size()));

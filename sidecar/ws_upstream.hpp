@@ -2,7 +2,8 @@
 // A provider's WebSocket (its profile `ws_url`), opened on first use and shared by every
 // subscription the sidecar holds on that provider (ws_subscriptions.hpp). Calls are matched to
 // answers by the router's own ids; subscription events go to one callback. Bounded: message size,
-// a ping timeout (Beast's keep-alive pings), a deadline per call. ws:// only for now.
+// a ping timeout (Beast's keep-alive pings), a deadline per call, a connect + TLS handshake limit.
+// ws:// and wss:// (the provider's tls: settings apply, as to its HTTPS transfers).
 
 #include <cstdint>
 #include <functional>

@@ -19,6 +19,10 @@
 //                                            until HEADS heads came ({"head":N} for each), then a
 //                                            summary: the heads' order, gaps and duplicates, and
 //                                            the logs against eth_getLogs asked of NODE_URL
+//   node ws_client.mjs heads URL HEADS        newHeads until HEADS heads came ({"head":N} for
+//                                            each), then a summary: gaps, duplicates, breaks (a
+//                                            head whose parentHash is not the hash of the head
+//                                            before), errors; a close before that: {"close":…}
 //   node ws_client.mjs chain URL SECONDS NODE_URL   newHeads for SECONDS ({"head":N} for each),
 //                                            then a summary: reorgs seen (a head not above the
 //                                            one before), breaks (a head whose parent is not the
@@ -300,6 +304,55 @@ if (mode === "call") {
     }
   });
   ws.on("error", (e) => errors.push(e.message));
+} else if (mode === "heads") {
+  const want = Number(rest[0]);
+  const ws = new WebSocket(url);
+  const heads = [];
+  const errors = [];
+  let id = null;
+  let finished = false;
+  ws.on("open", () => ws.send(JSON.stringify({ jsonrpc: "2.0", id: 1, method: "eth_subscribe", params: ["newHeads"] })));
+  ws.on("message", (data) => {
+    const m = JSON.parse(data.toString());
+    if (m.id === 1) {
+      if (m.error) errors.push(m.error.message);
+      id = m.result ?? null;
+    } else if (m.method === "eth_subscription" && m.params.subscription === id && !finished) {
+      const h = m.params.result;
+      heads.push({ number: Number(h.number), hash: h.hash, parent: h.parentHash });
+      print({ head: Number(h.number) });
+      if (heads.length < want) return;
+      finished = true;
+      ws.close(1000);
+      const gaps = [];
+      let dups = 0;
+      let breaks = 0;
+      for (let i = 1; i < heads.length; ++i) {
+        const [a, b] = [heads[i - 1], heads[i]];
+        if (b.number === a.number) dups++;
+        else if (b.number !== a.number + 1) gaps.push([a.number, b.number]);
+        if (b.number === a.number + 1 && b.parent !== a.hash) breaks++;
+      }
+      print({
+        heads: heads.length,
+        first: heads[0].number,
+        last: heads[heads.length - 1].number,
+        gaps,
+        dups,
+        breaks,
+        in_order: gaps.length === 0 && dups === 0 && breaks === 0,
+        errors,
+      });
+      done(0);
+    }
+  });
+  ws.on("close", (code, reason) => {
+    if (!finished) {
+      print({ close: code, reason: reason.toString(), heads: heads.length });
+      done(1);
+    }
+  });
+  ws.on("error", (e) => errors.push(e.message));
 } else if (mode === "chain") {
   const [seconds, nodeUrl] = [Number(rest[0]), rest[1]];
   const ws = new WebSocket(url);
@@ -341,6 +394,6 @@ if (mode === "call") {
     done(0);
   }, seconds * 1000);
 } else {
-  print({ usage: "call|open|hold|slow|subs|listen|follow|chain URL ..." });
+  print({ usage: "call|open|hold|slow|subs|listen|follow|heads|chain URL ..." });
   done(2);
 }

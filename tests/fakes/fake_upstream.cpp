@@ -33,6 +33,9 @@
 //   --tls-handshake hang with --tls-cert: never answer the ClientHello; what the client sends
 //                        is read and dropped until it leaves (default: ok)
 // Without a --tls-* flag it speaks plain HTTP exactly as before. Bad TLS files: exit 2, named.
+//   --ws-fault FAULT     what WebSocket connections suffer (default none), see "WebSocket" below
+//   --ws-slow-ms N       slow fault: the pause before each event (default 1000)
+//   --ws-huge-bytes N    huge fault: the size of the string in each event (default 16777216)
 // On start it prints "listening on HOST:PORT" to stdout. SIGINT and SIGTERM end it with status 0.
 //
 // Modes, applied to each POST to any path other than /_control and /_stats:
@@ -73,6 +76,32 @@
 // id null; a call without an id is answered with id null (no notification semantics). simdjson
 // rejects integers wider than 64 bits, so a body holding one is answered as not JSON.
 //
+// WebSocket: a GET with an Upgrade: websocket on any path (over TLS too with --tls-cert: wss://)
+// is accepted, and each text message is a JSON-RPC call or batch answered as in ok mode (the HTTP
+// modes, queue, paths and hold do not apply to it), except:
+//   eth_subscribe ["newHeads"]   a subscription id; then one eth_subscription event per block
+//                                mined (--mine-per-sec), from the head at the time of the call on:
+//                                {"number","hash","parentHash","timestamp"} exactly as
+//                                eth_getBlockByNumber answers them (the hash of block N is a
+//                                function of N alone: fakes of one chain agree with each other)
+//   eth_subscribe ["logs",…] / ["newPendingTransactions"]   an id, never an event (no logs here)
+//   eth_unsubscribe [ID]         true if ID was a subscription of this socket, else false
+// The chain is looked at every 50 ms. Faults (--ws-fault, or "ws_fault" at run time; an open
+// socket meets a new fault at its next event):
+//   none       as above
+//   drop       ws_drop: the TCP socket is closed (no close frame, no close_notify) instead of the
+//              next event; a new socket is accepted and dropped likewise at its first event
+//   stall      ws_stall: nothing more is sent, no event, no answer and no pong (what the client
+//              sends is read and dropped), the socket stays open until the client leaves; a new
+//              socket is upgraded and then stalls
+//   garbage    ws_garbage: each event is replaced by a frame that is not one: in turn not JSON,
+//              JSON that is not JSON-RPC, an event without a subscription, an event of a
+//              subscription nobody holds; answers to calls are still sent
+//   slow       ws_slow: each event waits --ws-slow-ms first (the socket falls behind the chain)
+//   refuse     ws_refuse: an upgrade is refused with HTTP 503; open sockets are dropped as by drop
+//   huge       ws_huge: each event carries an "extraData" string of --ws-huge-bytes bytes (past
+//              the client's message limit)
+//
 // Control API:
 //   POST /_control  JSON object, every field optional; answers 200 {"ok":true}, or 400
 //                   {"ok":false,"error":"…"} (nothing applied) on an unknown field or bad value.
@@ -97,6 +126,8 @@
 //                                       still come first); fields not given take the defaults;
 //                                       replaces what /PATH had. One fake, many faulty "providers".
 //     "clear_paths": true   drop every per-path behaviour (before "paths" of the same body)
+//     "ws_fault": "none"|"drop"|"stall"|"garbage"|"slow"|"refuse"|"huge", "ws_slow_ms",
+//     "ws_huge_bytes"      the WebSocket fault and its settings (not reset by "mode")
 //     "reset_stats": true   zero the counters
 //     "hold": true|false    true: every JSON-RPC answer from now on waits (after its delay) until
 //                           a "hold": false releases them all at once; to have a router's
@@ -109,6 +140,11 @@
 //     hanging: requests hang mode holds now (their client has not left); 0 once every client
 //     gave up (a router that abandons work it no longer needs brings it back to 0 at once).
 //     held: requests "hold" keeps waiting now.
+//     ws: {"fault":NAME,"open":N,"upgrades":N,"refused":N,"calls":N,"subscriptions":N,
+//          "unsubscribes":N,"events":N,"faulty":N,"drops":N,"stalls":N}: WebSockets open now,
+//     upgrades accepted and refused, JSON-RPC calls read from WebSockets (not in "calls" above),
+//     subscriptions served and ended, head events sent whole, frames sent instead of events
+//     (garbage, huge), sockets dropped and stalled. reset_stats zeroes all but "open".
 //     With --tls-cert only, a last member "tls":{"connections":N,"handshakes":N,"failures":N,
 //     "hanging":N}: TCP connections accepted, TLS handshakes completed and failed (the client
 //     refused the certificate, gave none under --tls-client-ca, …), connections held now by
@@ -136,6 +172,8 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
+#include <boost/beast/websocket.hpp>
+#include <boost/beast/websocket/ssl.hpp>
 #include <cctype>
 #include <charconv>
 #include <chrono>
@@ -168,6 +206,7 @@ namespace {
 namespace asio = rpcroute::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
+namespace websocket = beast::websocket;
 namespace ondemand = simdjson::ondemand;
 namespace ssl = asio::ssl;
 using tcp = asio::ip::tcp;
@@ -183,6 +222,7 @@ constexpr std::string_view kUsage = R"(usage: fake_upstream [options]
   --delay-ms N  --status N  --retry-after VALUE  --body TEXT
   --code N  --message TEXT  --data JSON  --huge-bytes N  --drip-ms N  --extra-ms N  --gzip-bytes N
   --tls-cert FILE --tls-key FILE   serve HTTPS   --tls-client-ca FILE   --tls-handshake ok|hang
+  --ws-fault none|drop|stall|garbage|slow|refuse|huge   --ws-slow-ms N   --ws-huge-bytes N
 The control API and the modes are described at the top of tests/fakes/fake_upstream.cpp.
 )";
 
@@ -308,6 +348,39 @@ Expected<unsigned> checked_status(std::uint64_t status) {
   if (status < 100 || status > 599) return Unexpected{fmt::format("bad HTTP status {}", status)};
   return static_cast<unsigned>(status);
 }
+
+// What WebSocket connections suffer (--ws-fault, "ws_fault"); see the usage comment.
+enum class WsFault { none, drop, stall, garbage, slow, refuse, huge };
+
+constexpr std::array<std::pair<WsFault, std::string_view>, 7> kWsFaults{{
+    {WsFault::none, "none"},
+    {WsFault::drop, "drop"},
+    {WsFault::stall, "stall"},
+    {WsFault::garbage, "garbage"},
+    {WsFault::slow, "slow"},
+    {WsFault::refuse, "refuse"},
+    {WsFault::huge, "huge"},
+}};
+
+std::optional<WsFault> parse_ws_fault(std::string_view name) {
+  for (const auto& [fault, text] : kWsFaults) {
+    if (text == name) return fault;
+  }
+  return std::nullopt;
+}
+
+std::string_view ws_fault_name(WsFault fault) {
+  for (const auto& [f, text] : kWsFaults) {
+    if (f == fault) return text;
+  }
+  return "none";
+}
+
+struct WsSettings {
+  WsFault fault = WsFault::none;
+  std::uint64_t slow_ms = 1000;
+  std::uint64_t huge_bytes = std::uint64_t{16} << 20;  // past rpcroute serve's 8 MiB message limit
+};
 
 // ---------------------------------------------------------------------------------------------
 // JSON text
@@ -640,7 +713,8 @@ class Chain {
         !std::all_of(hash->begin() + 2, hash->end(), hex)) {
       return error_member(-32602, "invalid argument 0: hex string has length other than 64");
     }
-    const std::uint64_t block = parse_hex_quantity("0x" + std::string(hash->substr(62))).value_or(0);
+    const std::uint64_t block =
+        parse_hex_quantity("0x" + std::string(hash->substr(62))).value_or(0);
     if (block > height()) return result_member("null");
     return result_member(fmt::format(
         R"({{"transactionHash":"{}","blockNumber":{},"blockHash":{},"status":"0x1","logs":[]}})",
@@ -660,12 +734,24 @@ class Chain {
       number = *parsed;
     }
     if (number > head) return result_member("null");
+    return result_member(header_fields(number) + R"(,"transactions":[]})");
+  }
+
+ public:
+  // Block `number`'s header as a newHeads event carries it: the same number, hash and parentHash
+  // as eth_getBlockByNumber answers (every fake of the same chain id agrees on them).
+  [[nodiscard]] static std::string head_json(std::uint64_t number) {
+    return header_fields(number) + '}';
+  }
+
+ private:
+  // `{"number":…,"hash":…,"parentHash":…,"timestamp":…` without the closing brace.
+  static std::string header_fields(std::uint64_t number) {
     const std::string parent_hash =
         number == 0 ? "\"0x" + std::string(64, '0') + '"' : pseudo_hash(number - 1);
-    return result_member(
-        fmt::format(R"({{"number":{},"hash":{},"parentHash":{},"timestamp":{},"transactions":[]}})",
-                    hex_quantity(number), pseudo_hash(number), parent_hash,
-                    hex_quantity(1'700'000'000 + 12 * number)));
+    return fmt::format(R"({{"number":{},"hash":{},"parentHash":{},"timestamp":{})",
+                       hex_quantity(number), pseudo_hash(number), parent_hash,
+                       hex_quantity(1'700'000'000 + 12 * number));
   }
 
   static std::optional<std::uint64_t> filter_id(const Call& call) {
@@ -759,9 +845,18 @@ struct Stats {
   std::uint64_t calls = 0;
   std::map<std::string, std::uint64_t, std::less<>> methods;
   std::map<std::string, std::uint64_t, std::less<>> paths;
-  std::uint64_t connections = 0;     // TCP connections accepted (shown with TLS only)
-  std::uint64_t tls_handshakes = 0;  // completed
-  std::uint64_t tls_failures = 0;    // failed: the client refused our certificate, or no cert
+  std::uint64_t connections = 0;       // TCP connections accepted (shown with TLS only)
+  std::uint64_t tls_handshakes = 0;    // completed
+  std::uint64_t tls_failures = 0;      // failed: the client refused our certificate, or no cert
+  std::uint64_t ws_upgrades = 0;       // WebSocket upgrades accepted
+  std::uint64_t ws_refused = 0;        // refused with 503 (fault refuse)
+  std::uint64_t ws_calls = 0;          // JSON-RPC calls read from WebSockets (batch items each)
+  std::uint64_t ws_subscriptions = 0;  // eth_subscribe calls answered with a subscription id
+  std::uint64_t ws_unsubscribes = 0;   // eth_unsubscribe calls that ended one
+  std::uint64_t ws_events = 0;         // eth_subscription events sent whole
+  std::uint64_t ws_faulty = 0;         // frames sent instead of an event (garbage, huge)
+  std::uint64_t ws_drops = 0;          // sockets closed mid-stream (drop, refuse)
+  std::uint64_t ws_stalls = 0;         // sockets stalled (stall)
 
   void record(const RpcRequest& request, std::string_view path) {
     ++requests;
@@ -790,8 +885,11 @@ struct Upstream {
   bool holding = false;      // "hold": answers wait on `gate` until released
   std::int64_t held = 0;     // requests waiting on it now
   std::unique_ptr<asio::steady_timer> gate;  // made by the first held request (its executor)
-  bool tls = false;          // serving HTTPS: /_stats shows the "tls" member
-  std::int64_t handshakes_hanging = 0;  // --tls-handshake hang: connections held now
+  bool tls = false;                          // serving HTTPS: /_stats shows the "tls" member
+  std::int64_t handshakes_hanging = 0;       // --tls-handshake hang: connections held now
+  WsSettings ws;
+  std::int64_t ws_open = 0;      // WebSockets open now (not a counter)
+  std::uint64_t ws_next_id = 1;  // subscription ids
   RequestReader reader;
 
   Behaviour next_behaviour(std::string_view path) {
@@ -823,9 +921,16 @@ struct Upstream {
       fmt::format_to(std::back_inserter(out), ":{}", count);
     }
     fmt::format_to(std::back_inserter(out),
-                   R"(}},"mode":"{}","height":{},"chain_id":{},"queued":{},"hanging":{},"held":{}}})",
-                   mode_name(behaviour.mode), chain.height(), chain.chain_id(), queue.size(), hanging,
-                   held);
+                   R"(}},"mode":"{}","height":{},"chain_id":{},"queued":{},"hanging":{},"held":{})",
+                   mode_name(behaviour.mode), chain.height(), chain.chain_id(), queue.size(),
+                   hanging, held);
+    fmt::format_to(std::back_inserter(out),
+                   R"(,"ws":{{"fault":"{}","open":{},"upgrades":{},"refused":{},"calls":{},)"
+                   R"("subscriptions":{},"unsubscribes":{},"events":{},"faulty":{},"drops":{},)"
+                   R"("stalls":{}}}}})",
+                   ws_fault_name(ws.fault), ws_open, stats.ws_upgrades, stats.ws_refused,
+                   stats.ws_calls, stats.ws_subscriptions, stats.ws_unsubscribes, stats.ws_events,
+                   stats.ws_faulty, stats.ws_drops, stats.ws_stalls);
     if (tls) {
       out.pop_back();
       fmt::format_to(std::back_inserter(out),
@@ -852,9 +957,15 @@ struct ControlRequest {
   bool clear_paths = false;
   bool reset_stats = false;
   std::optional<bool> hold;
+  std::optional<WsFault> ws_fault;
+  std::optional<std::uint64_t> ws_slow_ms;
+  std::optional<std::uint64_t> ws_huge_bytes;
 
   void apply_to(Upstream& upstream) const {
     if (reset_stats) upstream.stats = Stats{};
+    if (ws_fault) upstream.ws.fault = *ws_fault;
+    if (ws_slow_ms) upstream.ws.slow_ms = *ws_slow_ms;
+    if (ws_huge_bytes) upstream.ws.huge_bytes = *ws_huge_bytes;
     if (hold) {
       upstream.holding = *hold;
       if (!*hold && upstream.gate) upstream.gate->cancel();  // every held answer goes now
@@ -1014,6 +1125,17 @@ Expected<ControlRequest> read_control(std::string& body, RequestReader& reader) 
       });
     } else if (key == "hold") {
       read = read_value<bool>(value, key).map([&](bool v) { control.hold = v; });
+    } else if (key == "ws_fault") {
+      read =
+          read_value<std::string>(value, key).and_then([&](const std::string& v) -> Expected<void> {
+            control.ws_fault = parse_ws_fault(v);
+            if (!control.ws_fault) return Unexpected{fmt::format("unknown ws_fault \"{}\"", v)};
+            return {};
+          });
+    } else if (key == "ws_slow_ms") {
+      read = read_value<std::uint64_t>(value, key).map([&](auto v) { control.ws_slow_ms = v; });
+    } else if (key == "ws_huge_bytes") {
+      read = read_value<std::uint64_t>(value, key).map([&](auto v) { control.ws_huge_bytes = v; });
     } else if (key == "reset_stats") {
       read = read_value<bool>(value, key).map([&](bool v) { control.reset_stats = v; });
     } else if (key == "clear_queue") {
@@ -1137,6 +1259,10 @@ class Connection {
       if (error) co_return;  // the client went away
 
       Request request = parser.release();
+      if (websocket::is_upgrade(request)) {
+        co_await serve_websocket(std::move(request));
+        co_return;
+      }
       if (!co_await serve(request)) co_return;
     }
   }
@@ -1187,8 +1313,8 @@ class Connection {
     }
     if (upstream_.holding) {
       if (!upstream_.gate) {
-        upstream_.gate = std::make_unique<asio::steady_timer>(stream_.get_executor(),
-                                                              asio::steady_timer::time_point::max());
+        upstream_.gate = std::make_unique<asio::steady_timer>(
+            stream_.get_executor(), asio::steady_timer::time_point::max());
       }
       ++upstream_.held;
       beast::error_code ignored;
@@ -1377,9 +1503,11 @@ class Connection {
     const std::string start = R"({"jsonrpc":"2.0","id":)" + id + R"(,"result":"0x)";
     std::string head =
         "HTTP/1.1 200 OK\r\nServer: fake-upstream\r\nContent-Type: application/json\r\n";
-    head += claim_length ? "Content-Length: 1099511627776\r\n\r\n" : "Transfer-Encoding: chunked\r\n\r\n";
+    head += claim_length ? "Content-Length: 1099511627776\r\n\r\n"
+                         : "Transfer-Encoding: chunked\r\n\r\n";
     const std::string filler(64 * 1024, 'a');
-    std::string filler_chunk = claim_length ? filler : fmt::format("{:x}\r\n{}\r\n", filler.size(), filler);
+    std::string filler_chunk =
+        claim_length ? filler : fmt::format("{:x}\r\n{}\r\n", filler.size(), filler);
     head += claim_length ? start : fmt::format("{:x}\r\n{}\r\n", start.size(), start);
     beast::error_code error;
     co_await asio::async_write(stream_, asio::buffer(head), on_error(error));
@@ -1393,8 +1521,9 @@ class Connection {
     const std::string id = rpc.calls.empty() ? "null" : rpc.calls.front().id;
     const std::string start = R"({"jsonrpc":"2.0","id":)" + id + R"(,"result":"0x)";
     const std::string end = "\"}";
-    const std::uint64_t fill =
-        behaviour.gzip_bytes > start.size() + end.size() ? behaviour.gzip_bytes - start.size() - end.size() : 0;
+    const std::uint64_t fill = behaviour.gzip_bytes > start.size() + end.size()
+                                   ? behaviour.gzip_bytes - start.size() - end.size()
+                                   : 0;
     Response response = make_response(request, 200, "application/json", gzip_of(start, fill, end));
     response.set(http::field::content_encoding, "gzip");
     co_return co_await send(std::move(response));
@@ -1426,6 +1555,213 @@ class Connection {
     feed(end, Z_FINISH);
     deflateEnd(&z);
     return out;
+  }
+
+  // -------------------------------------------------------------------------------------------
+  // WebSocket: JSON-RPC over the socket, newHeads subscriptions, the ws faults
+
+  // One WebSocket's state, shared by its reader (this coroutine) and its writer (ws_writer).
+  struct WsPeer {
+    explicit WsPeer(const asio::any_io_executor& ex)
+        : wake(ex, asio::steady_timer::time_point::max()),
+          finished(ex, asio::steady_timer::time_point::max()) {}
+    asio::steady_timer wake;      // cancelled when an answer is queued
+    asio::steady_timer finished;  // cancelled when the writer ends
+    std::deque<std::string> answers;
+    std::vector<std::string> heads;  // newHeads subscription ids, in order
+    std::set<std::string> quiet;     // other subscriptions: answered, never an event
+    std::uint64_t last_head = 0;     // events sent up to this height
+    std::uint64_t garbage = 0;       // garbage frames sent (which kind comes next)
+    bool done = false;               // the socket is gone, or was dropped: both loops end
+    bool stalled = false;            // stall: nothing read or written until the client leaves
+    bool writing = true;             // the writer runs
+  };
+  using WsSocket = websocket::stream<Stream&>;
+
+  asio::awaitable<void> serve_websocket(Request request) {
+    if (upstream_.ws.fault == WsFault::refuse) {
+      ++upstream_.stats.ws_refused;
+      Response refusal = make_response(request, 503, "text/plain", "Service Unavailable\n");
+      refusal.keep_alive(false);
+      co_await send(std::move(refusal));
+      co_return;
+    }
+    beast::get_lowest_layer(stream_).expires_never();
+    WsSocket ws(stream_);
+    ws.read_message_max(kMaxBodyBytes);
+    beast::error_code error;
+    co_await ws.async_accept(request, on_error(error));
+    if (error) co_return;
+    ++upstream_.stats.ws_upgrades;
+    ++upstream_.ws_open;
+    WsPeer peer(co_await asio::this_coro::executor);
+    asio::co_spawn(co_await asio::this_coro::executor, ws_writer(ws, peer), asio::detached);
+    while (!peer.done) {
+      beast::flat_buffer in;
+      co_await ws.async_read(in, on_error(error));
+      if (error || peer.done) break;
+      std::string body = beast::buffers_to_string(in.data());
+      const RpcRequest rpc = upstream_.reader.read(body);
+      upstream_.stats.ws_calls += rpc.no_calls ? 0 : rpc.calls.size();
+      peer.answers.push_back(ws_answer(rpc, peer));
+      peer.wake.cancel();
+    }
+    if (peer.stalled) {
+      // Nothing answered, not even a ping: what the client sends is read and dropped.
+      ++upstream_.stats.ws_stalls;
+      std::array<char, 4096> discard{};
+      beast::error_code gone;
+      while (!gone) co_await socket().async_read_some(asio::buffer(discard), on_error(gone));
+    }
+    peer.done = true;
+    beast::error_code ignored;
+    socket().close(ignored);  // a writer blocked on a client that does not read ends too
+    peer.wake.cancel();
+    while (peer.writing) co_await peer.finished.async_wait(on_error(ignored));
+    --upstream_.ws_open;
+  }
+
+  // Every call answered as over HTTP in ok mode, but eth_subscribe and eth_unsubscribe.
+  std::string ws_answer(const RpcRequest& rpc, WsPeer& peer) {
+    std::string out;
+    if (rpc.batch) out += '[';
+    bool first = true;
+    for (const Call& call : rpc.calls) {
+      if (!first) out += ',';
+      first = false;
+      out += R"({"jsonrpc":"2.0","id":)";
+      out += call.id;
+      out += ',';
+      if (call.rejection || (call.method != "eth_subscribe" && call.method != "eth_unsubscribe")) {
+        out += upstream_.chain.answer(call);
+      } else if (call.method == "eth_subscribe") {
+        const auto kind = call.string_param(0);
+        if (!kind ||
+            (*kind != "newHeads" && *kind != "logs" && *kind != "newPendingTransactions")) {
+          out += error_member(-32602, "invalid argument 0: unsupported subscription type");
+        } else {
+          const std::uint64_t n = upstream_.ws_next_id++;
+          const std::string id = fmt::format("0x{:016x}{:016x}", splitmix64(n), n);
+          if (*kind == "newHeads") {
+            if (peer.heads.empty()) peer.last_head = upstream_.chain.height();
+            peer.heads.push_back(id);
+          } else {
+            peer.quiet.insert(id);
+          }
+          ++upstream_.stats.ws_subscriptions;
+          out += result_member(json_string(id));
+        }
+      } else {
+        const auto id = call.string_param(0);
+        bool ended = false;
+        if (id) {
+          auto it = std::find(peer.heads.begin(), peer.heads.end(), *id);
+          if (it != peer.heads.end()) {
+            peer.heads.erase(it);
+            ended = true;
+          } else {
+            ended = peer.quiet.erase(std::string(*id)) > 0;
+          }
+        }
+        if (ended) ++upstream_.stats.ws_unsubscribes;
+        out += result_member(ended ? "true" : "false");
+      }
+      out += '}';
+    }
+    if (rpc.batch) out += ']';
+    return out;
+  }
+
+  // The frame sent instead of an event under the garbage fault, in turn: not JSON, JSON that is
+  // not JSON-RPC, an event without its subscription, an event of a subscription nobody has.
+  static std::string garbage_frame(std::uint64_t n) {
+    switch (n % 4) {
+      case 0:
+        return "\x01garbage, not JSON {\"jsonrpc\":";
+      case 1:
+        return R"({"hello":"world","list":[1,2,3]})";
+      case 2:
+        return R"({"jsonrpc":"2.0","method":"eth_subscription","params":{"result":{"number":7}}})";
+      default:
+        return R"({"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0xdead","result":{"number":"0x1"}}})";
+    }
+  }
+
+  static std::string head_event(std::string_view subscription, std::string_view result) {
+    return fmt::format(
+        R"({{"jsonrpc":"2.0","method":"eth_subscription","params":{{"subscription":"{}","result":{}}}}})",
+        subscription, result);
+  }
+
+  // Answers in order, then a head event per block mined since the last, per newHeads subscription
+  // (the chain is looked at every 50 ms); the faults act here, event by event.
+  asio::awaitable<void> ws_writer(WsSocket& ws, WsPeer& peer) {
+    asio::steady_timer pause(co_await asio::this_coro::executor);
+    beast::error_code error;
+    const auto write = [&](const std::string& message) -> asio::awaitable<void> {
+      co_await ws.async_write(asio::buffer(message), on_error(error));
+      if (error) peer.done = true;
+    };
+    while (!peer.done) {
+      if (peer.answers.empty()) {
+        peer.wake.expires_after(std::chrono::milliseconds(50));
+        beast::error_code ignored;
+        co_await peer.wake.async_wait(on_error(ignored));
+      }
+      if (peer.done) break;
+      if (upstream_.ws.fault == WsFault::stall) {
+        peer.stalled = true;
+        beast::error_code ignored;
+        socket().cancel(ignored);  // the reader stops, and with it the pongs
+        break;
+      }
+      while (!peer.answers.empty() && !peer.done) {
+        const std::string message = std::move(peer.answers.front());
+        peer.answers.pop_front();
+        co_await write(message);
+      }
+      const std::uint64_t head = upstream_.chain.height();
+      while (!peer.done && !peer.heads.empty() && peer.last_head < head) {
+        const WsFault fault = upstream_.ws.fault;
+        if (fault == WsFault::stall) break;  // the next round stalls the socket
+        if (fault == WsFault::drop || fault == WsFault::refuse) {
+          // The TCP socket closed mid-stream: no close frame (over TLS no close_notify either).
+          ++upstream_.stats.ws_drops;
+          peer.done = true;
+          beast::error_code ignored;
+          socket().shutdown(tcp::socket::shutdown_both, ignored);
+          socket().close(ignored);
+          break;
+        }
+        if (fault == WsFault::slow) {
+          pause.expires_after(std::chrono::milliseconds(upstream_.ws.slow_ms));
+          beast::error_code ignored;
+          co_await pause.async_wait(on_error(ignored));
+          if (peer.done) break;
+        }
+        const std::uint64_t number = ++peer.last_head;
+        const std::string head_result = Chain::head_json(number);
+        const std::vector<std::string> subscriptions = peer.heads;
+        for (const std::string& subscription : subscriptions) {
+          if (peer.done) break;
+          if (fault == WsFault::garbage) {
+            co_await write(garbage_frame(peer.garbage++));
+            ++upstream_.stats.ws_faulty;
+          } else if (fault == WsFault::huge) {
+            // A whole event, but its result carries a string past the client's message limit.
+            std::string big = R"({"number":)" + hex_quantity(number) + R"(,"extraData":)" +
+                              huge_result(upstream_.ws.huge_bytes) + '}';
+            co_await write(head_event(subscription, big));
+            ++upstream_.stats.ws_faulty;
+          } else {
+            co_await write(head_event(subscription, head_result));
+            if (!peer.done) ++upstream_.stats.ws_events;
+          }
+        }
+      }
+    }
+    peer.writing = false;
+    peer.finished.cancel();
   }
 
   tcp::socket& socket() { return beast::get_lowest_layer(stream_).socket(); }
@@ -1545,6 +1881,7 @@ struct Options {
   std::string name = "fake";
   BehaviourPatch behaviour;
   fake::TlsOptions tls;
+  WsSettings ws;
   bool help = false;
 };
 
@@ -1652,6 +1989,14 @@ Expected<Options> parse_options(int argc, char** argv) {
       options.tls.key_file = value;
     } else if (flag == "--tls-client-ca") {
       options.tls.client_ca_file = value;
+    } else if (flag == "--ws-fault") {
+      const auto fault = parse_ws_fault(value);
+      if (!fault) return bad();
+      options.ws.fault = *fault;
+    } else if (flag == "--ws-slow-ms") {
+      if (!set_number(options.ws.slow_ms)) return bad();
+    } else if (flag == "--ws-huge-bytes") {
+      if (!set_number(options.ws.huge_bytes)) return bad();
     } else if (flag == "--tls-handshake") {
       if (value != "ok" && value != "hang") return bad();
       options.tls.hang_handshake = value == "hang";
@@ -1704,6 +2049,7 @@ int main(int argc, char** argv) {
         Chain(options->chain_id, options->height, options->mine_per_sec, options->name));
     options->behaviour.apply_to(upstream.behaviour);
     upstream.tls = tls != nullptr;
+    upstream.ws = options->ws;
 
     asio::io_context io{1};
     tcp::acceptor acceptor(io, options->listen);

@@ -374,13 +374,21 @@ class ProfileSchema : public detail::YamlReader {
     }
   }
 
-  /// tls: only for https://; every file named must be readable now, so that a typo is a profile
-  /// error and not a failure on every request.
+  /// tls: only for https:// and wss:// (it applies to both URLs of the provider); every file named
+  /// must be readable now, so that a typo is a profile error and not a failure on every request.
   void read_tls(const YAML::Node& t, Provider& p) const {
     require_map(t, "tls");
     check_keys(t, {"ca_file", "ca_dir", "cert_file", "key_file", "insecure"}, "tls");
-    if (!p.url.starts_with("https://") && !p.url.starts_with("HTTPS://")) {
-      throw error(t, fmt::format("provider '{}' has 'tls' but its url is not https://", p.id));
+    const auto secure = [](std::string_view url, std::string_view scheme) {
+      return url.size() > scheme.size() &&
+             std::equal(scheme.begin(), scheme.end(), url.begin(), [](char a, char b) {
+               return a == std::tolower(static_cast<unsigned char>(b));
+             });
+    };
+    if (!secure(p.url, "https://") && !secure(p.ws_url, "wss://")) {
+      throw error(t, fmt::format("provider '{}' has 'tls' but its url is not https:// and its "
+                                 "ws_url not wss://",
+                                 p.id));
     }
     auto& o = p.tls;
     o.ca_file = tls_path(t, "ca_file", false);

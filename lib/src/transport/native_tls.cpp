@@ -128,18 +128,7 @@ SslPtr TlsContexts::start(const Context& context, const std::string& key, std::s
   SslPtr ssl(SSL_new(context.ctx));
   if (!ssl) return ssl;
   SSL_set_fd(ssl.get(), fd);
-  const std::string name(host);
-  boost::system::error_code ec;
-  (void)asio::ip::make_address(name, ec);
-  const bool address = !ec;
-  if (!address) SSL_set_tlsext_host_name(ssl.get(), name.c_str());
-  if (!context.options.insecure) {
-    if (address) {
-      X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl.get()), name.c_str());
-    } else {
-      SSL_set1_host(ssl.get(), name.c_str());
-    }
-  }
+  set_peer_host(ssl.get(), host, context.options.insecure);
   static const unsigned char alpn[] = "\x08http/1.1";
   SSL_set_alpn_protos(ssl.get(), alpn, sizeof alpn - 1);
   auto& slot = sessions_[key];
@@ -148,6 +137,30 @@ SslPtr TlsContexts::start(const Context& context, const std::string& key, std::s
   if (slot->session != nullptr) SSL_set_session(ssl.get(), slot->session);
   SSL_set_connect_state(ssl.get());
   return ssl;
+}
+
+void set_peer_host(SSL* ssl, std::string_view host, bool insecure) {
+  const std::string name(host);
+  boost::system::error_code ec;
+  (void)asio::ip::make_address(name, ec);
+  const bool address = !ec;
+  if (!address) SSL_set_tlsext_host_name(ssl, name.c_str());
+  if (insecure) return;
+  if (address) {
+    X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name.c_str());
+  } else {
+    SSL_set1_host(ssl, name.c_str());
+  }
+}
+
+std::string tls_handshake_error(SSL* ssl, const boost::system::error_code& ec) {
+  // Asio's engine took OpenSSL's error off the queue into `ec`; the verify result stays on ssl.
+  if (SSL_get_verify_result(ssl) != X509_V_OK) return tls_failure_message(ssl);
+  ERR_clear_error();
+  const auto detail = ec.message();
+  if (client_certificate_alert(detail))
+    return fmt::format("TLS: client certificate rejected ({})", detail);
+  return fmt::format("TLS: handshake failed ({})", detail);
 }
 
 std::string tls_failure_message(SSL* ssl) {

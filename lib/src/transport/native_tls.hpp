@@ -59,6 +59,17 @@ class TlsContexts {
   std::unordered_map<std::string, std::unique_ptr<Slot>> sessions_;
 };
 
+/// SNI and the peer check for `host` (a name or an address) on a new client SSL: the name is sent
+/// as SNI (an address is not), and unless `insecure` the certificate must name it. What start()
+/// does; also for callers that make their SSL themselves (the sidecar's wss:// upstreams, through
+/// Asio's ssl::stream on a context of TlsContexts).
+void set_peer_host(SSL* ssl, std::string_view host, bool insecure);
+
+/// Why a handshake through Asio's ssl::stream failed (`ec` is its error): the certificate check's
+/// cause when that failed ("TLS: certificate has expired (…)"), a refused client certificate, or
+/// "TLS: handshake failed (…)" with the reason.
+[[nodiscard]] std::string tls_handshake_error(SSL* ssl, const boost::system::error_code& ec);
+
 /// Why a handshake failed, in the curl path's words: "TLS: certificate expired (SSL certificate
 /// problem: certificate has expired)". Reads (and clears) OpenSSL's error queue.
 [[nodiscard]] std::string tls_failure_message(SSL* ssl);

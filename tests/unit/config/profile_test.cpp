@@ -1067,6 +1067,16 @@ TEST_CASE("tls: what cannot work is a profile error naming it", "[config][tls]")
              Catch::Contains("not a readable folder"));
   CHECK_THAT(error_of("http://127.0.0.1:8545", "          ca_file: " + ca),
              Catch::Contains("not https://"));
+  CHECK_THAT(error_of("http://127.0.0.1:8545\n        ws_url: ws://127.0.0.1:8546",
+                      "          ca_file: " + ca),
+             Catch::Contains("not https://") && Catch::Contains("not wss://"));
+  // A wss:// ws_url alone takes tls: (it applies to both of the provider's URLs).
+  const auto wss_only = load_profile_text(
+      tls_profile("http://127.0.0.1:8545\n        ws_url: wss://127.0.0.1:8546",
+                  "          ca_file: " + ca),
+      "t.yaml", kNoEnv);
+  REQUIRE(wss_only);
+  CHECK(wss_only->chains.at(0).providers.at(0).tls.ca_file == ca);
   CHECK_THAT(error_of("https://n.example", "          ca_file: " + ca + "\n          insecure: true"),
              Catch::Contains("insecure"));
   CHECK_THAT(error_of("https://n.example", "          key_file: " + ca),
