@@ -169,16 +169,16 @@ EOF
   assert_equal "$(jq -sc '[.[] | select(.close) | [.close, .reason]]' "$out")" '[[1001,"server shutting down"]]'
 }
 
-@test "websocket: identical newHeads subscriptions share one upstream subscription, each its own id" {
+@test "websocket: 500 clients' identical newHeads subscriptions share one upstream one, each its own id" {
   start_anvil b1 --block-time 1
   write_profile "$P" "b1,ws_url=ws://127.0.0.1:$(node_port b1)"
   start_serve sc -p "$P" --no-state --no-probe
-  run ws_client subs "$(ws_url sc /rpc/local)" 5 3 '["newHeads"]' "http://127.0.0.1:$(node_port sc)/metrics"
+  run ws_client subs "$(ws_url sc /rpc/local)" 500 3 '["newHeads"]' "http://127.0.0.1:$(node_port sc)/metrics"
   assert_status 0
-  # 5 ids, 3 consecutive heads each, one upstream subscription while they are subscribed and none
+  # 500 ids, 3 consecutive heads each, one upstream subscription while they are subscribed and none
   # once the last one unsubscribed.
   assert_equal "$(jq -c '[.ids, .errors, .in_order, .counts, .unsubscribed, .stray, .upstream_during, .upstream_after]' <<<"$output")" \
-    '[5,[],true,[3],[true],0,1,0]'
+    '[500,[],true,[3],[true],0,1,0]'
 }
 
 @test "websocket: eth_subscribe on a chain without a ws_url gets -32050 saying so" {
