@@ -171,7 +171,8 @@ EOF
 
 @test "websocket: 500 clients' identical newHeads subscriptions share one upstream one, each its own id" {
   start_anvil b1 --block-time 1
-  write_profile "$P" "b1,ws_url=ws://127.0.0.1:$(node_port b1)"
+  # anvil serves WebSocket on its HTTP port: ws_url from_url (ws://127.0.0.1:PORT).
+  write_profile "$P" "b1,ws_url=from_url"
   start_serve sc -p "$P" --no-state --no-probe
   run ws_client subs "$(ws_url sc /rpc/local)" 500 3 '["newHeads"]' "http://127.0.0.1:$(node_port sc)/metrics"
   assert_status 0

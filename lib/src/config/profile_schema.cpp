@@ -348,10 +348,20 @@ class ProfileSchema : public detail::YamlReader {
     check_url(url, p.url, {"http", "https"});
     keep_url_secrets(p.url);
     if (auto w = n["ws_url"]) {
-      p.ws_url = substitute(w, scalar(w, "ws_url"), false);
+      const std::string text = scalar(w, "ws_url");
+      // "from_url": the provider serves WebSocket at its HTTP URL (https:// -> wss://, http:// ->
+      // ws://, the same host, port, path and key), as many nodes and some paid providers do.
+      p.ws_url = text == "from_url" ? ws_url_from(p.url) : substitute(w, text, false);
       check_url(w, p.ws_url, {"ws", "wss"});
       keep_url_secrets(p.ws_url);
     }
+  }
+
+  /// The WebSocket twin of an http(s):// URL (checked already): https:// -> wss://, http:// ->
+  /// ws://.
+  static std::string ws_url_from(const std::string& url) {
+    const bool tls = url.size() > 4 && (url[4] == 's' || url[4] == 'S');  // https, any case
+    return (tls ? "wss" : "ws") + url.substr(url.find("://"));
   }
 
   // A key pasted into the URL is as secret as one from ${VAR}; and an upstream that echoes its

@@ -611,6 +611,29 @@ TEST_CASE("a bad URL error never shows a substituted value, even in the host",
   CHECK(port.error().message.find("kval-secret-1234") == std::string::npos);
 }
 
+TEST_CASE("ws_url: from_url is the provider's URL on ws:// or wss://, its key included",
+          "[config]") {
+  auto env = fake_env({{"KEY", "Abcdef0123456789xyz"}});
+  const auto ws_of = [&](std::string_view url) {
+    auto p = load_profile_text(
+        provider_with({fmt::format("url: {}", url), "ws_url: from_url"}), "t.yaml", env);
+    REQUIRE(p.has_value());
+    return p->chains.at(0).providers.at(0).ws_url;
+  };
+  CHECK(ws_of("https://eth.example.com/v2/${KEY}") == "wss://eth.example.com/v2/Abcdef0123456789xyz");
+  CHECK(ws_of("http://127.0.0.1:8545") == "ws://127.0.0.1:8545");
+  CHECK(ws_of("HTTPS://Node.example.com:8443/rpc?x=1") == "wss://Node.example.com:8443/rpc?x=1");
+  // The key in the derived URL is as secret as in the HTTP one.
+  auto p = load_profile_text(provider_with({"url: https://eth.example.com/v2/${KEY}",
+                                            "ws_url: from_url"}),
+                             "t.yaml", env);
+  REQUIRE(p.has_value());
+  CHECK(std::find(p->secrets.begin(), p->secrets.end(), "Abcdef0123456789xyz") != p->secrets.end());
+  // Any other word is a URL, and not one.
+  CHECK(load_error(provider_with({"url: http://h", "ws_url: from-url"})).find("bad URL") !=
+        std::string::npos);
+}
+
 TEST_CASE("api_key goes into {api_key} in the URL, or else into an Authorization header",
           "[config]") {
   auto env = fake_env({{"INFURA_KEY", "inf-key-0001"}});
