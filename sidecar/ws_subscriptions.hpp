@@ -88,7 +88,10 @@ class WsSubscriptions {
   void on_event(const Provider& provider, std::string_view id, std::string_view result);
   void on_drop(const Provider& provider);
   /// Opens a subscription whose provider went again, retrying with a backoff while it has clients.
-  asio::awaitable<void> reopen(std::string key, std::shared_ptr<bool> alive);
+  /// `first_wait`: before the first try (a provider whose socket keeps dropping soon after it took
+  /// the subscription).
+  asio::awaitable<void> reopen(std::string key, std::shared_ptr<bool> alive,
+                               std::chrono::milliseconds first_wait);
   /// Takes the subscription's events in order: a stream (ws_stream.hpp) decides what each client
   /// gets, fetching what a failover missed.
   void kick(const std::shared_ptr<Shared>& shared);
@@ -126,6 +129,12 @@ class WsSubscriptions {
   std::map<const Provider*, Upstream> upstreams_;
   // Providers whose socket stalled: tried last until then.
   std::map<const Provider*, std::chrono::steady_clock::time_point> shunned_;
+  // Drops of a provider's socket that followed each other within kDropStreak: the count, the last.
+  struct DropStreak {
+    int count = 0;
+    std::chrono::steady_clock::time_point last{};
+  };
+  std::map<const Provider*, DropStreak> drops_;
 };
 
 }  // namespace rpcroute::sidecar

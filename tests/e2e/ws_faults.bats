@@ -4,7 +4,8 @@
 #
 # A row is one fault (fake_upstream.cpp, "WebSocket"): drop, stall, garbage, slow, refuse, huge.
 # Its profile has two fakes of one chain (4 blocks a second, the same heights: their blocks and
-# hashes agree), F first by priority and H second, both with a ws_url; block_time_ms 250 and
+# hashes agree), F first by priority and H second, both with a ws_url (over wss://, H's is
+# `from_url`: the wss:// twin of its https:// url); block_time_ms 250 and
 # websocket.stall_blocks 4 (a silent socket is treated as dropped after 1 s while the head moves
 # elsewhere), max_lag_blocks 40 (at 4 blocks a second, probes of a loaded machine see a fake a few
 # blocks behind the other: it must stay a candidate). A client subscribes to newHeads through the sidecar (ws_client.mjs heads) and gets
@@ -97,7 +98,11 @@ ws_fault_row() { # FAULT SCHEME
     for n in f h; do
       echo "      - id: $n"
       echo "        url: $http://$host:$(node_port "$n")/rpc/$KEY"
-      echo "        ws_url: $scheme://$host:$(node_port "$n")/ws/$KEY"
+      if [[ -n $tls && $n == h ]]; then
+        echo "        ws_url: from_url" # the wss:// twin of its https:// url (the fake serves both)
+      else
+        echo "        ws_url: $scheme://$host:$(node_port "$n")/ws/$KEY"
+      fi
       echo "        timeout_ms: 1500"
       [[ -z $tls ]] || echo "$tls"
     done
@@ -270,4 +275,34 @@ YAML
   out=$(wss_subscribe_once sc_nocert mtls "$ca")
   echo "# mtls without a client certificate: $out" >&3
   assert_json "$out" '.answer.error.message | test("WebSocket to provider mtls failed .*TLS: client certificate rejected")'
+}
+
+@test "ws: an only provider that drops each subscription at its first event is reopened ever more slowly" {
+  # Tried last is tried first when it is the only candidate: without a wait, the subscription was
+  # opened again every ~250 ms (each next block), about 20 times in 5 s. With it: at once after
+  # the first drop, then after 250 ms, 500 ms, 1 s, 2 s — about 6.
+  start_fake f --mine-per-sec 4 --ws-fault drop
+  cat >"$P" <<YAML
+name: e2e
+chains:
+  local:
+    chain_id: 31337
+    block_time_ms: 250
+    providers:
+      - { id: f, url: "http://127.0.0.1:$(node_port f)/rpc/$KEY", ws_url: "ws://127.0.0.1:$(node_port f)/ws/$KEY" }
+routing:
+  default_strategy: priority
+YAML
+  start_serve sc -p "$P" --no-state
+  run env WS_CLIENT_LIMIT_MS=20000 timeout 25 node "$WS_CLIENT" listen "ws://127.0.0.1:$(node_port sc)/rpc/local" '["newHeads"]' 5
+  assert_status 0
+  local subs
+  subs=$(fake_stat f '.ws.subscriptions')
+  echo "subscriptions opened on f in 5 s: $subs" >&3
+  ((subs >= 3 && subs <= 9)) || {
+    echo "f took $subs subscriptions in 5 s (expected 3-9)" >&2
+    tail -n 20 "$(_node_file sc log)" >&2
+    return 1
+  }
+  grep -q 'dropped again soon after the last drop' "$(_node_file sc log)"
 }
