@@ -35,7 +35,8 @@ void setup_serve(CLI::App& app, int& exit_code) {
                   "State file (default: $RPCROUTE_STATE or $XDG_STATE_HOME/rpcroute/state.json)");
   sub->add_flag("--no-state", opts->no_state, "Keep state in memory only");
   sub->add_option("--shared-state", opts->shared_state,
-                  "Share what is learned with other hosts through Redis: redis://HOST:PORT/DB "
+                  "Share what is learned with other hosts through Redis: redis://HOST:PORT/DB, "
+                  "or rediss:// for TLS (system CAs unless the profile's shared_state.tls) "
                   "(password: $RPCROUTE_REDIS_PASSWORD; default: the profile's shared_state)");
   sub->add_option("--strategy,-s", opts->strategy,
                   "Strategy for routes without a strategy segment (default: the profile's)");

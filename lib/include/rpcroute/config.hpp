@@ -202,6 +202,7 @@ struct SharedStateConfig {
   std::string prefix = "rpcroute:";
   std::string user;      // an ACL user (Redis 6+); else the URL's
   std::string password;  // usually ${ENV}; else the URL's
+  TlsOptions tls;        // rediss:// only: as a provider's tls: (empty: the system CA store)
 };
 
 /// The sidecar's answer cache and coalescing of identical in-flight reads (issue 19; `cache:`).

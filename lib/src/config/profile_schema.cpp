@@ -122,7 +122,7 @@ class ProfileSchema : public detail::YamlReader {
   /// `shared_state:` — the Redis URL's credentials and the password are secrets (scrubbed).
   void read_shared_state(const YAML::Node& s, SharedStateConfig& out) {
     require_map(s, "shared_state");
-    check_keys(s, {"redis", "prefix", "user", "password"}, "shared_state");
+    check_keys(s, {"redis", "prefix", "user", "password", "tls"}, "shared_state");
     auto url = s["redis"];
     if (!url) throw error(s, "shared_state needs 'redis' (redis://host:port/db)");
     out.redis = substitute(url, scalar(url, "redis"), false);
@@ -137,6 +137,11 @@ class ProfileSchema : public detail::YamlReader {
     }
     if (auto u = s["user"]) out.user = substitute(u, scalar(u, "user"), false);
     if (auto pw = s["password"]) out.password = substitute(pw, scalar(pw, "password"), true);
+    if (auto t = s["tls"]) {
+      if (!out.redis.starts_with("rediss://"))
+        throw error(t, "shared_state has 'tls' but its redis URL is not rediss://");
+      read_tls_options(t, out.tls);
+    }
   }
 
   void read_chains(const YAML::Node& root, std::vector<Chain>& out) {
@@ -400,7 +405,13 @@ class ProfileSchema : public detail::YamlReader {
                                  "ws_url not wss://",
                                  p.id));
     }
-    auto& o = p.tls;
+    read_tls_options(t, p.tls);
+  }
+
+  /// The keys of a tls: map (a provider's, or shared_state's for rediss://), checked alike.
+  void read_tls_options(const YAML::Node& t, TlsOptions& o) const {
+    require_map(t, "tls");
+    check_keys(t, {"ca_file", "ca_dir", "cert_file", "key_file", "insecure"}, "tls");
     o.ca_file = tls_path(t, "ca_file", false);
     o.ca_dir = tls_path(t, "ca_dir", true);
     o.cert_file = tls_path(t, "cert_file", false);

@@ -1,8 +1,20 @@
 // One hiredis async connection on the io_context (redis_link.hpp), with the Asio adapter.
 #include "redis_link.hpp"
 
+#include <fmt/format.h>
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <boost/asio/ssl.hpp>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "../transport/native_tls.hpp"
 
 namespace rpcroute::shared {
 
@@ -119,8 +131,225 @@ struct RedisLink::Watch : std::enable_shared_from_this<Watch> {
   }
 };
 
-RedisLink::RedisLink(asio::io_context& io, const Clock& clock, RedisUrl url, OnLost on_lost)
-    : io_(io), clock_(clock), url_(std::move(url)), on_lost_(std::move(on_lost)) {}
+namespace {
+
+/// The OpenSSL contexts of rediss:// links, one per distinct tls: settings, made like the native
+/// HTTP client's (native_tls.hpp: the same CA, client certificate and insecure handling).
+detail::TlsContexts& tls_contexts(std::unique_lock<std::mutex>& lock) {
+  static std::mutex mutex;
+  static detail::TlsContexts contexts;
+  lock = std::unique_lock(mutex);
+  return contexts;
+}
+
+constexpr std::size_t kRelayBuffer = 16 * 1024;  // per direction: a read waits for its write
+
+}  // namespace
+
+/// rediss://: hiredis's UNIX socket on one side, the TLS connection to Redis on the other.
+/// Kept alive by its coroutines; stop() closes both sockets, which ends them.
+struct RedisLink::Relay : std::enable_shared_from_this<Relay> {
+  Relay(asio::io_context& io, asio::ssl::context& ctx) : local(io), tls(io, ctx), limit(io) {}
+
+  asio::local::stream_protocol::socket local;  // hiredis's connection, accepted
+  asio::ssl::stream<asio::ip::tcp::socket> tls;
+  asio::steady_timer limit;
+  std::string stage = "connect";  // empty once bytes flow
+  std::string reason;             // why it ended, as the relay saw it (empty: not ended by it)
+  bool timed_out = false;
+  bool stopped = false;
+
+  void stop() {
+    if (stopped) return;
+    stopped = true;
+    boost::system::error_code ignored;
+    limit.cancel();
+    local.close(ignored);
+    tls.lowest_layer().close(ignored);
+  }
+  void fail(std::string why) {
+    if (reason.empty() && !stopped) reason = std::move(why);
+    stop();
+  }
+
+  asio::awaitable<void> run(std::string host, int port, std::int64_t connect_ms) {
+    auto self = shared_from_this();
+    limit.expires_after(std::chrono::milliseconds(connect_ms));
+    limit.async_wait([w = std::weak_ptr<Relay>(self)](const boost::system::error_code& e) {
+      auto r = w.lock();
+      if (!r || e || r->stage.empty()) return;
+      r->timed_out = true;
+      boost::system::error_code ignored;
+      r->tls.lowest_layer().close(ignored);
+    });
+    boost::system::error_code ec;
+    // An address is used as is; a name is resolved in place (blocking, as hiredis does).
+    std::vector<asio::ip::tcp::endpoint> found;
+    if (auto address = asio::ip::make_address(host, ec); !ec) {
+      found.emplace_back(address, static_cast<std::uint16_t>(port));
+    } else {
+      ec = {};
+      asio::ip::tcp::resolver resolver(tls.get_executor());
+      for (const auto& e : resolver.resolve(host, std::to_string(port), ec))
+        found.push_back(e.endpoint());
+      if (ec || found.empty()) {
+        fail(fmt::format("cannot resolve {}: {}", host, ec ? ec.message() : "no address"));
+        co_return;
+      }
+    }
+    co_await asio::async_connect(tls.lowest_layer(), found,
+                                 asio::redirect_error(asio::use_awaitable, ec));
+    if (!ec) {
+      stage = "TLS handshake";
+      co_await tls.async_handshake(asio::ssl::stream_base::client,
+                                   asio::redirect_error(asio::use_awaitable, ec));
+    }
+    if (ec) {
+      if (timed_out) {
+        fail(fmt::format("no {} within {} ms", stage, connect_ms));
+      } else if (stage == "connect") {
+        fail(fmt::format("connect: {}", ec.message()));
+      } else {
+        fail(detail::tls_handshake_error(tls.native_handle(), ec));
+      }
+      co_return;
+    }
+    stage.clear();
+    limit.cancel();
+    if (stopped) co_return;
+    auto ex = tls.get_executor();
+    asio::co_spawn(ex, self->to_redis(), asio::detached);
+    co_await from_redis();
+  }
+
+  /// hiredis's commands out to Redis.
+  asio::awaitable<void> to_redis() {
+    auto self = shared_from_this();
+    std::array<char, kRelayBuffer> buf;
+    boost::system::error_code ec;
+    while (!stopped) {
+      const auto n = co_await local.async_read_some(asio::buffer(buf),
+                                                    asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) break;  // hiredis let go (close()), or the link is stopping
+      co_await asio::async_write(tls, asio::buffer(buf.data(), n),
+                                 asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) {
+        fail(write_error(ec));
+        co_return;
+      }
+    }
+    stop();
+  }
+
+  /// Redis's replies in to hiredis.
+  asio::awaitable<void> from_redis() {
+    auto self = shared_from_this();
+    std::array<char, kRelayBuffer> buf;
+    boost::system::error_code ec;
+    while (!stopped) {
+      const auto n = co_await tls.async_read_some(asio::buffer(buf),
+                                                  asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) {
+        fail(read_error(ec));
+        co_return;
+      }
+      co_await asio::async_write(local, asio::buffer(buf.data(), n),
+                                 asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) break;
+    }
+    stop();
+  }
+
+  static std::string read_error(const boost::system::error_code& ec) {
+    // A TLS 1.3 server refuses a client certificate after the client's handshake: its alert
+    // comes with the first read.
+    if (auto alert = detail::tls_alert_message(ec); !alert.empty()) return alert;
+    if (ec == asio::error::eof || ec == asio::ssl::error::stream_truncated)
+      return "the TLS connection was closed by Redis";
+    if (detail::is_tls_error(ec)) return fmt::format("TLS: {}", ec.message());
+    return ec.message();
+  }
+  static std::string write_error(const boost::system::error_code& ec) {
+    if (detail::is_tls_error(ec)) return fmt::format("TLS: {}", ec.message());
+    return ec.message();
+  }
+};
+
+bool RedisLink::open_relay(std::string& why) {
+  std::shared_ptr<asio::ssl::context> shared;
+  {
+    std::unique_lock<std::mutex> lock;
+    const auto& context = tls_contexts(lock).get(&tls_);
+    if (!context.error.empty()) {
+      why = context.error;
+      return false;
+    }
+    // Asio's ssl::context holds a reference of its own on the shared SSL_CTX.
+    SSL_CTX_up_ref(context.ctx);
+    shared = std::make_shared<asio::ssl::context>(context.ctx);
+  }
+  auto relay = std::make_shared<Relay>(io_, *shared);
+  detail::set_peer_host(relay->tls.native_handle(), url_.host, tls_.insecure);
+
+  // A private folder (0700) for hiredis's socket: no other user can reach it, and it is gone
+  // once the one connection is accepted.
+  std::string base = "/tmp";
+  if (const char* t = std::getenv("TMPDIR"); t != nullptr && t[0] != '\0' && std::strlen(t) < 64)
+    base = t;
+  std::string dir = base + "/rpcroute-redis-XXXXXX";
+  if (::mkdtemp(dir.data()) == nullptr) {
+    why = fmt::format("TLS relay: cannot make a folder in {}: {}", base, std::strerror(errno));
+    return false;
+  }
+  const std::string path = dir + "/s";
+  auto cleanup = [&] {
+    ::unlink(path.c_str());
+    ::rmdir(dir.c_str());
+  };
+  boost::system::error_code ec;
+  asio::local::stream_protocol::acceptor acceptor(io_);
+  acceptor.open(asio::local::stream_protocol(), ec);
+  if (!ec) acceptor.bind(asio::local::stream_protocol::endpoint(path), ec);
+  if (!ec) acceptor.listen(1, ec);
+  if (!ec) acceptor.non_blocking(true, ec);
+  if (ec) {
+    cleanup();
+    why = fmt::format("TLS relay: cannot listen on a local socket: {}", ec.message());
+    return false;
+  }
+  redisAsyncContext* ac = redisAsyncConnectUnix(path.c_str());
+  if (ac == nullptr || ac->err != 0) {
+    why = ac == nullptr ? "out of memory" : ac->errstr;
+    if (ac != nullptr) redisAsyncFree(ac);
+    cleanup();
+    return false;
+  }
+  // A UNIX connect completes at once: its connection is waiting in the backlog.
+  acceptor.accept(relay->local, ec);
+  acceptor.close();
+  cleanup();
+  if (ec) {
+    redisAsyncFree(ac);
+    why = fmt::format("TLS relay: hiredis's connection was not accepted: {}", ec.message());
+    return false;
+  }
+  relay_ = relay;
+  asio::co_spawn(
+      io_,
+      [relay, shared, host = url_.host, port = url_.port,
+       ms = connect_ms_]() -> asio::awaitable<void> { co_await relay->run(host, port, ms); },
+      asio::detached);
+  return attach(ac, why);
+}
+
+RedisLink::RedisLink(asio::io_context& io, const Clock& clock, RedisUrl url, OnLost on_lost,
+                     const TlsOptions* tls, std::int64_t connect_ms)
+    : io_(io),
+      clock_(clock),
+      url_(std::move(url)),
+      on_lost_(std::move(on_lost)),
+      tls_(tls != nullptr ? *tls : TlsOptions{}),
+      connect_ms_(connect_ms) {}
 
 RedisLink::~RedisLink() {
   *alive_ = false;
@@ -129,6 +358,7 @@ RedisLink::~RedisLink() {
 
 bool RedisLink::open(std::string& why) {
   close();
+  if (url_.tls) return open_relay(why);
   redisAsyncContext* ac = redisAsyncConnect(url_.host.c_str(), url_.port);
   if (ac == nullptr) {
     why = "out of memory";
@@ -139,6 +369,12 @@ bool RedisLink::open(std::string& why) {
     redisAsyncFree(ac);
     return false;
   }
+  return attach(ac, why);
+}
+
+std::string RedisLink::relay_stage() const { return relay_ ? relay_->stage : std::string(); }
+
+bool RedisLink::attach(redisAsyncContext* ac, std::string& /*why*/) {
   ac->data = this;
   auto watch = std::make_shared<Watch>(io_, ac, ac->c.fd, this);
   watch->self = watch;
@@ -157,6 +393,10 @@ bool RedisLink::open(std::string& why) {
 }
 
 void RedisLink::close() {
+  if (relay_) {
+    relay_->stop();
+    relay_.reset();
+  }
   if (ac_ == nullptr) return;
   auto* ac = ac_;
   ac_ = nullptr;  // on_disconnect then knows it was asked for
@@ -212,8 +452,14 @@ void RedisLink::on_disconnect(const redisAsyncContext* ac, int status) {
 void RedisLink::lost(redisAsyncContext* ac) {
   ac_ = nullptr;
   sent_us_.clear();
-  const std::string why =
+  std::string why =
       ac->err != 0 && ac->errstr != nullptr && ac->errstr[0] != '\0' ? ac->errstr : "closed";
+  if (relay_) {
+    // rediss://: hiredis saw its local socket close; the relay knows why (the TLS cause).
+    if (!relay_->reason.empty()) why = relay_->reason;
+    relay_->stop();
+    relay_.reset();
+  }
   if (on_lost_) {
     // Not from inside hiredis: the owner may open a new link at once.
     asio::post(io_, [alive = std::weak_ptr<bool>(alive_), this, why] {

@@ -34,15 +34,12 @@ Result<std::optional<SharedOptions>> shared_options(const Profile& profile,
   if (text.empty()) return std::optional<SharedOptions>{};
   auto url = parse_redis_url(text);
   if (!url) return tl::unexpected(url.error());
-  if (url->tls) {
-    return fail(
-        "shared state: rediss:// (TLS) needs hiredis built with TLS (hiredis_ssl), which this "
-        "build's libhiredis does not have; reach Redis through a TLS tunnel (stunnel) on "
-        "127.0.0.1 or over a private network");
-  }
   SharedOptions out;
   out.url = std::move(*url);
   out.prefix = cfg.prefix;
+  // rediss://: the profile's tls: settings (the flag's URL too, when the profile gives them),
+  // else the system CA store.
+  if (out.url.tls) out.tls = cfg.tls;
   if (from_flag) {
     if (auto pw = env("RPCROUTE_REDIS_PASSWORD"); pw && !pw->empty() && out.url.password.empty())
       out.url.password = *pw;
@@ -96,8 +93,16 @@ void SharedStore::start() {
   if (running_) return;
   running_ = true;
   auto on_lost = [this](const std::string& why) { lost(why); };
-  commands_ = std::make_unique<RedisLink>(io_, clock_, options_.url, on_lost);
-  events_ = std::make_unique<RedisLink>(io_, clock_, options_.url, on_lost);
+  // rediss://: the TLS connect and handshake are bounded by the budget too.
+  commands_ = std::make_unique<RedisLink>(io_, clock_, options_.url, on_lost, &options_.tls,
+                                          options_.budget_ms);
+  events_ = std::make_unique<RedisLink>(io_, clock_, options_.url, on_lost, &options_.tls,
+                                        options_.budget_ms);
+  if (options_.url.tls && options_.tls.insecure)
+    log_(
+        fmt::format("rpcroute: warning: shared state: tls.insecure: the certificate of Redis at {} "
+                    "is not checked",
+                    status_.url));
   connect();
   arm_timer();
 }
@@ -128,7 +133,10 @@ void SharedStore::arm_timer() {
 void SharedStore::tick() {
   const auto now_us = clock_.mono_us();
   if (commands_->is_open() && commands_->oldest_wait_us(now_us) > options_.budget_ms * 1000) {
-    lost(fmt::format("no answer within {} ms", options_.budget_ms));
+    // rediss://: still connecting or in the TLS handshake says so.
+    const auto stage = commands_->relay_stage();
+    lost(stage.empty() ? fmt::format("no answer within {} ms", options_.budget_ms)
+                       : fmt::format("no {} within {} ms", stage, options_.budget_ms));
   }
   if (!commands_->is_open()) {
     if (now_us >= next_connect_us_) connect();

@@ -1074,6 +1074,42 @@ TEST_CASE("tls: paths are checked at load, relative ones taken from the profile'
   CHECK(p->warnings().empty());
 }
 
+TEST_CASE("shared_state.tls: rediss:// only, paths checked and resolved like a provider's",
+          "[config][tls][shared]") {
+  TempDir dir;
+  write_file(dir / "certs/ca.pem", "ca");
+  write_file(dir / "certs/client.pem", "cert");
+  auto with = [](std::string_view url, std::string_view tls) {
+    return fmt::format(R"(shared_state:
+  redis: "{}"
+  tls:
+{}
+chains:
+  ethereum:
+    chain_id: 1
+    providers:
+      - id: node
+        url: http://127.0.0.1:8545
+)",
+                       url, tls);
+  };
+  write_file(dir / "p.yaml", with("rediss://10.0.0.5:6380/0",
+                                  "    ca_file: certs/ca.pem\n    cert_file: certs/client.pem"));
+  auto p = load_profile_file(dir / "p.yaml", kNoEnv);
+  REQUIRE(p);
+  CHECK(p->shared_state.tls.ca_file == (dir / "certs/ca.pem").string());
+  CHECK(p->shared_state.tls.cert_file == (dir / "certs/client.pem").string());
+  auto plain =
+      load_profile_text(with("redis://10.0.0.5:6379/0", "    insecure: true"), "t.yaml", kNoEnv);
+  REQUIRE_FALSE(plain);
+  CHECK_THAT(plain.error().message, Catch::Contains("not rediss://"));
+  auto missing = load_profile_text(
+      with("rediss://10.0.0.5:6380/0", "    ca_file: " + (dir / "nope.pem").string()), "t.yaml",
+      kNoEnv);
+  REQUIRE_FALSE(missing);
+  CHECK_THAT(missing.error().message, Catch::Contains("not a readable file"));
+}
+
 TEST_CASE("tls: what cannot work is a profile error naming it", "[config][tls]") {
   TempDir dir;
   write_file(dir / "ca.pem", "ca");

@@ -46,7 +46,7 @@ TEST_CASE("parse_redis_url reads host, port, database and credentials", "[shared
   }
 }
 
-TEST_CASE("shared_options: the flag wins, secrets are collected, TLS is refused", "[shared]") {
+TEST_CASE("shared_options: the flag wins, secrets are collected, TLS settings apply", "[shared]") {
   Profile p;
   p.shared_state.redis = "redis://u1:urlpass@h:6379/0";
   p.shared_state.password = "profilepass";
@@ -75,7 +75,22 @@ TEST_CASE("shared_options: the flag wins, secrets are collected, TLS is refused"
   auto n = shared_options(off, "", none);
   REQUIRE(n);
   CHECK_FALSE(*n);
-  CHECK_FALSE(shared_options(off, "rediss://h", none));
+  // rediss://: the system store unless the profile's shared_state gives tls: settings.
+  auto t = shared_options(off, "rediss://h", none);
+  REQUIRE(t);
+  REQUIRE(*t);
+  CHECK((*t)->url.tls);
+  CHECK((*t)->tls.empty());
+  Profile with_tls;
+  with_tls.shared_state.tls.ca_file = "/etc/redis/ca.pem";
+  auto tt = shared_options(with_tls, "rediss://h:6380", none);
+  REQUIRE(tt);
+  REQUIRE(*tt);
+  CHECK((*tt)->tls.ca_file == "/etc/redis/ca.pem");
+  // A plain redis:// URL ignores them.
+  auto plain = shared_options(with_tls, "redis://h", none);
+  REQUIRE(plain);
+  CHECK((*plain)->tls.empty());
 }
 
 TEST_CASE("shared keys live under the prefix, one per kind", "[shared]") {

@@ -6,10 +6,12 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <csignal>
+#include <filesystem>
 #include <memory>
 #include <thread>
 
 #include "../support/redis_server.hpp"
+#include "../support/temp_dir.hpp"
 #include "rpcroute/log_split.hpp"
 #include "rpcroute/planner.hpp"
 #include "rpcroute/shared/codec.hpp"
@@ -219,10 +221,11 @@ Profile two_provider_profile() {
 }
 
 struct Host {
-  Host(asio::io_context& io, const Clock& clock, const std::string& url)
+  Host(asio::io_context& io, const Clock& clock, const std::string& url, const TlsOptions& tls = {})
       : local(std::nullopt, clock, [](const std::string&) {}) {
     SharedOptions o;
     o.url = *parse_redis_url(url);
+    o.tls = tls;
     o.refresh_ms = 50;
     o.budget_ms = 300;
     o.retry_ms = 100;
@@ -587,6 +590,185 @@ TEST_CASE("Redis away: local state within the budget, logged once, merged back o
         return s.run({"HGET", provider_hash("rpcroute:", kb), "b"}).starts_with("1 ");
       },
       1000));
+}
+
+// rediss://: hiredis speaks to the in-process TLS relay, which holds the TLS connection.
+namespace {
+
+struct TlsRedis {
+  explicit TlsRedis(bool auth_clients = false) : pki(make(dir)) {
+    server = std::make_unique<test::RedisServer>(
+        test::RedisTls{(dir / "server.pem").string(), (dir / "server.key").string(),
+                       (dir / "ca.pem").string(), auth_clients});
+  }
+  static bool make(const test::TempDir& d) {
+    test::make_redis_pki(d.path());
+    return true;
+  }
+  [[nodiscard]] TlsOptions trust(const std::string& ca = "ca.pem") const {
+    TlsOptions t;
+    t.ca_file = (dir / ca).string();
+    return t;
+  }
+  test::TempDir dir;
+  bool pki;
+  std::unique_ptr<test::RedisServer> server;
+};
+
+/// Whatever the relay left in `tmp` (its socket folders: none once connected).
+std::size_t leftovers(const std::filesystem::path& tmp) {
+  std::size_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(tmp))
+    n += e.path().filename().string().starts_with("rpcroute-redis-") ? 1 : 0;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("rediss://: two stores share a breaker through TLS as through plain Redis",
+          "[shared][redis][tls]") {
+  TlsRedis redis;
+  test::TempDir tmp;  // the relay's socket folder goes here, and is gone once connected
+  ::setenv("TMPDIR", tmp.path().c_str(), 1);
+  asio::io_context io;
+  SystemClock clock;
+  const auto profile = two_provider_profile();
+  const auto& chain = profile.chains[0];
+  const auto ka = provider_key(profile.name, chain.name, chain.providers[0]);
+  const auto ck = chain_key(profile.name, chain);
+  // By address and by name: both are in the certificate, the name sent as SNI.
+  Host a(io, clock, redis.server->tls_url(), redis.trust());
+  Host b(io, clock, redis.server->tls_url("localhost") + "/0", redis.trust());
+  for (auto* h : {&a, &b}) {
+    h->store->watch(profile);
+    h->store->start();
+  }
+  const bool up = run_until(io, [&] {
+    return a.store->status().state == LinkState::up && b.store->status().state == LinkState::up;
+  });
+  ::unsetenv("TMPDIR");
+  INFO(a.store->status().last_error << " / " << b.store->status().last_error);
+  REQUIRE(up);
+  CHECK(a.store->status().url.starts_with("rediss://127.0.0.1:"));
+  CHECK(leftovers(tmp.path()) == 0);
+  a.store->record(AttemptEvent{ka, clock.now_ms(), OutcomeClass::provider_failure, "refused"},
+                  profile.health);
+  CHECK(run_until(
+      io,
+      [&] {
+        auto* p = b.store->provider(ka);
+        return p != nullptr && p->breaker.state == BreakerState::open;
+      },
+      1000));
+  a.store->record(HighWaterEvent{ck, Height{700, clock.now_ms()}}, profile.health);
+  CHECK(run_until(io, [&] {
+    auto* c = b.store->chain(ck);
+    return c != nullptr && c->high_water.block == 700;
+  }));
+  // It really went through TLS: the plain port saw none of these clients.
+  Sync s(*redis.server);
+  CHECK(s.run({"HGET", provider_hash("rpcroute:", ka), "b"}).starts_with("1 "));
+  // Redis killed: the TLS side ends, the store falls back and says so.
+  redis.server.reset();
+  CHECK(run_until(
+      io, [&] { return a.store->status().state == LinkState::down; }, 2000));
+  CHECK(a.store->status().last_error.find("closed") != std::string::npos);
+}
+
+TEST_CASE("rediss://: a certificate the store does not trust fails with its cause",
+          "[shared][redis][tls]") {
+  TlsRedis redis;
+  asio::io_context io;
+  SystemClock clock;
+  const auto profile = two_provider_profile();
+  const auto& chain = profile.chains[0];
+  const auto kb = provider_key(profile.name, chain.name, chain.providers[1]);
+  SECTION("an unknown CA") {
+    Host a(io, clock, redis.server->tls_url(), redis.trust("other_ca.pem"));
+    a.store->watch(profile);
+    a.store->start();
+    REQUIRE(run_until(io, [&] { return a.store->status().state == LinkState::down; }));
+    const auto& why = a.store->status().last_error;
+    INFO(why);
+    CHECK(why.find("TLS: ") != std::string::npos);
+    CHECK(why.find("unknown certificate authority") != std::string::npos);
+    REQUIRE(a.logs.size() == 1);
+    CHECK(a.logs[0].find(why) != std::string::npos);
+    // Routing goes on, on local state.
+    a.store->record(AttemptEvent{kb, clock.now_ms(), OutcomeClass::provider_failure, "refused"},
+                    profile.health);
+    CHECK(a.store->provider(kb)->breaker.state == BreakerState::open);
+  }
+  SECTION("the system store (no ca_file) does not know the test CA either") {
+    Host a(io, clock, redis.server->tls_url());
+    a.store->watch(profile);
+    a.store->start();
+    REQUIRE(run_until(io, [&] { return a.store->status().state == LinkState::down; }));
+    INFO(a.store->status().last_error);
+    CHECK(a.store->status().last_error.find("TLS: ") != std::string::npos);
+  }
+  SECTION("a host name the certificate does not name") {
+    // A server whose certificate (by the trusted CA) names other.invalid only.
+    test::RedisServer wrong(test::RedisTls{(redis.dir / "wrong_host.pem").string(),
+                                           (redis.dir / "server.key").string(),
+                                           (redis.dir / "ca.pem").string()});
+    Host a(io, clock, wrong.tls_url("localhost"), redis.trust());
+    a.store->watch(profile);
+    a.store->start();
+    REQUIRE(run_until(io, [&] { return a.store->status().state == LinkState::down; }));
+    INFO(a.store->status().last_error);
+    CHECK(a.store->status().last_error.find("TLS: ") != std::string::npos);
+    CHECK(a.store->status().last_error.find("host") != std::string::npos);
+  }
+  SECTION("insecure checks nothing, and says so") {
+    TlsOptions t;
+    t.insecure = true;
+    Host a(io, clock, redis.server->tls_url(), t);
+    a.store->watch(profile);
+    a.store->start();
+    CHECK(run_until(io, [&] { return a.store->status().state == LinkState::up; }));
+    REQUIRE_FALSE(a.logs.empty());
+    CHECK(a.logs[0].find("insecure") != std::string::npos);
+  }
+}
+
+TEST_CASE("rediss://: a handshake that never comes is bounded by the budget",
+          "[shared][redis][tls]") {
+  // A plain Redis port: it never answers a ClientHello with TLS.
+  test::RedisServer server;
+  asio::io_context io;
+  SystemClock clock;
+  const auto profile = two_provider_profile();
+  Host a(io, clock, "rediss://127.0.0.1:" + std::to_string(server.port()));
+  a.store->watch(profile);
+  a.store->start();
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(run_until(
+      io, [&] { return a.store->status().state == LinkState::down; }, 3000));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(1500));
+  INFO(a.store->status().last_error);
+  CHECK(a.store->status().last_error.find("TLS") != std::string::npos);
+}
+
+TEST_CASE("rediss:// with client certificates: works with cert_file, fails without",
+          "[shared][redis][tls]") {
+  TlsRedis redis(true);
+  asio::io_context io;
+  SystemClock clock;
+  const auto profile = two_provider_profile();
+  auto with = redis.trust();
+  with.cert_file = (redis.dir / "client.pem").string();
+  with.key_file = (redis.dir / "client.key").string();
+  Host a(io, clock, redis.server->tls_url(), with);
+  Host b(io, clock, redis.server->tls_url(), redis.trust());
+  for (auto* h : {&a, &b}) {
+    h->store->watch(profile);
+    h->store->start();
+  }
+  CHECK(run_until(io, [&] { return a.store->status().state == LinkState::up; }));
+  REQUIRE(run_until(io, [&] { return b.store->status().state == LinkState::down; }));
+  INFO(b.store->status().last_error);
+  CHECK(b.store->status().last_error.find("certificate") != std::string::npos);
 }
 
 }  // namespace unit_redis_test

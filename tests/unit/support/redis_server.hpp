@@ -11,6 +11,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -18,11 +22,65 @@
 
 namespace rpcroute::test {
 
+/// TLS for the server (rediss://): its certificate and key, the CA it checks client certificates
+/// against, and whether clients must present one.
+struct RedisTls {
+  std::string cert_file;
+  std::string key_file;
+  std::string ca_file;
+  bool auth_clients = false;
+};
+
+/// A test PKI made with openssl in `dir` (EC P-256): ca.pem, server.pem/.key (DNS:localhost,
+/// IP:127.0.0.1, signed by ca), client.pem/.key (signed by ca), other_ca.pem (trusted by nobody)
+/// and wrong_host.pem (DNS:other.invalid, signed by ca, key server.key).
+inline void make_redis_pki(const std::filesystem::path& dir) {
+  const auto script = dir / "pki.sh";
+  {
+    std::ofstream out(script);
+    out << R"sh(set -e
+cd "$(dirname "$0")"
+for n in ca other_ca server client; do
+  openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out $n.key
+done
+for n in ca other_ca; do
+  openssl req -new -x509 -key $n.key -subj "/CN=rpcroute test $n" -days 2 \
+    -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign \
+    -out $n.pem
+done
+sign() { # OUT KEY EXTENSION
+  openssl req -new -key $2.key -subj /CN=$2 -addext "$3" -out $1.csr
+  openssl x509 -req -in $1.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+    -copy_extensions copyall -out $1.pem
+}
+sign server server subjectAltName=DNS:localhost,IP:127.0.0.1
+sign wrong_host server subjectAltName=DNS:other.invalid
+sign client client extendedKeyUsage=clientAuth
+)sh";
+  }
+  const std::string cmd = "bash '" + script.string() + "' >/dev/null 2>&1";
+  if (std::system(cmd.c_str()) != 0)
+    throw std::runtime_error("openssl could not make the test PKI in " + dir.string());
+}
+
 class RedisServer {
  public:
-  RedisServer() {
+  /// With `tls`, it also serves TLS on tls_port() (the plain port stays, for the readiness check
+  /// and the test's own commands).
+  explicit RedisServer(const std::optional<RedisTls>& tls = std::nullopt) {
     port_ = free_port();
     const auto port = std::to_string(port_);
+    std::vector<std::string> tls_args;
+    if (tls) {
+      do {
+        tls_port_ = free_port();
+      } while (tls_port_ == port_);
+      tls_args = {"--tls-port",         std::to_string(tls_port_),
+                  "--tls-cert-file",    tls->cert_file,
+                  "--tls-key-file",     tls->key_file,
+                  "--tls-ca-cert-file", tls->ca_file,
+                  "--tls-auth-clients", tls->auth_clients ? "yes" : "no"};
+    }
     pid_ = ::fork();
     if (pid_ < 0) throw std::runtime_error("fork failed");
     if (pid_ == 0) {
@@ -33,7 +91,9 @@ class RedisServer {
       }
       std::vector<const char*> argv{"redis-server", "--port",     port.c_str(), "--bind",
                                     "127.0.0.1",    "--save",     "",           "--appendonly",
-                                    "no",           "--loglevel", "warning",    nullptr};
+                                    "no",           "--loglevel", "warning"};
+      for (const auto& a : tls_args) argv.push_back(a.c_str());
+      argv.push_back(nullptr);
       ::execvp("redis-server", const_cast<char* const*>(argv.data()));
       ::_exit(127);
     }
@@ -63,6 +123,11 @@ class RedisServer {
 
   [[nodiscard]] int port() const { return port_; }
   [[nodiscard]] std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+  /// rediss:// on the TLS port, by `host` ("127.0.0.1" or "localhost": both in the test
+  /// certificate).
+  [[nodiscard]] std::string tls_url(const std::string& host = "127.0.0.1") const {
+    return "rediss://" + host + ":" + std::to_string(tls_port_);
+  }
   void signal(int sig) const { ::kill(pid_, sig); }
 
   /// A blocking connection for the test's own commands (null when none could be made).
@@ -94,6 +159,7 @@ class RedisServer {
   }
 
   int port_ = 0;
+  int tls_port_ = 0;
   pid_t pid_ = -1;
 };
 

@@ -27,6 +27,7 @@ struct Reply;
 
 struct SharedOptions {
   RedisUrl url;
+  TlsOptions tls;  // rediss://: the CA, client certificate, insecure (empty: the system store)
   std::string prefix = "rpcroute:";
   std::int64_t refresh_ms = 250;     // how often the local copy is refreshed and writes flushed
   std::int64_t budget_ms = 500;      // a command unanswered this long: Redis counts as down
