@@ -4,8 +4,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <chrono>
 #include <random>
 #include <set>
 #include <span>
@@ -24,11 +22,6 @@ constexpr std::size_t kMaxInbox = 1024;  // events waiting while a backfill runs
 constexpr auto kStallTick = std::chrono::milliseconds(250);
 constexpr auto kMinShun = std::chrono::seconds(60);  // a stalled or dropped provider: tried last
 constexpr auto kMaxRetry = std::chrono::seconds(30);
-// A provider's socket dropping again within this of its last drop extends a streak: the
-// subscriptions it held wait 250 ms, 500 ms, 1 s … (at most kMaxRetry) before they are opened
-// again.
-constexpr auto kDropStreak = std::chrono::seconds(10);
-constexpr auto kStreakWait = std::chrono::milliseconds(250);
 using Clock = std::chrono::steady_clock;
 
 /// The params without whitespace outside strings: `["newHeads"]` and `[ "newHeads" ]` share.
@@ -373,22 +366,10 @@ void WsSubscriptions::fan_out(Shared& shared, const std::string& result) {
 }
 
 void WsSubscriptions::on_drop(const Provider& provider) {
-  // A provider whose socket dropped is tried last for a while, like a stalled one: opened again
-  // first there, one that accepts subscriptions and drops at each first event would starve its
-  // clients (ws_faults.bats, drop).
+  // Tried last for a while, like a stalled one; and an only provider that keeps dropping waits.
   const auto now = Clock::now();
-  auto& until = shunned_[&provider];
-  until = std::max(until, now + kMinShun);
-  // When it is the only candidate, tried last is tried first: a provider that takes a
-  // subscription and drops each time would have it opened again at once, over and over. The
-  // first drop reopens at once; each one that follows it within kDropStreak waits twice longer.
-  auto& streak = drops_[&provider];
-  streak.count = streak.count > 0 && now - streak.last < kDropStreak ? streak.count + 1 : 1;
-  streak.last = now;
-  const auto first_wait = streak.count <= 1
-                              ? std::chrono::milliseconds(0)
-                              : std::min<std::chrono::milliseconds>(
-                                    kStreakWait * (1 << std::min(streak.count - 2, 7)), kMaxRetry);
+  shunned_[&provider] = std::max(shunned_[&provider], now + kMinShun);
+  const auto first_wait = drops_[&provider].next_wait(now);
   // Every subscription open there is opened again where the routing order says now.
   std::vector<std::string> keys;
   for (auto it = by_upstream_.begin(); it != by_upstream_.end();) {
@@ -411,9 +392,7 @@ asio::awaitable<void> WsSubscriptions::reopen(std::string key, std::shared_ptr<b
   const auto since = Clock::now();
   boost::system::error_code ignored;
   if (first_wait.count() > 0) {
-    fmt::print(stderr,
-               "rpcroute: websocket: a provider's socket dropped again soon after the last drop: "
-               "the subscription is opened again in {} ms\n",
+    fmt::print(stderr, "rpcroute: websocket: dropped again soon: reopen in {} ms\n",
                first_wait.count());
     pause.expires_after(first_wait);
     co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ignored));

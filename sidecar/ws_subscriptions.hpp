@@ -11,6 +11,7 @@
 // with 1013, `rpcroute subscribe` exits 3). Used by the sidecar (ws_session.hpp) and by
 // `rpcroute subscribe` (cli/cmd_subscribe.cpp) alike.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -129,10 +130,20 @@ class WsSubscriptions {
   std::map<const Provider*, Upstream> upstreams_;
   // Providers whose socket stalled: tried last until then.
   std::map<const Provider*, std::chrono::steady_clock::time_point> shunned_;
-  // Drops of a provider's socket that followed each other within kDropStreak: the count, the last.
+  // Drops of a provider's socket that follow each other within 10 s. Put last (shunned_) is still
+  // first when it is the only candidate: one that takes each subscription and drops it would have
+  // it opened again at once, over and over. The first drop reopens at once; each that follows
+  // within 10 s waits 250 ms, twice longer each time, at most 30 s.
   struct DropStreak {
     int count = 0;
     std::chrono::steady_clock::time_point last{};
+    std::chrono::milliseconds next_wait(std::chrono::steady_clock::time_point now) {
+      count = count > 0 && now - last < std::chrono::seconds(10) ? count + 1 : 1;
+      last = now;
+      if (count <= 1) return std::chrono::milliseconds(0);
+      return std::min<std::chrono::milliseconds>(
+          std::chrono::milliseconds(250) * (1 << std::min(count - 2, 7)), std::chrono::seconds(30));
+    }
   };
   std::map<const Provider*, DropStreak> drops_;
 };

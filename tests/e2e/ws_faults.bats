@@ -304,5 +304,5 @@ YAML
     tail -n 20 "$(_node_file sc log)" >&2
     return 1
   }
-  grep -q 'dropped again soon after the last drop' "$(_node_file sc log)"
+  grep -q 'dropped again soon: reopen in' "$(_node_file sc log)"
 }
