@@ -333,7 +333,7 @@ command_paths() { # [PATH...]
   start_anvil a1
   start_anvil a2
   start_anvil a3
-  start_fake f1 --height 100
+  start_fake f1 --height 100 --ws-fault refuse # the fake speaks WebSocket; this one refuses it
   local key=abcdef0123456789XYZkey out=$BATS_TEST_TMPDIR/mine.yaml fport
   fport=$(node_port f1)
   run --separate-stderr rpcroute init "$(node_url a1)" "$(node_url a2)" "$(node_url a3)" \
@@ -348,7 +348,7 @@ command_paths() { # [PATH...]
   [[ $stderr != *"$key"* ]] || { echo "the key was printed" >&2; false; }
   grep -q "/v2/\${RPCROUTE_NODE${fport}_KEY}\"" "$out"
   # Each anvil answered eth_chainId over WebSocket on its http port: a ws_url each, said so. The
-  # fake serves no WebSocket: no ws_url for it, a plain note, and its key shown nowhere.
+  # fake refuses WebSocket upgrades (503): no ws_url for it, a plain note, and its key shown nowhere.
   local n
   for n in a1 a2 a3; do
     grep -q "ws_url: \"ws://127.0.0.1:$(node_port "$n")\"" "$out" || { echo "no ws_url for $n" >&2; false; }
