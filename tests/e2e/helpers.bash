@@ -568,3 +568,38 @@ respawn_anvil() { # NAME [ANVIL ARGS...]
   echo "respawn_anvil $name: no answer on 127.0.0.1:$port" >&2
   return 1
 }
+
+# ---------------------------------------------------------------------------------------------------
+# TCP forwarders (tcp_proxy.mjs) in front of a node, for the WebSocket suites: a test stops one
+# (SIGSTOP: a stalled socket) or kills it (a dropped one).
+
+# A forwarder NAME to node TARGET's port, registered like a node (port, pid, log).
+start_forwarder() { # NAME TARGET
+  local dir deadline
+  dir=$(_proc_dir)
+  rm -f "$dir/$1.port"
+  node "$REPO/tests/e2e/tcp_proxy.mjs" "$(node_port "$2")" "$dir/$1.port" </dev/null >"$dir/$1.log" 2>&1 3>&- &
+  echo "$!" >"$dir/$1.pid"
+  deadline=$((SECONDS + 10))
+  until [[ -s $dir/$1.port ]] || ((SECONDS > deadline)); do nap 0.05; done
+  [[ -s $dir/$1.port ]]
+}
+
+# JSON-RPC to a node directly; prints the result.
+node_result() { # NODE METHOD PARAMS
+  curl -sf --max-time 5 -X POST -H 'content-type: application/json' \
+    --data "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"$2\",\"params\":$3}" "$(node_url "$1")" | jq -c .result
+}
+
+# Waits until FILE has a line matching ERE (at most LIMIT seconds).
+wait_for_line() { # FILE ERE LIMIT
+  local deadline=$((SECONDS + $3))
+  until grep -Eq "$2" "$1" 2>/dev/null; do
+    if ((SECONDS > deadline)); then
+      echo "no line matching '$2' in $1 within $3 s" >&2
+      cat "$1" >&2
+      return 1
+    fi
+    nap 0.1
+  done
+}

@@ -14,7 +14,6 @@
 
 load helpers
 
-PROXY=$BATS_TEST_DIRNAME/tcp_proxy.mjs
 # PUSH1 1 PUSH1 0 PUSH1 0 LOG1 STOP: any call logs topic 0x…01, no data (as in ws_failover.bats).
 EMITTER_INIT=0x67600160006000a10060005260086018f3
 EMITTER=0x5fbdb2315678afecb367f032d93f642f64180aa3
@@ -38,24 +37,6 @@ teardown() {
   stop_all
 }
 
-# A forwarder NAME to node TARGET's port, registered like a node (port, pid, log).
-start_proxy() { # NAME TARGET
-  local dir deadline
-  dir=$(_proc_dir)
-  rm -f "$dir/$1.port"
-  node "$PROXY" "$(node_port "$2")" "$dir/$1.port" </dev/null >"$dir/$1.log" 2>&1 3>&- &
-  echo "$!" >"$dir/$1.pid"
-  deadline=$((SECONDS + 10))
-  until [[ -s $dir/$1.port ]] || ((SECONDS > deadline)); do nap 0.05; done
-  [[ -s $dir/$1.port ]]
-}
-
-# JSON-RPC to a node directly; prints the result.
-node_rpc() { # NODE METHOD PARAMS
-  curl -sf --max-time 5 -X POST -H 'content-type: application/json' \
-    --data "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"$2\",\"params\":$3}" "$(node_url "$1")" | jq -c .result
-}
-
 # Waits until FILE has at least N lines (at most LIMIT seconds).
 wait_lines() { # FILE N LIMIT
   local deadline=$((SECONDS + $3))
@@ -69,26 +50,13 @@ wait_lines() { # FILE N LIMIT
   done
 }
 
-# Waits until FILE has a line matching ERE (at most LIMIT seconds).
-wait_for_line() { # FILE ERE LIMIT
-  local deadline=$((SECONDS + $3))
-  until grep -Eq "$2" "$1" 2>/dev/null; do
-    if ((SECONDS > deadline)); then
-      echo "no line matching '$2' in $1 within $3 s" >&2
-      cat "$1" >&2
-      return 1
-    fi
-    nap 0.1
-  done
-}
-
 # anvil (--block-time 1) behind forwarders p1..pN, each with an HTTPS front (f1..fN) for its HTTP;
 # the profile $P (priority: p1 first) with a 3 s resubscribe_timeout_ms.
 start_chain() { # N
   local specs=() i
   start_anvil ch --block-time 1
   for ((i = 1; i <= $1; i++)); do
-    start_proxy "p$i" ch
+    start_forwarder "p$i" ch
     start_h2_front "$BATS_TEST_TMPDIR/f$i.port" "$(node_port "p$i")" h1
     specs+=("p$i,url=https://localhost:$(cat "$BATS_TEST_TMPDIR/f$i.port"),ws_url=ws://127.0.0.1:$(node_port "p$i"),timeout_ms=1500,tls={ ca_file: \"$TEST_PKI/ca.pem\" }")
   done
@@ -99,16 +67,16 @@ start_chain() { # N
 # The emitter contract (the dev account's first transaction), then a call to it about once a
 # block in the background until the test ends.
 start_emitting() {
-  node_rpc ch eth_sendTransaction "[{\"from\":\"$DEV_ACCOUNT\",\"data\":\"$EMITTER_INIT\"}]" >/dev/null
+  node_result ch eth_sendTransaction "[{\"from\":\"$DEV_ACCOUNT\",\"data\":\"$EMITTER_INIT\"}]" >/dev/null
   local code deadline=$((SECONDS + 10)) dir
-  until code=$(node_rpc ch eth_getCode "[\"$EMITTER\",\"latest\"]") && [[ $code == '"0x600160006000a100"' ]]; do
+  until code=$(node_result ch eth_getCode "[\"$EMITTER\",\"latest\"]") && [[ $code == '"0x600160006000a100"' ]]; do
     ((SECONDS < deadline)) || { echo "emitter not deployed: $code" >&2; return 1; }
     nap 0.2
   done
   dir=$(_proc_dir)
   (
     while :; do
-      node_rpc ch eth_sendTransaction "[{\"from\":\"$DEV_ACCOUNT\",\"to\":\"$EMITTER\"}]" >/dev/null || true
+      node_result ch eth_sendTransaction "[{\"from\":\"$DEV_ACCOUNT\",\"to\":\"$EMITTER\"}]" >/dev/null || true
       sleep 0.9
     done
   ) </dev/null >/dev/null 2>&1 3>&- &
@@ -127,7 +95,7 @@ check_heads() { # OUT
   local expected got
   got=$(jq -r '.hash' "$1" | tr '\n' ' ')
   expected=$(for ((n = first; n <= last; n++)); do
-    node_rpc ch eth_getBlockByNumber "[\"$(printf '0x%x' "$n")\",false]" | jq -r .hash
+    node_result ch eth_getBlockByNumber "[\"$(printf '0x%x' "$n")\",false]" | jq -r .hash
   done | tr '\n' ' ')
   assert_equal "$got" "$expected" "the hashes anvil has"
   echo "$(wc -l <"$1") $first $last"
@@ -177,7 +145,7 @@ check_heads() { # OUT
   local to
   to=$(($(tail -n 1 "$out" | jq -r .blockNumber) - 1))
   local expected
-  expected=$(node_rpc ch eth_getLogs "[{\"address\":\"$EMITTER\",\"topics\":[\"$TOPIC\"],\"fromBlock\":\"$(printf '0x%x' "$from")\",\"toBlock\":\"$(printf '0x%x' "$to")\"}]" |
+  expected=$(node_result ch eth_getLogs "[{\"address\":\"$EMITTER\",\"topics\":[\"$TOPIC\"],\"fromBlock\":\"$(printf '0x%x' "$from")\",\"toBlock\":\"$(printf '0x%x' "$to")\"}]" |
     jq -c '[.[] | [.blockNumber, .logIndex, .transactionHash]]')
   echo "# logs from $from to $to: $(wc -l <"$out") lines" >&3
   assert_equal "$(jq -sc --argjson to "$to" '[.[] | select((.blockNumber | ltrimstr("0x") | explode | reduce .[] as $c (0; . * 16 + (if $c >= 97 then $c - 87 else $c - 48 end))) <= $to) | [.blockNumber, .logIndex, .transactionHash]]' "$out")" "$expected" "the logs"

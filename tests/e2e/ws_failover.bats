@@ -12,7 +12,6 @@
 load helpers
 
 WS_CLIENT=$BATS_TEST_DIRNAME/ws_client.mjs
-PROXY=$BATS_TEST_DIRNAME/tcp_proxy.mjs
 # PUSH1 1 PUSH1 0 PUSH1 0 LOG1 STOP: any call logs topic 0x…01, no data. Deployed by the code below.
 EMITTER_INIT=0x67600160006000a10060005260086018f3
 TOPIC=0x0000000000000000000000000000000000000000000000000000000000000001
@@ -33,37 +32,6 @@ teardown() {
   stop_all
 }
 
-# A forwarder NAME to node TARGET's port, registered like a node (port, pid, log).
-start_proxy() { # NAME TARGET
-  local dir deadline
-  dir=$(_proc_dir)
-  rm -f "$dir/$1.port"
-  node "$PROXY" "$(node_port "$2")" "$dir/$1.port" </dev/null >"$dir/$1.log" 2>&1 3>&- &
-  echo "$!" >"$dir/$1.pid"
-  deadline=$((SECONDS + 10))
-  until [[ -s $dir/$1.port ]] || ((SECONDS > deadline)); do nap 0.05; done
-  [[ -s $dir/$1.port ]]
-}
-
-# JSON-RPC to a node directly; prints the result.
-node_rpc() { # NODE METHOD PARAMS
-  curl -sf --max-time 5 -X POST -H 'content-type: application/json' \
-    --data "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"$2\",\"params\":$3}" "$(node_url "$1")" | jq -c .result
-}
-
-# Waits until FILE has a line matching ERE (at most LIMIT seconds).
-wait_for_line() { # FILE ERE LIMIT
-  local deadline=$((SECONDS + $3))
-  until grep -Eq "$2" "$1" 2>/dev/null; do
-    if ((SECONDS > deadline)); then
-      echo "no line matching '$2' in $1 within $3 s" >&2
-      cat "$1" >&2
-      return 1
-    fi
-    nap 0.1
-  done
-}
-
 # Waits until the client has printed N more heads than it had.
 wait_heads() { # FILE N
   local want deadline=$((SECONDS + 30))
@@ -81,25 +49,25 @@ wait_heads() { # FILE N
   start_anvil ch --block-time 1
   # The emitter (the dev account's first transaction: its address is known), then a transaction
   # to it about once a block, for the whole test.
-  node_rpc ch eth_sendTransaction "[{\"from\":\"$DEV_ACCOUNT\",\"data\":\"$EMITTER_INIT\"}]" >/dev/null
+  node_result ch eth_sendTransaction "[{\"from\":\"$DEV_ACCOUNT\",\"data\":\"$EMITTER_INIT\"}]" >/dev/null
   local emitter=0x5fbdb2315678afecb367f032d93f642f64180aa3 dir code
   local deadline=$((SECONDS + 10))
-  until code=$(node_rpc ch eth_getCode "[\"$emitter\",\"latest\"]") && [[ $code == '"0x600160006000a100"' ]]; do
+  until code=$(node_result ch eth_getCode "[\"$emitter\",\"latest\"]") && [[ $code == '"0x600160006000a100"' ]]; do
     ((SECONDS < deadline)) || { echo "emitter not deployed: $code" >&2; return 1; }
     nap 0.2
   done
   dir=$(_proc_dir)
   (
     while :; do
-      node_rpc ch eth_sendTransaction "[{\"from\":\"$DEV_ACCOUNT\",\"to\":\"$emitter\"}]" >/dev/null || true
+      node_result ch eth_sendTransaction "[{\"from\":\"$DEV_ACCOUNT\",\"to\":\"$emitter\"}]" >/dev/null || true
       sleep 0.9
     done
   ) </dev/null >/dev/null 2>&1 3>&- &
   echo "$!" >"$dir/txloop.pid"
 
-  start_proxy p1 ch
-  start_proxy p2 ch
-  start_proxy p3 ch
+  start_forwarder p1 ch
+  start_forwarder p2 ch
+  start_forwarder p3 ch
   local specs=() p
   for p in p1 p2 p3; do specs+=("$p,ws_url=ws://127.0.0.1:$(node_port "$p"),timeout_ms=1500"); done
   write_profile "$P" --strategy priority "${specs[@]}"
@@ -136,8 +104,8 @@ wait_heads() { # FILE N
 
 @test "ws failover: a reorg while the serving provider stalls reaches the client from the fork point" {
   start_anvil ch --block-time 1
-  start_proxy p1 ch
-  start_proxy p2 ch
+  start_forwarder p1 ch
+  start_forwarder p2 ch
   local specs=() p
   for p in p1 p2; do specs+=("$p,ws_url=ws://127.0.0.1:$(node_port "$p"),timeout_ms=1500"); done
   write_profile "$P" --strategy priority "${specs[@]}"
@@ -167,8 +135,8 @@ wait_heads() { # FILE N
 
 @test "ws failover: when no provider can serve any more, an error notification, then a close with 1013" {
   start_anvil ch --block-time 1
-  start_proxy p1 ch
-  start_proxy p2 ch
+  start_forwarder p1 ch
+  start_forwarder p2 ch
   local specs=() p
   for p in p1 p2; do specs+=("$p,ws_url=ws://127.0.0.1:$(node_port "$p"),timeout_ms=1500"); done
   write_profile "$P" --strategy priority "${specs[@]}"
