@@ -25,11 +25,10 @@ struct MultiDeleter {
 };
 using MultiHandle = std::unique_ptr<CURLM, MultiDeleter>;
 
-struct ShareDeleter {
-  // A handle still using the share (a transfer outliving its Engine) keeps it: left to the process.
-  void operator()(CURLSH* s) const { (void)curl::share_cleanup(s); }
-};
-using ShareHandle = std::unique_ptr<CURLSH, ShareDeleter>;
+// Shared, not owned: curl refuses to free a share a handle still uses, so a transfer outliving its
+// Engine (its coroutine frame destroyed with the io_context) holds the share until its own handle
+// is freed, and the last holder frees it.
+using ShareHandle = std::shared_ptr<CURLSH>;
 
 // curl owns the socket; Asio only waits on it. The descriptor is released, never closed.
 struct SocketWatch {
@@ -255,7 +254,7 @@ struct Engine::Core : std::enable_shared_from_this<Engine::Core> {
 
 struct Transfer {
   Transfer(const std::shared_ptr<Engine::Core>& core, HttpRequest req)
-      : core(core), request(std::move(req)), done_signal(core->io) {}
+      : core(core), share(core->share), request(std::move(req)), done_signal(core->io) {}
   ~Transfer() {
     auto c = core.lock();
     if (!c) return;  // the handle is freed with the lease
@@ -267,6 +266,7 @@ struct Transfer {
   }
 
   std::weak_ptr<Engine::Core> core;
+  ShareHandle share;  // declared before the lease: freed after the handle that uses it
   HttpRequest request;
   detail::EasyPool::Lease lease;  // a handle set up for the request's provider
   HttpResponse response;
@@ -478,7 +478,7 @@ void Engine::Core::ensure_multi() {
   curl::multi_setopt(m, CURLMOPT_MAXCONNECTS, 256L);
   // TLS sessions are kept per handle unless shared: with a pool of handles, a new connection
   // would otherwise resume only if its handle had made one to the same host before.
-  share.reset(curl::share_init());
+  if (CURLSH* s = curl::share_init()) share.reset(s, [](CURLSH* h) { curl::share_cleanup(h); });
   if (share) curl::share_setopt(share.get(), CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
 }
 

@@ -435,4 +435,34 @@ TEST_CASE("engine: both clients name a failed transfer alike", "[transport][curl
   }
 }
 
+
+// The sidecar stops with transfers in flight: their coroutine frames (each holding a curl handle
+// that uses the Engine's TLS session share) are destroyed with the io_context, after the Engine.
+// The share must then go with the last handle; before, curl refused to free it while a handle
+// still used it, and LeakSanitizer reported it (CI runs this file under ASan).
+TEST_CASE("engine: a curl transfer outliving its Engine leaves nothing behind", "[transport][curl]") {
+  bool finished = false;
+  {
+    asio::io_context io;
+    tcp::acceptor silent(io, {asio::ip::make_address("127.0.0.1"), 0});
+    tcp::socket held(io);  // accepted, never answered
+    silent.async_accept(held, [](const boost::system::error_code&) {});
+    const std::string url = "http://127.0.0.1:" + std::to_string(silent.local_endpoint().port()) + "/";
+    Client client(io, "curl");
+    Engine* engine = client.engine.get();
+    asio::co_spawn(
+        io,
+        [engine, url, &finished]() -> asio::awaitable<void> {
+          (void)co_await engine->perform(request_at(url, 20'000));
+          finished = true;
+        },
+        asio::detached);
+    io.run_for(std::chrono::milliseconds(300));
+    REQUIRE(held.is_open());
+    REQUIRE(engine->in_flight() == 1);
+    client.engine.reset();
+  }
+  CHECK_FALSE(finished);
+}
+
 }  // namespace unit_engine_test
