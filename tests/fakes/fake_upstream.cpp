@@ -101,7 +101,7 @@
 //   refuse     ws_refuse: an upgrade is refused with HTTP 503; open sockets are dropped as by drop
 //   huge       ws_huge: the next event carries an "extraData" string of --ws-huge-bytes bytes
 //              (past the client's message limit) in one frame, of which only the header and the
-//              first 64 KiB are sent: from then on nothing more is sent (the message never ends,
+//              first 1 KiB are sent: from then on nothing more is sent (the message never ends,
 //              as from a provider that stalls mid-message) and nothing answered (neither
 //              a close frame nor a ping: a client that waits for our side of the closing handshake
 //              waits), what the client sends is read and dropped but for the code of its close
@@ -1746,7 +1746,7 @@ class Connection {
     }
   }
 
-  // One unfragmented text frame, its header and the first 64 KiB of its payload, written on the
+  // One unfragmented text frame, its header and the first 1 KiB of its payload, written on the
   // stream under the WebSocket (the reader stopped): the message never ends.
   asio::awaitable<void> write_raw_frame(const std::string& payload, beast::error_code& error) {
     std::string frame;
@@ -1763,7 +1763,7 @@ class Connection {
       for (int shift = 56; shift >= 0; shift -= 8)
         frame.push_back(static_cast<char>((length >> shift) & 0xff));
     }
-    frame.append(payload, 0, std::min<std::size_t>(payload.size(), 64 * 1024));
+    frame.append(payload, 0, std::min<std::size_t>(payload.size(), 1024));
     co_await asio::async_write(stream_, asio::buffer(frame), on_error(error));
   }
 
