@@ -131,6 +131,7 @@ struct WsSubscriptions::Shared {
   const Provider* provider = nullptr;  // where it is open
   std::string upstream_id;
   bool opening = false;
+  bool served = false;        // it was open once: another open continues its clients' stream
   asio::steady_timer opened;  // waiters for the first open
   struct Client {
     std::uint64_t session = 0;
@@ -284,6 +285,14 @@ asio::awaitable<std::string> WsSubscriptions::open(Shared& shared) {
     }
     by_key_.erase(key);
     error = "every client left";
+  } else if (shared.provider != nullptr && std::exchange(shared.served, true)) {
+    // Open again (by reopen(), or a new client's subscribe meanwhile): logs catch up first.
+    fmt::print(stderr, "rpcroute: websocket subscription on {}: {} opened again on {}\n",
+               shared.chain->name, first_string(shared.params), shared.provider->id);
+    if (auto found = by_key_.find(key); found != by_key_.end() && shared.kind == Kind::logs) {
+      shared.inbox.push_front({true, {}});
+      kick(found->second);
+    }
   }
   publish();
   co_return error;
@@ -408,15 +417,7 @@ asio::awaitable<void> WsSubscriptions::reopen(std::string key, std::shared_ptr<b
     const std::shared_ptr<Shared> shared = found->second;
     const std::string error = co_await open(*shared);
     if (!*alive || by_key_.count(key) == 0) co_return;
-    if (shared->provider != nullptr) {
-      fmt::print(stderr, "rpcroute: websocket subscription on {}: {} opened again on {}\n",
-                 shared->chain->name, first_string(shared->params), shared->provider->id);
-      if (shared->kind == Kind::logs) {
-        shared->inbox.push_front({true, {}});
-        kick(shared);
-      }
-      co_return;
-    }
+    if (shared->provider != nullptr) co_return;  // open() queued what its clients missed
     // Past the chain's resubscribe_timeout_ms without a provider: its clients are told.
     const auto limit = std::chrono::milliseconds(shared->chain->websocket.resubscribe_timeout_ms);
     const auto left =

@@ -30,6 +30,11 @@ namespace {
 
 constexpr auto kConnectLimit = std::chrono::seconds(5);
 constexpr auto kPingTimeout = std::chrono::seconds(20);
+// A socket given up for a message over the limit: its closing handshake (1009) gets this long.
+constexpr auto kTooBigCloseLimit = std::chrono::seconds(2);
+// Read at most this much of a message at a time: its size is checked as it comes (and from each
+// frame's header).
+constexpr std::size_t kReadChunk = 64 * 1024;
 
 struct WsTarget {
   bool tls = false;
@@ -144,7 +149,7 @@ asio::awaitable<std::string> open_transport(asio::any_io_executor ex, std::share
 
 /// The WebSocket handshake, the socket's bounds set first: empty, or why not.
 template <class LinkT>
-asio::awaitable<std::string> ws_handshake(LinkT& link, const WsTarget& t, std::size_t max_message) {
+asio::awaitable<std::string> ws_handshake(LinkT& link, const WsTarget& t) {
   websocket::stream_base::timeout limits{};
   limits.handshake_timeout = kConnectLimit;
   limits.idle_timeout = kPingTimeout;
@@ -154,7 +159,9 @@ asio::awaitable<std::string> ws_handshake(LinkT& link, const WsTarget& t, std::s
   boost::system::error_code ec;
   co_await link.with([&](auto& ws) {
     ws.set_option(limits);
-    ws.read_message_max(max_message);
+    // The read loop bounds messages itself (max_message_): Beast's own bound would close with
+    // 1009 and then wait for the provider's side of the closing handshake before the read ends.
+    ws.read_message_max(0);
     ws.auto_fragment(false);
     ws.text(true);
     return ws.async_handshake(host, t.target, asio::redirect_error(asio::use_awaitable, ec));
@@ -166,6 +173,28 @@ asio::awaitable<std::string> ws_handshake(LinkT& link, const WsTarget& t, std::s
     if (auto alert = detail::tls_alert_message(ec); !alert.empty()) co_return alert;
   }
   co_return ec.message();
+}
+
+/// A link given up for a message over the limit: the closing handshake with 1009 ("message too
+/// big"), which drains what the provider still sends, then the socket closes; within
+/// kTooBigCloseLimit whatever the provider does.
+template <class LinkT>
+asio::awaitable<void> close_too_big(asio::any_io_executor ex, std::shared_ptr<LinkT> link) {
+  asio::steady_timer limit(ex, kTooBigCloseLimit);
+  limit.async_wait([weak = std::weak_ptr<LinkT>(link)](const boost::system::error_code& e) {
+    if (auto l = weak.lock(); l && !e) {
+      boost::system::error_code ignored;
+      l->socket().close(ignored);
+    }
+  });
+  boost::system::error_code ec;
+  co_await link->with([&](auto& ws) {
+    return ws.async_close(websocket::close_code::too_big,
+                          asio::redirect_error(asio::use_awaitable, ec));
+  });
+  limit.cancel();
+  boost::system::error_code ignored;
+  link->socket().close(ignored);
 }
 
 }  // namespace
@@ -241,7 +270,7 @@ asio::awaitable<bool> WsUpstream::connect(std::string& error) {
   std::string why = co_await open_transport(ex_, link, *target, step);
   if (why.empty()) {
     step = "handshake";
-    why = co_await ws_handshake(*link, *target, max_message_);
+    why = co_await ws_handshake(*link, *target);
   }
   if (!why.empty()) {
     // Neither the URL nor its path (where a key may be) is named: the provider's id is.
@@ -314,15 +343,43 @@ asio::awaitable<void> WsUpstream::write_loop(std::shared_ptr<Link> link) {
 
 asio::awaitable<void> WsUpstream::read_loop(std::shared_ptr<Link> link) {
   beast::flat_buffer buffer;
+  bool too_big = false;
   while (link->alive) {
+    // A message a part at a time, never more than max_message_ + 1 bytes of it held.
     boost::system::error_code ec;
+    const std::size_t room = max_message_ + 1 - buffer.size();
     co_await link->with([&](auto& ws) {
-      return ws.async_read(buffer, asio::redirect_error(asio::use_awaitable, ec));
+      return ws.async_read_some(buffer, std::min(room, kReadChunk),
+                                asio::redirect_error(asio::use_awaitable, ec));
     });
     if (ec) break;
     if (!link->alive) break;
+    // The rest of the frame being read is known from its header (at least that much is to come):
+    // a message that cannot fit is refused now, not once it has all come.
+    const std::size_t rest = link->with([](auto& ws) -> std::size_t {
+      return ws.is_message_done() ? 0 : ws.read_size_hint(std::size_t{1});
+    });
+    if (buffer.size() > max_message_ || rest > max_message_ - buffer.size()) {
+      too_big = true;
+      break;
+    }
+    if (rest > 0) continue;
     dispatch(std::string_view(static_cast<const char*>(buffer.data().data()), buffer.size()));
     buffer.consume(buffer.size());
+  }
+  if (too_big) {
+    // A drop at once: the subscriptions move on now, while this socket closes with 1009 behind
+    // them (the provider's side of the handshake is not waited for).
+    fmt::print(stderr,
+               "rpcroute: websocket: provider {} sent a message over the {}-byte limit: closed "
+               "with 1009, treated as dropped\n",
+               provider_.id, max_message_);
+    link->alive = false;
+    const bool current = link_ == link;
+    if (current) link_.reset();  // dropped() leaves the socket to close_too_big
+    asio::co_spawn(ex_, close_too_big(ex_, link), asio::detached);
+    if (current) dropped();
+    co_return;
   }
   if (link_ == link) dropped();
 }

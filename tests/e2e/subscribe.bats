@@ -124,6 +124,30 @@ check_heads() { # OUT
   assert_equal "$(jq -s 'map(type == "object" and has("number") and has("hash") and has("parentHash")) | all' "$out")" true
 }
 
+@test "subscribe: newHeads --count 14 prints every head once and in order while the serving provider stalls" {
+  # p1's forwarder stops (SIGSTOP): its WebSocket stays open and silent, its HTTP hangs. The stall
+  # detector (3 block times without a head while p2's pollers see the chain move) fails over to p2,
+  # and the heads missed meanwhile come over HTTP.
+  start_chain 2
+  local out=$BATS_TEST_TMPDIR/stall.out err=$BATS_TEST_TMPDIR/stall.err
+  timeout 90 "$RPCROUTE_BIN" subscribe newHeads --count 14 -p "$P" --no-state >"$out" 2>"$err" 3>&- &
+  local pid=$!
+  wait_lines "$out" 4 20 || { cat "$err" "$P" >&2; false; }
+  kill -STOP "$(node_pid p1)"
+  wait_for_line "$err" 'no newHeads from provider p1 .*treated as dropped' 30
+  wait_for_line "$err" 'newHeads opened again on p2' 20
+  local status=0
+  wait "$pid" || status=$?
+  kill -KILL "$(node_pid p1)"
+  sed 's/^/# /' "$err" >&3
+  assert_equal "$status" 0 "exit status"
+  assert_equal "$(wc -l <"$out")" 14 "lines"
+  local summary
+  summary=$(check_heads "$out")
+  echo "# heads: $summary" >&3
+  grep -Eq 'newHeads: [0-9]+ heads backfilled' "$err"
+}
+
 @test "subscribe: logs with --address and --topic print exactly the logs eth_getLogs has, across a failover" {
   start_chain 2
   start_emitting

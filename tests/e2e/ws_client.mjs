@@ -14,6 +14,11 @@
 //                                            event (the head's number and the subscription; an
 //                                            error notification as {"ended": ERROR}) for
 //                                            SECONDS, then close with 1000 (or the server's close)
+//   node ws_client.mjs logs URL FILTER       a logs subscription (FILTER: its filter object): its
+//                                            id, then one line per log ({"log":[blockNumber,
+//                                            logIndex, blockHash, removed]}, numbers as numbers);
+//                                            an error notification as {"ended": ERROR}; runs until
+//                                            killed or the server closes ({"close":…})
 //   node ws_client.mjs follow URL HEADS LOG_FILTER NODE_URL   newHeads and logs (LOG_FILTER: the
 //                                            logs subscription's filter object) on one socket
 //                                            until HEADS heads came ({"head":N} for each), then a
@@ -225,6 +230,24 @@ if (mode === "call") {
     done(0);
   });
   setTimeout(() => ws.close(1000), seconds * 1000);
+} else if (mode === "logs") {
+  clearTimeout(limit); // ends when the test kills it
+  const ws = new WebSocket(url);
+  ws.on("open", () => ws.send(JSON.stringify({ jsonrpc: "2.0", id: 1, method: "eth_subscribe", params: ["logs", JSON.parse(rest[0])] })));
+  ws.on("message", (data) => {
+    const m = JSON.parse(data.toString());
+    if (m.id === 1) print({ id: m.result ?? null, error: m.error ?? null });
+    else if (m.method === "eth_subscription" && m.params.error) print({ ended: m.params.error });
+    else if (m.method === "eth_subscription") {
+      const l = m.params.result;
+      print({ log: [Number(l.blockNumber), Number(l.logIndex), l.blockHash, l.removed === true] });
+    }
+  });
+  ws.on("close", (code, reason) => {
+    print({ close: code, reason: reason.toString() });
+    done(0);
+  });
+  ws.on("error", (e) => print({ error: e.message }));
 } else if (mode === "follow") {
   const [heads, filter, nodeUrl] = [Number(rest[0]), JSON.parse(rest[1]), rest[2]];
   const ws = new WebSocket(url);

@@ -161,3 +161,91 @@ wait_heads() { # FILE N
   assert_equal "$(tail -n 1 "$out")" '{"close":1013,"reason":"no provider can serve a subscription of this connection"}' "the close"
   grep -q 'a subscription ended, closing with 1013' "$log"
 }
+
+# The logs client's lines in FILE as [block, index, hash] (removed ones dropped), from block FROM
+# to block TO.
+logs_of() { # FILE FROM TO
+  jq -c --argjson from "$2" --argjson to "$3" \
+    'select(.log and (.log[3] | not) and .log[0] >= $from and .log[0] <= $to) | .log[0:3]' "$1"
+}
+
+# The node's own eth_getLogs for the emitter's topic over FROM..TO, one [block, index, hash] a line.
+anvil_logs() { # EMITTER FROM TO
+  node_result ch eth_getLogs "[{\"address\":\"$1\",\"topics\":[\"$TOPIC\"],\"fromBlock\":\"$(printf '0x%x' "$2")\",\"toBlock\":\"$(printf '0x%x' "$3")\"}]" |
+    jq -c 'def n: ltrimstr("0x") | explode | reduce .[] as $c (0; . * 16 + (if $c >= 97 then $c - 87 else $c - 48 end));
+      .[] | [(.blockNumber | n), (.logIndex | n), .blockHash]'
+}
+
+@test "ws failover: a logs client that subscribes while the retries wait gets the same gap-free stream as the others" {
+  # One provider, its WebSocket through a forwarder that refuses (SIGUSR2) and then forwards again
+  # (SIGHUP); its HTTP (the catch-up's eth_getLogs) straight to anvil. Client A holds a logs
+  # subscription; the provider refuses: A's subscription is retried, ever more slowly. While the
+  # retries wait (8 s), the provider is back and client B subscribes to the same filter: B's
+  # subscribe opens it again. A must still get every log of the outage (the catch-up), and B the
+  # same stream from there: the catch-up first, then the live logs.
+  start_anvil ch --block-time 1
+  node_result ch eth_sendTransaction "[{\"from\":\"$DEV_ACCOUNT\",\"data\":\"$EMITTER_INIT\"}]" >/dev/null
+  local emitter=0x5fbdb2315678afecb367f032d93f642f64180aa3 dir code
+  local deadline=$((SECONDS + 10))
+  until code=$(node_result ch eth_getCode "[\"$emitter\",\"latest\"]") && [[ $code == '"0x600160006000a100"' ]]; do
+    ((SECONDS < deadline)) || { echo "emitter not deployed: $code" >&2; return 1; }
+    nap 0.2
+  done
+  dir=$(_proc_dir)
+  (
+    while :; do
+      node_result ch eth_sendTransaction "[{\"from\":\"$DEV_ACCOUNT\",\"to\":\"$emitter\"}]" >/dev/null || true
+      sleep 0.9
+    done
+  ) </dev/null >/dev/null 2>&1 3>&- &
+  echo "$!" >"$dir/txloop.pid"
+
+  start_forwarder p1 ch
+  write_profile "$P" --strategy priority "p1,url=$(node_url ch),ws_url=ws://127.0.0.1:$(node_port p1),timeout_ms=1500"
+  sed -i 's/^    block_time_ms: 1000$/&\n    websocket: { resubscribe_timeout_ms: 60000 }/' "$P"
+  start_serve sc -p "$P" --no-state
+  local log a=$BATS_TEST_TMPDIR/a.out b=$BATS_TEST_TMPDIR/b.out filter url
+  log=$(_node_file sc log)
+  url="ws://127.0.0.1:$(node_port sc)/rpc/local"
+  filter="{\"address\":\"$emitter\",\"topics\":[\"$TOPIC\"]}"
+  node "$WS_CLIENT" logs "$url" "$filter" >"$a" 3>&- &
+  echo "$!" >"$dir/client-a.pid"
+  wait_for_line "$a" '"log"' 20
+  local first
+  first=$(jq -s 'map(select(.log)) | .[0].log[0]' "$a")
+
+  kill -USR2 "$(node_pid p1)"
+  wait_for_line "$log" 'next try in 8000 ms' 30
+  kill -HUP "$(node_pid p1)"
+  local before
+  before=$(($(node_result ch eth_blockNumber '[]' | tr -d '"')))
+  ((before > first)) || { echo "anvil's head $before is not past block $first" >&2; return 1; }
+  node "$WS_CLIENT" logs "$url" "$filter" >"$b" 3>&- &
+  echo "$!" >"$dir/client-b.pid"
+  wait_for_line "$b" '"id":"0x' 10
+  # A few blocks of live logs after it, for both.
+  local until_block=$((before + 5)) last_a last_b
+  deadline=$((SECONDS + 30))
+  until last_a=$(jq -s 'map(select(.log)) | .[-1].log[0] // 0' "$a") && last_b=$(jq -s 'map(select(.log)) | .[-1].log[0] // 0' "$b") &&
+    ((last_a >= until_block && last_b >= until_block)); do
+    ((SECONDS < deadline)) || { echo "no logs up to block $until_block: A at $last_a, B at $last_b" >&2; cat "$log" >&2; return 1; }
+    nap 0.2
+  done
+  kill "$(cat "$dir/client-a.pid")" "$(cat "$dir/client-b.pid")"
+  grep -E 'opened again|could not be opened|backfilled|reorg' "$log" | sed 's/^/# /' >&3
+  assert_equal "$(jq -c 'select(.id != null or .error != null) | .error' "$b")" null "B's subscribe answer"
+  # A: every log from its first block up to the one before until_block (that one may be partial),
+  # exactly once.
+  local to=$((until_block - 1))
+  assert_equal "$(logs_of "$a" "$first" "$to")" "$(anvil_logs "$emitter" "$first" "$to")" "A's logs"
+  # B: the same stream from its first log on, and that first log is from before B subscribed: the
+  # catch-up reached B too.
+  local b_first
+  b_first=$(jq -s 'map(select(.log)) | .[0].log[0]' "$b")
+  echo "# A's logs from block $first, B's from $b_first; B subscribed at block $before" >&3
+  ((b_first <= before)) || { echo "B's first log is from block $b_first, after it subscribed at $before" >&2; return 1; }
+  assert_equal "$(logs_of "$b" "$b_first" "$to")" "$(anvil_logs "$emitter" "$b_first" "$to")" "B's logs"
+  assert_equal "$(jq -c 'select(.log and .log[3])' "$a" "$b")" "" "removed logs"
+  grep -Eq 'logs opened again on p1' "$log"
+  grep -Eq 'logs: backfilled blocks [0-9]+\.\.[0-9]+ \([1-9][0-9]* logs new\)' "$log"
+}

@@ -14,7 +14,8 @@
 # parentHash the hash of the head before (no gap, no duplicate, no break). The fault must have hit
 # (F's /_stats "ws" counts it) and, but for slow (which only delays), the subscription must have
 # moved to H. The garbage and huge rows must leave the sidecar answering (/healthz) with its
-# resident memory grown by less than RSS_GROWTH_KB.
+# resident memory grown by less than RSS_GROWTH_KB. Two more huge rows turn the stall detector off
+# in practice: the message over the limit alone must move the subscription, at once (ws_huge_row).
 #
 # Every row runs twice: fakes on ws:// (plain) and on wss:// (the fake's TLS mode, a test CA the
 # profile trusts through tls: {ca_file}). Every row also checks that the sidecar's log never shows
@@ -72,9 +73,10 @@ wait_heads() { # FILE N LIMIT_S
   done
 }
 
-# One row: FAULT over SCHEME (ws or wss).
-ws_fault_row() { # FAULT SCHEME
-  local fault=$1 scheme=$2 http=http host=127.0.0.1 tls="" n
+# One row: FAULT over SCHEME (ws or wss), with websocket.stall_blocks STALL_BLOCKS (default 4);
+# with MOVE_LIMIT_S, H must have taken the subscription within that many seconds of the fault.
+ws_fault_row() { # FAULT SCHEME [STALL_BLOCKS [MOVE_LIMIT_S]]
+  local fault=$1 scheme=$2 stall_blocks=${3:-4} move_limit=${4:-} http=http host=127.0.0.1 tls="" n
   if [[ $scheme == wss ]]; then
     http=https host=localhost tls="        tls: { ca_file: $TEST_PKI/ca.pem }"
     start_tls_fake f --mine-per-sec 4 --ws-slow-ms 600
@@ -93,7 +95,7 @@ ws_fault_row() { # FAULT SCHEME
     echo "    chain_id: 31337"
     echo "    block_time_ms: 250"
     echo "    max_lag_blocks: 40"
-    echo "    websocket: { stall_blocks: 4 }"
+    echo "    websocket: { stall_blocks: $stall_blocks }"
     echo "    providers:"
     for n in f h; do
       echo "      - id: $n"
@@ -122,6 +124,17 @@ ws_fault_row() { # FAULT SCHEME
   rss_before=$(rss_kb "$pid")
 
   fake_control f "{\"ws_fault\":\"$fault\"}"
+  if [[ -n $move_limit ]]; then
+    local deadline=$((SECONDS + move_limit))
+    until (($(fake_stat h '.ws.subscriptions') >= 1)); do
+      ((SECONDS <= deadline)) || {
+        echo "H took no subscription within $move_limit s of the $fault fault" >&2
+        sed 's/^/sidecar: /' "$log" | tail -n 30 >&2
+        return 1
+      }
+      nap 0.1
+    done
+  fi
   wait_heads "$out" $((HEADS_BEFORE + HEADS_AFTER)) "$LIMIT_S" || {
     sed 's/^/sidecar: /' "$log" | tail -n 30 >&2
     return 1
@@ -193,6 +206,36 @@ ws_fault_row() { # FAULT SCHEME
 
 @test "ws fault huge over ws://: heads go on, the sidecar neither fails nor grows" {
   ws_fault_row huge ws
+}
+
+# A message over the sidecar's limit (8 MiB; the fake's is 16 MiB) ends the socket at once: closed
+# with 1009, the subscription moves to H. The fake's message never ends (its last byte is not sent)
+# and it answers nothing, not even the closing handshake: waiting for that (what Beast's own
+# message limit does) held the drop until the stall detector fired, or without one (stall_blocks
+# 400: 100 s) until Beast's timer closed the socket 10 s after the read began. So H must take the
+# subscription within 6 s of the fault.
+ws_huge_row() { # SCHEME
+  ws_fault_row huge "$1" 400 6
+  local log
+  log=$(_node_file sc log)
+  grep -Eq 'provider f sent a message over the 8388608-byte limit: closed with 1009' "$log" || {
+    echo "no line for the message over the limit in the sidecar's log:" >&2
+    tail -n 20 "$log" >&2
+    return 1
+  }
+  ! grep -q 'treated as dropped' "$log"
+  (($(fake_stat f '.ws.too_big') >= 1)) || {
+    echo "F got no close frame with 1009: $(fake_stats f)" >&2
+    return 1
+  }
+}
+
+@test "ws fault huge over ws://, stall detector far off: closed with 1009 at once, heads go on from H" {
+  ws_huge_row ws
+}
+
+@test "ws fault huge over wss://, stall detector far off: closed with 1009 at once, heads go on from H" {
+  ws_huge_row wss
 }
 
 @test "ws fault drop over wss://: heads go on from H, none lost or repeated" {

@@ -99,8 +99,14 @@
 //              subscription nobody holds; answers to calls are still sent
 //   slow       ws_slow: each event waits --ws-slow-ms first (the socket falls behind the chain)
 //   refuse     ws_refuse: an upgrade is refused with HTTP 503; open sockets are dropped as by drop
-//   huge       ws_huge: each event carries an "extraData" string of --ws-huge-bytes bytes (past
-//              the client's message limit)
+//   huge       ws_huge: the next event carries an "extraData" string of --ws-huge-bytes bytes
+//              (past the client's message limit) in one frame, of which only the header and the
+//              first 1 KiB are sent: from then on nothing more is sent (the message never ends,
+//              as from a provider that stalls mid-message) and nothing answered (neither
+//              a close frame nor a ping: a client that waits for our side of the closing handshake
+//              waits), what the client sends is read and dropped but for the code of its close
+//              frame (1009 counts in "too_big"), and the socket stays open 30 s after the client's
+//              FIN
 //
 // Control API:
 //   POST /_control  JSON object, every field optional; answers 200 {"ok":true}, or 400
@@ -141,10 +147,11 @@
 //     gave up (a router that abandons work it no longer needs brings it back to 0 at once).
 //     held: requests "hold" keeps waiting now.
 //     ws: {"fault":NAME,"open":N,"upgrades":N,"refused":N,"calls":N,"subscriptions":N,
-//          "unsubscribes":N,"events":N,"faulty":N,"drops":N,"stalls":N}: WebSockets open now,
-//     upgrades accepted and refused, JSON-RPC calls read from WebSockets (not in "calls" above),
-//     subscriptions served and ended, head events sent whole, frames sent instead of events
-//     (garbage, huge), sockets dropped and stalled. reset_stats zeroes all but "open".
+//          "unsubscribes":N,"events":N,"faulty":N,"drops":N,"stalls":N,"too_big":N}: WebSockets
+//     open now, upgrades accepted and refused, JSON-RPC calls read from WebSockets (not in "calls"
+//     above), subscriptions served and ended, head events sent whole, frames sent instead of
+//     events (garbage, huge), sockets dropped and stalled, and close frames received with code
+//     1009 (the client's "message too big"). reset_stats zeroes all but "open".
 //     With --tls-cert only, a last member "tls":{"connections":N,"handshakes":N,"failures":N,
 //     "hanging":N}: TCP connections accepted, TLS handshakes completed and failed (the client
 //     refused the certificate, gave none under --tls-client-ca, …), connections held now by
@@ -857,6 +864,7 @@ struct Stats {
   std::uint64_t ws_faulty = 0;         // frames sent instead of an event (garbage, huge)
   std::uint64_t ws_drops = 0;          // sockets closed mid-stream (drop, refuse)
   std::uint64_t ws_stalls = 0;         // sockets stalled (stall)
+  std::uint64_t ws_too_big = 0;        // close frames received with 1009 (message too big)
 
   void record(const RpcRequest& request, std::string_view path) {
     ++requests;
@@ -927,10 +935,10 @@ struct Upstream {
     fmt::format_to(std::back_inserter(out),
                    R"(,"ws":{{"fault":"{}","open":{},"upgrades":{},"refused":{},"calls":{},)"
                    R"("subscriptions":{},"unsubscribes":{},"events":{},"faulty":{},"drops":{},)"
-                   R"("stalls":{}}}}})",
+                   R"("stalls":{},"too_big":{}}}}})",
                    ws_fault_name(ws.fault), ws_open, stats.ws_upgrades, stats.ws_refused,
                    stats.ws_calls, stats.ws_subscriptions, stats.ws_unsubscribes, stats.ws_events,
-                   stats.ws_faulty, stats.ws_drops, stats.ws_stalls);
+                   stats.ws_faulty, stats.ws_drops, stats.ws_stalls, stats.ws_too_big);
     if (tls) {
       out.pop_back();
       fmt::format_to(std::back_inserter(out),
@@ -1574,6 +1582,7 @@ class Connection {
     std::uint64_t garbage = 0;       // garbage frames sent (which kind comes next)
     bool done = false;               // the socket is gone, or was dropped: both loops end
     bool stalled = false;            // stall: nothing read or written until the client leaves
+    bool huge = false;               // huge: the reader stopped, the frame is sent or on its way
     bool writing = true;             // the writer runs
   };
   using WsSocket = websocket::stream<Stream&>;
@@ -1599,7 +1608,7 @@ class Connection {
     while (!peer.done) {
       beast::flat_buffer in;
       co_await ws.async_read(in, on_error(error));
-      if (error || peer.done) break;
+      if (error || peer.done || peer.huge) break;
       std::string body = beast::buffers_to_string(in.data());
       const RpcRequest rpc = upstream_.reader.read(body);
       upstream_.stats.ws_calls += rpc.no_calls ? 0 : rpc.calls.size();
@@ -1612,6 +1621,19 @@ class Connection {
       std::array<char, 4096> discard{};
       beast::error_code gone;
       while (!gone) co_await socket().async_read_some(asio::buffer(discard), on_error(gone));
+    } else if (peer.huge) {
+      // Nothing answered either, but the client's frames are looked at for its close code.
+      std::array<char, 4096> chunk{};
+      std::string frames;
+      beast::error_code gone;
+      while (!gone) {
+        const std::size_t n = co_await stream_.async_read_some(asio::buffer(chunk), on_error(gone));
+        frames.append(chunk.data(), n);
+        count_close_codes(frames);
+      }
+      // Its end (FIN) is not taken as one either: the socket stays open for a while.
+      asio::steady_timer linger(co_await asio::this_coro::executor, kWsHugeLinger);
+      co_await linger.async_wait(on_error(gone));
     }
     peer.done = true;
     beast::error_code ignored;
@@ -1687,6 +1709,64 @@ class Connection {
     }
   }
 
+  // huge: how long the socket stays open after the client's FIN (a client that waits for our end
+  // of the connection waits that long).
+  static constexpr auto kWsHugeLinger = std::chrono::seconds(30);
+
+  // Takes the whole client frames (masked) off the front of `frames`; a close frame with 1009
+  // counts in ws_too_big. A frame longer than a client of ours sends is not looked into.
+  void count_close_codes(std::string& frames) {
+    for (;;) {
+      if (frames.size() < 2) return;
+      const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(frames[i]); };
+      std::uint64_t length = byte(1) & 0x7f;
+      std::size_t at = 2;
+      if (length == 126 || length == 127) {
+        const std::size_t bytes = length == 126 ? 2 : 8;
+        if (frames.size() < at + bytes) return;
+        length = 0;
+        for (std::size_t i = 0; i < bytes; ++i) length = (length << 8) | byte(at + i);
+        at += bytes;
+      }
+      if (length > 65536) {
+        frames.clear();
+        return;
+      }
+      const bool masked = (byte(1) & 0x80) != 0;
+      const std::size_t mask_at = at;
+      if (masked) at += 4;
+      if (frames.size() < at + length) return;
+      if ((byte(0) & 0x0f) == 0x8 && length >= 2) {
+        unsigned code = 0;
+        for (std::size_t i = 0; i < 2; ++i)
+          code = (code << 8) | (byte(at + i) ^ (masked ? byte(mask_at + i) : 0));
+        if (code == 1009) ++upstream_.stats.ws_too_big;
+      }
+      frames.erase(0, at + length);
+    }
+  }
+
+  // One unfragmented text frame, its header and the first 1 KiB of its payload, written on the
+  // stream under the WebSocket (the reader stopped): the message never ends.
+  asio::awaitable<void> write_raw_frame(const std::string& payload, beast::error_code& error) {
+    std::string frame;
+    frame.push_back(static_cast<char>(0x81));  // FIN, text
+    const std::uint64_t length = payload.size();
+    if (length < 126) {
+      frame.push_back(static_cast<char>(length));
+    } else if (length < 65536) {
+      frame.push_back(static_cast<char>(126));
+      for (int shift = 8; shift >= 0; shift -= 8)
+        frame.push_back(static_cast<char>((length >> shift) & 0xff));
+    } else {
+      frame.push_back(static_cast<char>(127));
+      for (int shift = 56; shift >= 0; shift -= 8)
+        frame.push_back(static_cast<char>((length >> shift) & 0xff));
+    }
+    frame.append(payload, 0, std::min<std::size_t>(payload.size(), 1024));
+    co_await asio::async_write(stream_, asio::buffer(frame), on_error(error));
+  }
+
   static std::string head_event(std::string_view subscription, std::string_view result) {
     return fmt::format(
         R"({{"jsonrpc":"2.0","method":"eth_subscription","params":{{"subscription":"{}","result":{}}}}})",
@@ -1708,7 +1788,7 @@ class Connection {
         beast::error_code ignored;
         co_await peer.wake.async_wait(on_error(ignored));
       }
-      if (peer.done) break;
+      if (peer.done || peer.huge) break;  // huge: nothing follows its frame
       if (upstream_.ws.fault == WsFault::stall) {
         peer.stalled = true;
         beast::error_code ignored;
@@ -1723,7 +1803,7 @@ class Connection {
       const std::uint64_t head = upstream_.chain.height();
       while (!peer.done && !peer.heads.empty() && peer.last_head < head) {
         const WsFault fault = upstream_.ws.fault;
-        if (fault == WsFault::stall) break;  // the next round stalls the socket
+        if (fault == WsFault::stall || peer.huge) break;  // the next round stalls the socket
         if (fault == WsFault::drop || fault == WsFault::refuse) {
           // The TCP socket closed mid-stream: no close frame (over TLS no close_notify either).
           ++upstream_.stats.ws_drops;
@@ -1748,11 +1828,17 @@ class Connection {
             co_await write(garbage_frame(peer.garbage++));
             ++upstream_.stats.ws_faulty;
           } else if (fault == WsFault::huge) {
-            // A whole event, but its result carries a string past the client's message limit.
+            // A whole event, but its result carries a string past the client's message limit;
+            // the reader stops first (nothing the client sends is answered from now on), and
+            // nothing follows the frame.
+            peer.huge = true;
+            beast::error_code ignored;
+            socket().cancel(ignored);
             std::string big = R"({"number":)" + hex_quantity(number) + R"(,"extraData":)" +
                               huge_result(upstream_.ws.huge_bytes) + '}';
-            co_await write(head_event(subscription, big));
+            co_await write_raw_frame(head_event(subscription, big), error);
             ++upstream_.stats.ws_faulty;
+            break;
           } else {
             co_await write(head_event(subscription, head_result));
             if (!peer.done) ++upstream_.stats.ws_events;
