@@ -253,7 +253,8 @@ std::string Metrics::render(const std::vector<const Profile*>& profiles, const S
       "# HELP rpcroute_provider_height Last block height seen from the provider.\n# TYPE "
       "rpcroute_provider_height gauge\n";
   std::string marks =
-      "# HELP rpcroute_high_water_mark Greatest block height returned to clients.\n# TYPE "
+      "# HELP rpcroute_high_water_mark Greatest block height returned to clients or polled and "
+      "confirmed.\n# TYPE "
       "rpcroute_high_water_mark gauge\n";
   for (const auto* p : profiles) {
     for (const auto& c : p->chains) {
