@@ -302,6 +302,8 @@ void write_shared_status(json::Writer& w, const shared::SharedStatus& s) {
   w.value(static_cast<std::int64_t>(s.adopted));
   w.key("write_errors");
   w.value(static_cast<std::int64_t>(s.write_errors));
+  w.key("script_reloads");
+  w.value(static_cast<std::int64_t>(s.script_reloads));
   w.key("last_error");
   w.value(s.last_error);
   w.end_object();

@@ -115,8 +115,12 @@ std::string Metrics::render_shared(const shared::SharedStatus& s) {
       "rpcroute_shared_state_adopted_total {}\n"
       "# HELP rpcroute_shared_state_write_errors_total Writes Redis refused (a full Redis).\n"
       "# TYPE rpcroute_shared_state_write_errors_total counter\n"
-      "rpcroute_shared_state_write_errors_total {}\n",
-      s.state == shared::LinkState::up ? 1 : 0, s.fallbacks, s.syncs, s.adopted, s.write_errors);
+      "rpcroute_shared_state_write_errors_total {}\n"
+      "# HELP rpcroute_shared_state_script_reloads_total Lua scripts Redis had forgotten "
+      "(NOSCRIPT), loaded again.\n# TYPE rpcroute_shared_state_script_reloads_total counter\n"
+      "rpcroute_shared_state_script_reloads_total {}\n",
+      s.state == shared::LinkState::up ? 1 : 0, s.fallbacks, s.syncs, s.adopted, s.write_errors,
+      s.script_reloads);
 }
 
 void Metrics::render_cache(std::string& out) const {
@@ -249,7 +253,8 @@ std::string Metrics::render(const std::vector<const Profile*>& profiles, const S
       "# HELP rpcroute_provider_height Last block height seen from the provider.\n# TYPE "
       "rpcroute_provider_height gauge\n";
   std::string marks =
-      "# HELP rpcroute_high_water_mark Greatest block height returned to clients.\n# TYPE "
+      "# HELP rpcroute_high_water_mark Greatest block height returned to clients or polled and "
+      "confirmed.\n# TYPE "
       "rpcroute_high_water_mark gauge\n";
   for (const auto* p : profiles) {
     for (const auto& c : p->chains) {

@@ -200,3 +200,67 @@ EOF
   assert_status 0
   assert_jq '.meta.provider == "thigh" and .meta.block == 102'
 }
+
+# The high-water mark of chain local in sidecar NAME's /metrics (empty when none).
+mark_of() { # NAME
+  curl -sf --max-time 5 "$(node_url "$1")/metrics" |
+    awk '/^rpcroute_high_water_mark\{.*chain="local"/ { print $NF }'
+}
+
+# The height sidecar NAME last saw PROVIDER at (its /metrics gauge).
+height_of() { # NAME PROVIDER
+  curl -sf --max-time 5 "$(node_url "$1")/metrics" |
+    awk -v p="provider=\"$2\"" '/^rpcroute_provider_height\{/ && index($0, p) { print $NF }'
+}
+
+# Waits up to LIMIT seconds (default 10) until the mark of sidecar NAME is VALUE.
+wait_mark() { # NAME VALUE [LIMIT_S]
+  local deadline=$((SECONDS + ${3:-10})) m=""
+  while ((SECONDS < deadline)); do
+    m=$(mark_of "$1")
+    [[ $m == "$2" ]] && return 0
+    nap 0.1
+  done
+  echo "sidecar $1: mark '$m', not '$2'" >&2
+  return 1
+}
+
+@test "the sidecar's head poll raises the mark with no client request; a lone claim never does (one provider over HTTPS)" {
+  make_test_pki "$BATS_TEST_TMPDIR/pki"
+  start_fake a --height 100
+  start_fake b --height 100
+  start_tls_fake t --height 100
+  cat >"$P" <<EOF
+chains:
+  local:
+    chain_id: 31337
+    block_time_ms: 1000
+    providers:
+      - { id: a, url: "$(node_url a)" }
+      - { id: b, url: "$(node_url b)" }
+      - { id: t, url: "$(node_url t)", tls: { ca_file: "$TEST_PKI/ca.pem" } }
+EOF
+  start_serve sc --profile "$P" --no-state
+  # No client asks anything: the polls (one a second) alone raise the mark, and move it on.
+  wait_mark sc 100
+  local n
+  for n in a b t; do fake_control "$n" '{"height":105}'; done
+  wait_mark sc 105
+  # The HTTPS provider alone claims 150, the two others 105: polled, seen, not believed.
+  fake_control t '{"height":150}'
+  local deadline=$((SECONDS + 10))
+  until [[ $(height_of sc t) == 150 ]]; do
+    ((SECONDS < deadline)) || { echo "t was not polled at 150" >&2; return 1; }
+    nap 0.1
+  done
+  nap 2.5 # more polls of every provider
+  [[ $(mark_of sc) == 105 ]] || { echo "mark $(mark_of sc) after a lone claim of 150" >&2; return 1; }
+  # Confirmed by a second provider, the height is the chain's.
+  fake_control a '{"height":150}'
+  wait_mark sc 150
+  # And a client asking now never gets less.
+  local out
+  out=$(curl -sf --max-time 5 -X POST -H 'content-type: application/json' \
+    --data '{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":[]}' "$(node_url sc)/rpc/local")
+  (($(jq -r .result <<<"$out") >= 150))
+}

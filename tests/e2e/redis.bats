@@ -520,3 +520,75 @@ EOF
   status_of h3 | jq -e '.shared_state.last_error | test("TLS: ")'
   bn_via h3 >/dev/null
 }
+
+# The mark of chain local in Redis (the c: hash's block), as redis-cli prints it; empty when none.
+redis_mark() { # PORT
+  local key
+  key=$(redis-cli -p "$1" --scan --pattern 'rpcroute:c:*' | head -1)
+  [[ -n $key ]] && redis-cli -p "$1" hget "$key" b
+}
+
+# Writes a new height through sidecar h1 (an answer raises the mark, written to Redis at once) and
+# waits until Redis holds it.
+mark_lands() { # PORT HEIGHT
+  fake_control good "{\"height\":$2}"
+  bn_via h1 >/dev/null
+  local deadline=$((SECONDS + 5))
+  until [[ $(redis_mark "$1") == "$2" ]]; do
+    ((SECONDS < deadline)) || { echo "mark $2 never reached Redis (has '$(redis_mark "$1")')" >&2; return 1; }
+    nap 0.05
+  done
+}
+
+# Redis forgets the Lua scripts between two writes (SCRIPT FLUSH): the second write lands, nothing
+# is refused or logged, the link stays up, and the reload is counted.
+flush_between_writes() { # PORT (plain, for redis-cli)
+  local port=$1
+  mark_lands "$port" 3000
+  [[ $(redis-cli -p "$port" script flush) == OK ]]
+  mark_lands "$port" 3100
+  mark_lands "$port" 3200 # EVALSHA again after the reload
+  local s
+  s=$(status_of h1)
+  jq -e '.shared_state.state == "up" and .shared_state.write_errors == 0 and
+    .shared_state.fallbacks == 0 and .shared_state.script_reloads >= 1' <<<"$s" || { echo "$s" >&2; return 1; }
+  (($(metric_of h1 rpcroute_shared_state_script_reloads_total) >= 1))
+  ! grep -q 'refuses writes' "$SC_LOG"
+  # Another host reads what was written after the flush.
+  serve_shared h2
+  (($(bn_via h2 | xargs printf '%d') >= 3200))
+}
+
+@test "SCRIPT FLUSH between two writes: the second lands in Redis, nothing refused, link up" {
+  start_redis redis
+  start_fake good --height 2000
+  write_profile "$P" good
+  serve_shared h1
+  flush_between_writes "$(node_port redis)"
+}
+
+@test "rediss://: SCRIPT FLUSH between two writes, the second lands as over plain Redis" {
+  make_test_pki "$BATS_TEST_TMPDIR/pki"
+  local tls_port
+  tls_port=$(free_port)
+  start_redis redis --tls-port "$tls_port" --tls-cert-file "$TEST_PKI/server.pem" \
+    --tls-key-file "$TEST_PKI/server.key" --tls-ca-cert-file "$TEST_PKI/ca.pem" --tls-auth-clients no
+  start_fake good --height 2000
+  cat >"$P" <<EOF2
+name: e2e
+chains:
+  local:
+    chain_id: 31337
+    providers:
+      - { id: good, url: "$(node_url good)" }
+shared_state:
+  redis: "rediss://localhost:$tls_port/0"
+  tls: { ca_file: "$TEST_PKI/ca.pem" }
+EOF2
+  sidecar_start h1 --profile "$P" --no-state --no-probe
+  wait_shared h1 up
+  status_of h1 | jq -e '.shared_state.redis | startswith("rediss://")'
+  # h2 (started by the helper) joins through the profile's rediss:// URL as well.
+  serve_shared() { sidecar_start "$1" --profile "$P" --no-state --no-probe && wait_shared "$1" up; }
+  flush_between_writes "$(node_port redis)"
+}

@@ -126,6 +126,12 @@ void head_claims(std::vector<HeadClaim>& out, const HealthView& view, const Prof
 [[nodiscard]] bool mark_supported(const HealthView& view, const Profile& profile,
                                   const Chain& chain, const Height& mark, std::int64_t now_ms);
 
+/// Raises the chain's never-backwards mark to `height`, which `provider` was seen at (the
+/// sidecar's head poll), when mark_supported() believes it and the provider is not on another
+/// chain: the same rule as a client's `latest` block answer. Returns whether it recorded it.
+bool raise_mark(HealthStore& store, const Profile& profile, const Chain& chain,
+                const Provider& provider, const Height& height);
+
 /// Checks the eth_blockNumber answers in `ex` before anyone believes them: one that chain_head()
 /// would quarantine (absurd, a jump, unconfirmed) becomes a provider failure (bad_response), and
 /// its height is recorded so that the provider stays quarantined while the claim is fresh. `key`:

@@ -61,6 +61,12 @@ struct Classification {
 /// reuse codes loosely (anvil's -32602 "BlockOutOfRangeError" is a capability error).
 [[nodiscard]] OutcomeClass classify_rpc_error(std::int64_t code, std::string_view message);
 
+/// Whether an error message says the node lacks the state or history of the block asked (pruned:
+/// an archive provider has it), as opposed to not having reached the block yet or a bad request.
+/// The router teaches `archival_seen: false` from it (tests/fixtures/provider-errors.json,
+/// `missing_state`).
+[[nodiscard]] bool says_missing_state(std::string_view message);
+
 /// One row of the message table, exposed so tests can enumerate it.
 struct MessageRule {
   std::string_view needle;   // lower-case substring

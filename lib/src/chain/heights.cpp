@@ -168,6 +168,22 @@ bool mark_supported(const HealthView& view, const Profile& profile, const Chain&
   return head.head && mark.block <= height_at(*head.head, now_ms, chain) + chain.max_lag_blocks;
 }
 
+bool raise_mark(HealthStore& store, const Profile& profile, const Chain& chain,
+                const Provider& provider, const Height& height) {
+  // Not a provider on another chain (its heights are not this chain's), and only a height the head
+  // rule believes: a lone claim the others do not confirm (a liar, a jump, an absurd figure) never
+  // moves the mark.
+  const ProviderState* ps = store.provider(provider_key(profile.name, chain.name, provider));
+  if (ps != nullptr && ps->probe.chain_id != 0 && ps->probe.chain_id != chain.chain_id)
+    return false;
+  auto key = chain_key(profile.name, chain);
+  if (const ChainState* cs = store.chain(key); cs != nullptr && height.block < cs->high_water.block)
+    return false;  // below the mark: nothing to raise (a lower mark is reset by answers only)
+  if (!mark_supported(store, profile, chain, height, height.t_ms)) return false;
+  store.record(HighWaterEvent{std::move(key), height, false}, profile.health);
+  return true;
+}
+
 bool refuse_doubtful_heads(HealthStore& store, const Profile& profile, const Chain& chain,
                            const Provider& provider, std::string_view key,
                            std::span<const UpstreamCall> calls, Exchange& ex, std::int64_t now_ms) {

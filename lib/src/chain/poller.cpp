@@ -104,6 +104,9 @@ asio::awaitable<bool> poll_head_once(const PollTarget& t, std::int64_t timeout_m
   if (ex.per_call[0].cls != OutcomeClass::success) co_return false;
   if (auto h = jsonrpc::parse_quantity(*ex.replies[0]->result)) {
     observe_height(t.store, t.profile, t.chain, t.provider, Height{*h, now}, t.rng.uniform());
+    // A height the chain has reached raises the never-backwards mark, as an answer to a client
+    // does, when the head rule believes it.
+    (void)raise_mark(t.store, t.profile, t.chain, t.provider, Height{*h, now});
   }
   co_return true;
 }

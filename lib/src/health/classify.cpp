@@ -84,7 +84,8 @@ constexpr MessageRule kMessageRules[] = {
     {"request count exceeded", "", C::rate_limited},
     {"quota exceeded", "", C::rate_limited},
     {"throughput", "exceeded", C::rate_limited},
-    {"request limit reached", "", C::rate_limited},  // QuickNode -32007 "100/second request ..."
+    {"request limit reached", "", C::rate_limited},     // QuickNode -32007 "100/second request ..."
+    {"timeout on the free tier", "", C::rate_limited},  // dRPC code 30: the free tier throttles
     {"missing trie node", "", C::capability},
     {"header not found", "", C::capability},
     {"state not available", "", C::capability},
@@ -93,6 +94,7 @@ constexpr MessageRule kMessageRules[] = {
     {"state unavailable", "", C::capability},   // Besu "World state unavailable"
     {"no state available", "", C::capability},  // Nethermind -32002 "No state available for block"
     {"due to pruning", "", C::capability},      // Erigon "old data not available due to pruning"
+    {"receipt not available", "", C::capability},  // Nethermind -32000, receipts pruned
     {"blockoutofrange", "", C::capability},
     {"block out of range", "", C::capability},
     {"unknown block", "", C::capability},
@@ -109,6 +111,9 @@ constexpr MessageRule kMessageRules[] = {
     {"range too large", "", C::capability},
     {"range limit", "", C::capability},      // Besu -32005 "... exceeds maximum RPC range limit"
     {"blocks distance", "", C::capability},  // Ankr "maximum [from, to] blocks distance: 10000"
+    {"exceeds limit of", "range", C::capability},   // Infura -32602 "range N exceeds limit of M"
+    {"too many logs", "", C::capability},           // Erigon "query returns too many logs, ..."
+    {"exceeds max batch size", "", C::capability},  // Besu -32005: --rpc-http-max-batch-size
     {"range is too large", "", C::capability},
     {"query returned more than", "", C::capability},
     {"too many blocks", "", C::capability},
@@ -205,6 +210,31 @@ OutcomeClass classify_rpc_error(std::int64_t code, std::string_view message) {
     if (r.code == code) return r.cls;
   }
   return C::unknown;
+}
+
+bool says_missing_state(std::string_view message) {
+  const auto m = lower(message.substr(0, 1024));
+  // Each wording says the node no longer has (or never kept) the old state or history, never that
+  // it has not reached the block yet ("header not found", "block not found": a lagging node) nor
+  // that the request is wrong ("invalid block range").
+  for (std::string_view needle : {
+           "missing trie node",       // geth, Cloudflare, Chainstack: pruned trie
+           "state not available",     // geth
+           "state is not available",  // geth (path scheme)
+           "historical state",        // geth "required historical state unavailable"
+           "state histories haven't been fully indexed",  // geth archive still indexing
+           "state unavailable",                           // Besu -32000 "World state unavailable"
+           "no state available",     // Nethermind -32002 "No state available for block"
+           "pruned",                 // reth "State at block #N is pruned", geth 4444
+           "due to pruning",         // Erigon PrunedError
+           "data before txnum",      // Erigon 3 "... but data before txNum=N is not available"
+           "state pruning",          // OpenEthereum "running with state pruning"
+           "access to archive",      // Infura "does not have access to archive state"
+           "receipt not available",  // Nethermind: old receipts pruned
+       }) {
+    if (m.find(needle) != std::string::npos) return true;
+  }
+  return false;
 }
 
 std::int64_t retry_after_ms(std::string_view header, std::string_view message,

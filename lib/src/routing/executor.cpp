@@ -14,18 +14,6 @@ namespace rpcroute {
 
 namespace {
 
-/// Answers that say the node has no state for the block asked: it is not archival.
-bool says_missing_state(std::string_view message) {
-  std::string m(message);
-  std::transform(m.begin(), m.end(), m.begin(), [](unsigned char c) { return std::tolower(c); });
-  for (std::string_view needle :
-       {"missing trie node", "state not available", "historical state", "state is not available",
-        "state histories haven't been fully indexed", "pruned"}) {
-    if (m.find(needle) != std::string::npos) return true;
-  }
-  return false;
-}
-
 /// Why a call ends unavailable, in the words of the 503 details.
 std::string give_up_reason(GiveUp why, std::string_view provider, Outcome outcome) {
   switch (why) {

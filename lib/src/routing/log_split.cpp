@@ -58,10 +58,12 @@ const std::vector<std::regex>& block_limit_patterns() {
   static const std::vector<std::regex> res = [] {
     std::vector<std::regex> v;
     for (const char* p : {
-             "up to a " RPCROUTE_NUM " block range",                   // Alchemy
-             "limited to a " RPCROUTE_NUM " (?:blocks? )?range",       // QuickNode
-             "max(?:imum)? (?:block )?range(?: is)?:? " RPCROUTE_NUM,  // Cloudflare, BSC
-             "max(?:imum)? block range (?:of |is )?" RPCROUTE_NUM,     // reth, erigon
+             "up to a " RPCROUTE_NUM " block range",                      // Alchemy
+             "limited to a " RPCROUTE_NUM " (?:blocks? )?range",          // QuickNode
+             "max(?:imum)? (?:block )?range(?: is)?:? " RPCROUTE_NUM,     // Cloudflare, BSC
+             "max(?:imum)? block range (?:of |is |= )?" RPCROUTE_NUM,     // reth, erigon, Morph
+             "range [0-9,]+ exceeds (?:the )?limit of " RPCROUTE_NUM,     // Infura
+             "exceeds server limit, narrow your filter:? " RPCROUTE_NUM,  // Erigon
              "range (?:is )?too (?:large|wide|big)[^0-9]*(?:max(?:imum)?|limit)(?: "
              "is)?:? " RPCROUTE_NUM,
              "limit of " RPCROUTE_NUM " blocks",                                       // BlastAPI
@@ -85,6 +87,7 @@ const std::vector<std::regex>& result_limit_patterns() {
              "max(?:imum)? results:? " RPCROUTE_NUM,         // reth
              "cap of " RPCROUTE_NUM " logs",                 // Alchemy
              "limited to " RPCROUTE_NUM " (?:results|logs)",
+             "too many logs, narrow your filter:? " RPCROUTE_NUM,  // Erigon
          }) {
       v.emplace_back(p, std::regex::ECMAScript | std::regex::optimize);
     }
@@ -101,6 +104,9 @@ LogRangeError read_log_range_error(std::string_view message) {
   namespace d = log_split_detail;
   const std::string m = d::lowered(message.substr(0, 2048));
   LogRangeError out;
+  // Not about the size, though worded with a range: a bad or unreachable range (geth, Nethermind
+  // and dRPC say so for fromBlock after toBlock or past the node's head). Halving does not help.
+  if (m.find("invalid block range") != std::string::npos) return out;
   // Size words first: a message that says none of them is not about the request's size.
   for (std::string_view needle : {"block range",
                                   "blocks range",
@@ -128,12 +134,17 @@ LogRangeError read_log_range_error(std::string_view message) {
                                   "result set too large",
                                   "response is too big",
                                   "query exceeds max",
-                                  "block range too"}) {
+                                  "block range too",
+                                  "exceeds server limit"}) {
     if (m.find(needle) != std::string::npos) {
       out.too_large = true;
       break;
     }
   }
+  // Infura: "range 1000000 exceeds limit of 10000" (a bare "exceeds limit of" may be a rate).
+  if (!out.too_large && m.find("range") != std::string::npos &&
+      m.find("exceeds limit of") != std::string::npos)
+    out.too_large = true;
   if (!out.too_large) return out;
   out.block_limit = d::first_match(m, d::block_limit_patterns());
   out.result_limit = d::first_match(m, d::result_limit_patterns());

@@ -194,6 +194,7 @@ void SharedStore::lost(const std::string& why) {
   commands_->close();
   events_->close();
   for (auto& s : shas_) s.clear();
+  for (auto& r : reloading_) r = false;
   next_connect_us_ = clock_.mono_us() + options_.retry_ms * 1000;
   // The tokens leased are the local buckets' now, refilling on their own.
   for (auto& [key, w] : providers_) drop_lease(key, w);

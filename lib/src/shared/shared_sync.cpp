@@ -34,11 +34,46 @@ std::optional<double> decimal(const std::optional<std::string>& text) {
 }  // namespace
 
 void SharedStore::eval(int which, std::vector<std::string_view> args,
-                       std::function<void(const Reply&)> fn) {
-  const auto& sha = shas_[which];
-  args.insert(args.begin(), {sha.empty() ? "EVAL" : "EVALSHA",
-                             sha.empty() ? script(which) : std::string_view(sha)});
-  commands_->command(args, std::move(fn));
+                       std::function<void(const Reply&)> fn, const std::string& notice) {
+  const auto publish = [this](const std::string& text) {
+    commands_->command({"PUBLISH", channel(options_.prefix), text}, [](const Reply&) {});
+  };
+  if (shas_[which].empty()) {
+    args.insert(args.begin(), {"EVAL", script(which)});
+    commands_->command(args, std::move(fn));
+  } else {
+    // Redis may have forgotten the script (SCRIPT FLUSH, a failover to a replica that never
+    // loaded it): NOSCRIPT. The same call goes again as EVAL, the notice after it, and SCRIPT LOAD
+    // takes the SHA back; the caller sees only the EVAL's answer, never the NOSCRIPT.
+    std::vector<std::string> kept(args.begin(), args.end());
+    args.insert(args.begin(), {"EVALSHA", shas_[which]});
+    commands_->command(args, [this, which, kept = std::move(kept), fn = std::move(fn), notice,
+                              publish](const Reply& r) {
+      if (r.kind != Reply::Kind::error || !r.text.starts_with("NOSCRIPT")) {
+        fn(r);
+        return;
+      }
+      reload_script(which);
+      std::vector<std::string_view> again{"EVAL", script(which)};
+      again.insert(again.end(), kept.begin(), kept.end());
+      if (!commands_->command(again, fn)) fn(Reply{});  // the link went meanwhile
+      if (!notice.empty()) publish(notice);
+    });
+  }
+  if (!notice.empty()) publish(notice);
+}
+
+void SharedStore::reload_script(int which) {
+  shas_[which].clear();  // EVAL (the text) until SCRIPT LOAD answers
+  if (reloading_[which]) return;
+  reloading_[which] = true;
+  ++status_.script_reloads;
+  const bool sent =
+      commands_->command({"SCRIPT", "LOAD", script(which)}, [this, which](const Reply& r) {
+        reloading_[which] = false;
+        if (r.kind == Reply::Kind::string) shas_[which] = r.text;
+      });
+  if (!sent) reloading_[which] = false;  // the link went: the next connect loads every script
 }
 
 void SharedStore::check_write(const Reply& r) {
@@ -114,13 +149,12 @@ void SharedStore::write_provider(const std::string& key, Watched& w) {
     l = std::to_string(w.log_limit->blocks);
   }
   const auto hash = provider_hash(options_.prefix, key);
-  eval(1, {"1", hash, ttl, bt, b, br, rl, ht, h, ct, cv, lt, l},
-       [this](const Reply& r) { check_write(r); });
-  if (w.breaker_dirty || w.cordon) {
-    // After the write on the same connection: whoever hears the notice reads the new breaker
-    // (or cordon).
-    commands_->command({"PUBLISH", channel(options_.prefix), "b\n" + key}, [](const Reply&) {});
-  }
+  // The notice after the write on the same connection: whoever hears it reads the new breaker (or
+  // cordon).
+  eval(
+      1, {"1", hash, ttl, bt, b, br, rl, ht, h, ct, cv, lt, l},
+      [this](const Reply& r) { check_write(r); },
+      w.breaker_dirty || w.cordon ? "b\n" + key : std::string());
   w.breaker_dirty = false;
   w.rate_limited_until_ms = 0;
   w.height.reset();
@@ -133,12 +167,13 @@ void SharedStore::write_chain(const std::string& key, WatchedChain& c) {
   const auto block = std::to_string(e.height.block);
   const auto t = std::to_string(e.height.t_ms);
   const auto ttl = std::to_string(kChainTtlMs);
-  eval(2, {"1", chain_hash(options_.prefix, key), block, t, e.reset ? "1" : "0", ttl},
-       [this, key](const Reply& r) {
-         check_write(r);
-         if (r.kind == Reply::Kind::array) adopt_chain(key, r);
-       });
-  commands_->command({"PUBLISH", channel(options_.prefix), "c\n" + key}, [](const Reply&) {});
+  eval(
+      2, {"1", chain_hash(options_.prefix, key), block, t, e.reset ? "1" : "0", ttl},
+      [this, key](const Reply& r) {
+        check_write(r);
+        if (r.kind == Reply::Kind::array) adopt_chain(key, r);
+      },
+      "c\n" + key);
   c.pending.reset();
 }
 

@@ -1,6 +1,9 @@
+#include <fmt/format.h>
+
 #include <catch2/catch.hpp>
 
 #include "../support/fake_transport.hpp"
+#include "rpcroute/blocks.hpp"
 #include "rpcroute/poller.hpp"
 #include "rpcroute/state.hpp"
 
@@ -136,6 +139,96 @@ TEST_CASE("poller: a failed poll opens the breaker; a recovery trial that succee
   CHECK(f.state()->breaker.effective_state(f.clock.now_ms()) == BreakerState::closed);
   CHECK(f.state()->height.block == 101);
   CHECK_FALSE(no_provider_usable(f.store, f.profile, f.chain, f.clock.now_ms()));
+}
+
+namespace {
+
+constexpr const char* kThreeProfile = R"(
+chains:
+  local:
+    chain_id: 31337
+    block_time_ms: 1000
+    providers:
+      - { id: a, url: "http://a.test" }
+      - { id: b, url: "http://b.test" }
+      - { id: c, url: "http://c.test" }
+)";
+
+/// Three providers polled in turn: the mark their heights make.
+struct MarkFixture {
+  Profile profile = *load_profile_text(kThreeProfile, "test.yaml");
+  FakeClock clock;
+  Random rng{7};
+  asio::io_context io;
+  test::FakeTransport transport{io, &clock};
+  StateStore store{std::nullopt, clock, [](const std::string&) {}};
+  const Chain& chain = profile.chains.front();
+
+  /// Provider `i` answers the head poll with `height`.
+  void poll(std::size_t i, std::uint64_t height) {
+    const Provider& p = chain.providers.at(i);
+    transport.on(p.url, test::FakeTransport::results(fmt::format("\"{:#x}\"", height)));
+    PollTarget target{transport, store, clock, rng, profile, chain, p};
+    bool answered = false;
+    asio::co_spawn(
+        io, [&]() -> asio::awaitable<void> { answered = co_await poll_head_once(target, 2'000); },
+        asio::detached);
+    io.run();
+    io.restart();
+    REQUIRE(answered);
+  }
+  [[nodiscard]] Height mark() const {
+    const ChainState* cs = store.chain(chain_key(profile.name, chain));
+    return cs != nullptr ? cs->high_water : Height{};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("poller: a head poll raises the high-water mark when the other providers confirm it",
+          "[poller][highwater]") {
+  MarkFixture f;
+  f.poll(1, 100);
+  f.poll(2, 100);
+  CHECK(f.mark().block == 100);  // no client asked: the polls alone raised it
+  f.clock.advance(500);
+  f.poll(0, 101);  // one block ahead: within max_lag_blocks of what the others reach
+  CHECK(f.mark().block == 101);
+  CHECK(f.mark().t_ms == f.clock.now_ms());
+  // A lagging provider's poll does not lower it.
+  f.poll(1, 99);
+  CHECK(f.mark().block == 101);
+}
+
+TEST_CASE("poller: a lone provider's claim the others do not confirm never moves the mark",
+          "[poller][highwater]") {
+  MarkFixture f;
+  f.poll(1, 100);
+  f.poll(2, 100);
+  REQUIRE(f.mark().block == 100);
+  // Ahead of the two others by more than max_lag_blocks (2): unconfirmed, not believed.
+  f.poll(0, 110);
+  CHECK(f.mark().block == 100);
+  // A jump far beyond the others, and a figure no chain reaches.
+  f.poll(0, 5'000'000);
+  CHECK(f.mark().block == 100);
+  f.poll(0, kMaxPlausibleHeight + 1);
+  CHECK(f.mark().block == 100);
+  // Once another provider confirms it, the height is the chain's.
+  f.poll(0, 110);
+  f.poll(1, 110);
+  CHECK(f.mark().block == 110);
+}
+
+TEST_CASE("poller: a provider on another chain never moves the mark", "[poller][highwater]") {
+  MarkFixture f;
+  const auto kc = provider_key(f.profile.name, f.chain.name, f.chain.providers[2]);
+  f.store.record(ProbeEvent{kc, ProbeFindings{.t_ms = f.clock.now_ms(), .chain_id = 1}}, f.profile.health);
+  f.poll(0, 100);
+  f.poll(1, 100);
+  REQUIRE(f.mark().block == 100);
+  f.poll(2, 101);  // within max_lag_blocks, but of another chain
+  CHECK(f.mark().block == 100);
 }
 
 TEST_CASE("liveness: up only with a closed breaker and a recent last exchange that succeeded", "[poller]") {

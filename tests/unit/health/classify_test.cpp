@@ -133,6 +133,7 @@ TEST_CASE("real providers' wordings get the class their senders mean", "[classif
 
   std::set<std::string, std::less<>> sources;
   std::set<std::string, std::less<>> classes;
+  std::set<std::string, std::less<>> missing_sources;
   std::size_t index = 0;
   for (auto item : cases) {
     simdjson::dom::object c;
@@ -164,10 +165,22 @@ TEST_CASE("real providers' wordings get the class their senders mean", "[classif
     std::int64_t retry_s = 0;
     if (c["retry_after_s"].get_int64().get(retry_s) == simdjson::SUCCESS)
       CHECK(got.retry_after_ms == retry_s * 1000);
+    // Whether the node lacks the old state (an archive provider is asked instead): as the case
+    // says, absent meaning no.
+    bool missing = false;
+    if (c["missing_state"].get_bool().get(missing) == simdjson::SUCCESS) {
+      missing_sources.emplace(source);
+      CHECK(class_name(*want) == "capability");
+    }
+    CHECK(says_missing_state(message) == missing);
+  }
+  for (std::string_view s : {"geth", "erigon", "nethermind", "besu", "reth", "Infura"}) {
+    INFO("no missing-state case from " << s);
+    CHECK(missing_sources.count(s) == 1);
   }
   for (std::string_view s :
        {"Alchemy", "Infura", "QuickNode", "Ankr", "Cloudflare", "publicnode", "llamarpc",
-        "BlastAPI", "Chainstack", "geth", "erigon", "nethermind", "besu", "reth"}) {
+        "BlastAPI", "Chainstack", "geth", "erigon", "nethermind", "besu", "reth", "dRPC"}) {
     INFO("no case from " << s);
     CHECK(sources.count(s) == 1);
   }
@@ -175,6 +188,20 @@ TEST_CASE("real providers' wordings get the class their senders mean", "[classif
     INFO("no case of class " << k);
     CHECK(classes.count(k) == 1);
   }
+}
+
+TEST_CASE("a node behind or a bad request is not a node without the old state", "[classify]") {
+  // Each of these makes the router try another provider (or answer the client), never mark the
+  // provider non-archival: the block is not reached yet, or the request itself is wrong.
+  for (std::string_view m :
+       {"header not found", "block not found 11185311", "unknown block", "invalid block range params",
+        "From block 10 is later than to block 5.", "8633830 could not be found",
+        "the method debug_traceTransaction does not exist/is not available", "Method not enabled",
+        "query block range exceeds server limit, narrow your filter: 1000", "execution reverted"}) {
+    INFO(m);
+    CHECK_FALSE(says_missing_state(m));
+  }
+  CHECK(says_missing_state("MISSING TRIE NODE abc (path )"));  // case does not matter
 }
 
 TEST_CASE("every message rule is reachable and wins over codes", "[classify]") {

@@ -592,6 +592,89 @@ TEST_CASE("Redis away: local state within the budget, logged once, merged back o
       1000));
 }
 
+namespace {
+
+/// How many NOSCRIPT errors Redis has answered since it started (INFO errorstats).
+long noscript_errors(Sync& s) {
+  const auto info = s.run({"INFO", "errorstats"});
+  const auto at = info.find("errorstat_NOSCRIPT:count=");
+  return at == std::string::npos ? 0 : std::stol(info.substr(at + 25));
+}
+
+/// The scripts forgotten between two writes of one store (SCRIPT FLUSH): each later write lands,
+/// none is refused, the link stays up, and the scripts are loaded again once.
+void writes_survive_a_script_flush(Host& a, Sync& s, asio::io_context& io, const Clock& clock) {
+  const auto profile = two_provider_profile();
+  const auto& chain = profile.chains[0];
+  const auto ka = provider_key(profile.name, chain.name, chain.providers[0]);
+  const auto kb = provider_key(profile.name, chain.name, chain.providers[1]);
+  const auto ck = chain_key(profile.name, chain);
+  a.store->watch(profile);
+  a.store->start();
+  REQUIRE(run_until(io, [&] { return a.store->status().state == LinkState::up; }));
+  const auto chain_block = [&] { return s.run({"HGET", chain_hash("rpcroute:", ck), "b"}); };
+  a.store->record(HighWaterEvent{ck, Height{500, clock.now_ms()}}, profile.health);
+  REQUIRE(run_until(io, [&] { return chain_block() == "500"; }));
+  run_until(
+      io, [] { return false; }, 200);  // a few rounds: every script in use (quota, latency too)
+
+  REQUIRE(s.run({"SCRIPT", "FLUSH"}) == "OK");
+  // What only a script writes: back once the script runs again.
+  s.run({"DEL", quota_hash("rpcroute:", ka)});
+  // The mark goes out at once (the high-water script), the breaker too (the provider script), the
+  // quota draws and latency counts with the next rounds.
+  a.store->record(HighWaterEvent{ck, Height{600, clock.now_ms()}}, profile.health);
+  a.store->record(AttemptEvent{kb, clock.now_ms(), OutcomeClass::provider_failure, "refused"},
+                  profile.health);
+  const auto spend = [&] {  // tokens spent from the lease: the host asks for more (quota script)
+    for (int i = 0; i < 3; ++i)
+      a.store->record(QuotaEvent{ka, clock.now_ms(), 4, Quota{100, 10}}, profile.health);
+  };
+  spend();
+  a.store->record(SampleEvent{ka, "eth_call", Sample{clock.now_ms(), 12'000, Outcome::success}},
+                  profile.health);
+  const auto latency_key = latency_hash("rpcroute:", ka, clock.now_ms() / kLatencyWindowMs);
+  CHECK(run_until(io, [&] {
+    return chain_block() == "600" &&
+           s.run({"HGET", provider_hash("rpcroute:", kb), "b"}).starts_with("1 ") &&
+           s.run({"EXISTS", quota_hash("rpcroute:", ka)}) == "1" &&
+           s.run({"EXISTS", latency_key}) == "1";
+  }));
+  run_until(
+      io, [] { return false; }, 300);  // more rounds: every script has run again by now
+  const auto after_flush = noscript_errors(s);
+  // From now on EVALSHA again, never NOSCRIPT again.
+  a.store->record(HighWaterEvent{ck, Height{700, clock.now_ms()}}, profile.health);
+  spend();
+  a.store->record(SampleEvent{ka, "eth_call", Sample{clock.now_ms(), 13'000, Outcome::success}},
+                  profile.health);
+  CHECK(run_until(io, [&] { return chain_block() == "700"; }));
+  run_until(
+      io, [] { return false; }, 300);
+  CHECK(noscript_errors(s) == after_flush);
+  CHECK(after_flush >= 1);
+  CHECK(after_flush <= 8);  // the calls in flight when Redis forgot, not one per round
+  const auto st = a.store->status();
+  CHECK(st.state == LinkState::up);
+  CHECK(st.fallbacks == 0);
+  CHECK(st.write_errors == 0);
+  CHECK(st.script_reloads >= 1);
+  CHECK(st.script_reloads <= 4);  // one SCRIPT LOAD per script forgotten
+  for (const auto& line : a.logs) CHECK(line.find("refuses writes") == std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("SCRIPT FLUSH between two writes: the scripts are loaded again and the writes land",
+          "[shared][redis][noscript]") {
+  test::RedisServer server;
+  asio::io_context io;
+  SystemClock clock;
+  Sync s(server);
+  Host a(io, clock, server.url());
+  writes_survive_a_script_flush(a, s, io, clock);
+}
+
 // rediss://: hiredis speaks to the in-process TLS relay, which holds the TLS connection.
 namespace {
 
@@ -769,6 +852,16 @@ TEST_CASE("rediss:// with client certificates: works with cert_file, fails witho
   REQUIRE(run_until(io, [&] { return b.store->status().state == LinkState::down; }));
   INFO(b.store->status().last_error);
   CHECK(b.store->status().last_error.find("certificate") != std::string::npos);
+}
+
+TEST_CASE("rediss://: SCRIPT FLUSH between two writes, the writes land as over plain Redis",
+          "[shared][redis][noscript][tls]") {
+  TlsRedis redis;
+  asio::io_context io;
+  SystemClock clock;
+  Sync s(*redis.server);  // the plain port, for the test's own commands
+  Host a(io, clock, redis.server->tls_url(), redis.trust());
+  writes_survive_a_script_flush(a, s, io, clock);
 }
 
 }  // namespace unit_redis_test

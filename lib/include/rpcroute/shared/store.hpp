@@ -50,12 +50,13 @@ enum class LinkState { connecting, up, down };
 struct SharedStatus {
   std::string url;  // display_url(): no credentials
   LinkState state = LinkState::connecting;
-  std::int64_t since_ms = 0;       // wall time of the last state change
-  std::uint64_t fallbacks = 0;     // times Redis went down and routing fell back to local state
-  std::uint64_t syncs = 0;         // refresh rounds answered
-  std::uint64_t adopted = 0;       // remote changes folded into the local copy
-  std::uint64_t write_errors = 0;  // writes Redis refused (a full Redis: OOM)
-  std::string last_error;          // scrubbed
+  std::int64_t since_ms = 0;         // wall time of the last state change
+  std::uint64_t fallbacks = 0;       // times Redis went down and routing fell back to local state
+  std::uint64_t syncs = 0;           // refresh rounds answered
+  std::uint64_t adopted = 0;         // remote changes folded into the local copy
+  std::uint64_t write_errors = 0;    // writes Redis refused (a full Redis: OOM)
+  std::uint64_t script_reloads = 0;  // scripts Redis had forgotten (NOSCRIPT), loaded again
+  std::string last_error;            // scrubbed
 };
 
 class SharedStore final : public HealthStore {
@@ -178,8 +179,12 @@ class SharedStore final : public HealthStore {
   [[nodiscard]] bool running_links() const;
   [[nodiscard]] std::string scrub(std::string text) const;
   [[nodiscard]] std::string_view script(int which) const;
-  /// EVALSHA when the script is loaded, else EVAL (its text): the first round after a connect.
-  void eval(int which, std::vector<std::string_view> args, std::function<void(const Reply&)> fn);
+  /// EVALSHA when the script is loaded, else EVAL (its text): the first round after a connect, or
+  /// again after NOSCRIPT. `notice`: published after the write lands (again after a retried EVAL).
+  void eval(int which, std::vector<std::string_view> args, std::function<void(const Reply&)> fn,
+            const std::string& notice = {});
+  /// NOSCRIPT: Redis forgot script `which`; EVAL until one SCRIPT LOAD takes its SHA back.
+  void reload_script(int which);
 
   asio::io_context& io_;
   StateStore& local_;
@@ -195,7 +200,8 @@ class SharedStore final : public HealthStore {
   std::map<std::string, WatchedChain, std::less<>> chains_;
   std::set<std::string, std::less<>> profiles_;
   std::map<std::string, FilterPin, std::less<>> remote_filters_;  // at most kMaxFilters
-  std::string shas_[4];  // SCRIPT LOAD answers: bucket, provider, high-water, latency
+  std::string shas_[4];     // SCRIPT LOAD answers: bucket, provider, high-water, latency
+  bool reloading_[4] = {};  // a SCRIPT LOAD after NOSCRIPT awaits its answer
   std::int64_t next_connect_us_ = 0;
   std::uint64_t rounds_answered_ = 0;
   std::int64_t next_latency_us_ = 0;  // when the latency summaries are read next
