@@ -414,6 +414,30 @@ bool WsUpstream::deliver_raw(std::string_view message) {
   return true;
 }
 
+asio::awaitable<bool> WsUpstream::open_for_request(RawAnswer& out, Cancellation* cancel) {
+  const auto start = std::chrono::steady_clock::now();
+  // One connection attempt at a time; the others wait for its outcome.
+  asio::steady_timer pause(ex_);
+  while (connecting_) {
+    pause.expires_after(std::chrono::milliseconds(10));
+    boost::system::error_code ignored;
+    co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+  }
+  if (cancel != nullptr && cancel->requested()) {
+    out.status = RawAnswer::Status::cancelled;
+    co_return false;
+  }
+  if (link_) co_return true;
+  connecting_ = true;
+  const bool ok = co_await connect(out.error);
+  connecting_ = false;
+  out.connect_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                       std::chrono::steady_clock::now() - start)
+                       .count();
+  if (!ok) out.status = RawAnswer::Status::connect_failed;
+  co_return ok;
+}
+
 asio::awaitable<WsUpstream::RawAnswer> WsUpstream::request(std::uint64_t id, std::string message,
                                                            std::int64_t timeout_ms,
                                                            Cancellation* cancel) {
@@ -426,29 +450,7 @@ asio::awaitable<WsUpstream::RawAnswer> WsUpstream::request(std::uint64_t id, std
         fmt::format("request id {} already waits on provider {}'s WebSocket", id, provider_.id);
     co_return out;
   }
-  // One connection attempt at a time; the others wait for its outcome.
-  asio::steady_timer pause(ex_);
-  while (connecting_) {
-    pause.expires_after(std::chrono::milliseconds(10));
-    boost::system::error_code ignored;
-    co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
-  }
-  if (cancel != nullptr && cancel->requested()) {
-    out.status = Status::cancelled;
-    co_return out;
-  }
-  if (!link_) {
-    connecting_ = true;
-    const bool ok = co_await connect(out.error);
-    connecting_ = false;
-    out.connect_us = std::chrono::duration_cast<std::chrono::microseconds>(
-                         std::chrono::steady_clock::now() - start)
-                         .count();
-    if (!ok) {
-      out.status = Status::connect_failed;
-      co_return out;
-    }
-  }
+  if (!co_await open_for_request(out, cancel)) co_return out;
   const auto deadline = start + std::chrono::milliseconds(timeout_ms);
   if (std::chrono::steady_clock::now() >= deadline) {
     out.status = Status::timeout;

@@ -88,6 +88,9 @@ class WsUpstream {
   // Ids of request()s in pending_: their answer is the whole message (deliver_raw).
   std::map<std::uint64_t, bool> raw_ids_;
   bool deliver_raw(std::string_view message);
+  /// request()'s socket: open, or opened now (after any other request's connect), or `out` says
+  /// why not.
+  asio::awaitable<bool> open_for_request(RawAnswer& out, Cancellation* cancel);
 };
 
 }  // namespace rpcroute::sidecar
