@@ -39,7 +39,8 @@ void setup_rank(CLI::App& app, int& exit_code) {
                   "latency summaries): redis://HOST:PORT/DB (default: the profile's shared_state)");
   sub->add_flag("--json", opts->json, "Print as JSON");
   sub->add_flag("--explain", opts->explain,
-                "One plain sentence per provider saying why it is where it is");
+                "One plain sentence per provider saying why it is where it is (and, for a "
+                "provider with transport: ws|auto, whether serve sends it over WebSocket or HTTP)");
   sub->callback([opts, &exit_code] { exit_code = run_rank(*opts); });
 }
 
@@ -91,7 +92,8 @@ bool drawn_per_request(Strategy s) {
 }
 
 /// One row per candidate; a GROUP column only where the chain has backups (primaries alone is the
-/// usual case).
+/// usual case), a TRANSPORT column only where a provider may use its WebSocket (issue 18), and
+/// under a provider whose two transports were weighed (transport: auto), a row for each.
 Table candidate_table(const Chain& chain, Strategy strategy, const std::vector<Candidate>& shown,
                       std::int64_t now) {
   const bool groups =
@@ -100,7 +102,26 @@ Table candidate_table(const Chain& chain, Strategy strategy, const std::vector<C
   std::vector<std::string> head{"#",        "PROVIDER", "TIER", "BREAKER", metric_header(strategy),
                                 "P(FIRST)", "SAMPLES",  "P50",  "SUCCESS"};
   if (groups) head.insert(head.begin() + 3, "GROUP");
+  const bool transports =
+      std::any_of(chain.providers.begin(), chain.providers.end(),
+                  [](const Provider& p) { return p.transport != TransportMode::http; });
+  if (transports) head.insert(head.begin() + 2, "TRANSPORT");
   Table t(head);
+  // A transport's own figures, as a row under its provider's.
+  auto transport_row = [&](TransportKind k, const LatencyStats& s) {
+    std::vector<std::string> row{"",
+                                 fmt::format("  {}", transport_name(k)),
+                                 "",
+                                 "",
+                                 "",
+                                 "",
+                                 "",
+                                 std::to_string(s.calls),
+                                 s.has_latency() ? format_ms(s.p50_ms) : "-",
+                                 s.calls > 0 ? fmt::format("{:.0f}%", s.success_rate * 100) : "-"};
+    if (groups) row.insert(row.begin() + 3, "");
+    t.add(row);
+  };
   for (std::size_t i = 0; i < shown.size(); ++i) {
     const auto& c = shown[i];
     std::vector<std::string> row{
@@ -114,7 +135,12 @@ Table candidate_table(const Chain& chain, Strategy strategy, const std::vector<C
         c.stats.has_latency() ? format_ms(c.stats.p50_ms) : "-",
         c.stats.calls > 0 ? fmt::format("{:.0f}%", c.stats.success_rate * 100) : "-"};
     if (groups) row.insert(row.begin() + 3, std::string(group_name(c.provider->group)));
+    if (transports) row.insert(row.begin() + 2, std::string(transport_name(c.transport)));
     t.add(row);
+    if (transports && c.weighed) {
+      transport_row(TransportKind::http, c.http_stats);
+      transport_row(TransportKind::ws, c.ws_stats);
+    }
   }
   return t;
 }
@@ -148,6 +174,9 @@ int run_rank(const RankOptions& options) {
   const Chain& chain = *setup.chain;
   RouteOptions route;
   route.with_stats = true;
+  // As the sidecar would route a single request: a provider's WebSocket where its `transport:`
+  // allows it (`call` and `bench` always use HTTP).
+  route.websocket = true;
   if (auto s = strategy_flag(options.strategy); !s) {
     return usage_error(s.error().message);
   } else {

@@ -30,6 +30,7 @@ Handlers::Handlers(const ServerConfig& config, std::vector<Profile> profiles, En
                    shared::SharedStore* shared)
     : config_(config),
       engine_(engine),
+      transport_(std::make_unique<SplitTransport>(engine)),
       store_(store),
       shared_(shared),
       clock_(clock),
@@ -43,7 +44,7 @@ Handlers::Handlers(const ServerConfig& config, std::vector<Profile> profiles, En
 std::shared_ptr<ProfileRuntime> Handlers::make_runtime(Profile profile) {
   auto rt = std::make_shared<ProfileRuntime>();
   rt->profile = std::move(profile);
-  rt->router = std::make_unique<Router>(rt->profile, engine_, health(), clock_, rng_);
+  rt->router = std::make_unique<Router>(rt->profile, *transport_, health(), clock_, rng_);
   if (shared_ != nullptr) shared_->watch(rt->profile);
   const std::int64_t mb = config_.cache_mb.value_or(rt->profile.cache.max_mb);
   if (mb > 0) rt->cache = std::make_unique<ResponseCache>(static_cast<std::size_t>(mb) << 20);
@@ -175,7 +176,8 @@ bool Handlers::admit(const Request& req, Reply& reply) {
   reply.header("Vary", "Origin");
   reply.header("Access-Control-Expose-Headers",
                "X-Rpcroute-Provider, X-Rpcroute-Upstream-Latency, X-Rpcroute-Attempts, "
-               "X-Rpcroute-Strategy, X-Rpcroute-Cache, X-Rpcroute-Request-Id");
+               "X-Rpcroute-Strategy, X-Rpcroute-Cache, X-Rpcroute-Request-Id, "
+               "X-Rpcroute-Transport");
   return true;
 }
 

@@ -29,6 +29,7 @@
 #include "rpcroute/state.hpp"
 #include "rpcroute/transport.hpp"
 #include "server_config.hpp"
+#include "ws_transport.hpp"
 
 namespace rpcroute::sidecar {
 
@@ -159,6 +160,8 @@ class Handlers {
 
   const ServerConfig& config_;
   Engine& engine_;
+  /// What the routers send through: HTTP by the engine, ws:// and wss:// over provider sockets.
+  std::unique_ptr<SplitTransport> transport_;
   StateStore& store_;
   shared::SharedStore* shared_;  // null: the state file alone
   const Clock& clock_;

@@ -80,12 +80,14 @@ void Metrics::on_call(const std::string& profile, const std::string& chain, std:
   for (const auto& a : out.attempts) {
     const auto outcome = outcome_name(a.result.outcome);
     auto& l = last_attempt_;
-    if (l.count == nullptr || l.outcome != outcome.data() || l.provider != a.provider ||
-        l.chain != chain || l.profile != profile) {
+    if (l.count == nullptr || l.outcome != outcome.data() || l.transport != a.transport ||
+        l.provider != a.provider || l.chain != chain || l.profile != profile) {
+      const auto transport = transport_name(a.transport);
       l.count = &slot(attempts_, std::string_view(profile), std::string_view(chain),
-                      std::string_view(a.provider), outcome);
+                      std::string_view(a.provider), outcome, transport);
       l.latency = &slot(latency_, std::string_view(profile), std::string_view(chain),
-                        std::string_view(a.provider));
+                        std::string_view(a.provider), transport);
+      l.transport = a.transport;
       l.profile = profile;
       l.chain = chain;
       l.provider = a.provider;
@@ -164,22 +166,23 @@ std::string Metrics::render(const std::vector<const Profile*>& profiles, const S
                    "}\",outcome=\"{}\"}} {}\n",
                    label(profile), label(chain), label(method), label(provider), status, v);
   }
-  fmt::format_to(it,
-                 "# HELP rpcroute_attempts_total Upstream attempts, by provider and outcome.\n");
+  fmt::format_to(
+      it,
+      "# HELP rpcroute_attempts_total Upstream attempts, by provider, outcome and transport.\n");
   fmt::format_to(it, "# TYPE rpcroute_attempts_total counter\n");
   for (const auto& [k, v] : attempts_) {
-    const auto& [profile, chain, provider, outcome] = k;
+    const auto& [profile, chain, provider, outcome, transport] = k;
     fmt::format_to(it,
                    "rpcroute_attempts_total{{profile=\"{}\",chain=\"{}\",provider=\"{}\",outcome="
-                   "\"{}\"}} {}\n",
-                   label(profile), label(chain), label(provider), outcome, v);
+                   "\"{}\",transport=\"{}\"}} {}\n",
+                   label(profile), label(chain), label(provider), outcome, transport, v);
   }
   fmt::format_to(it, "# HELP rpcroute_upstream_latency_seconds Upstream round trip per attempt.\n");
   fmt::format_to(it, "# TYPE rpcroute_upstream_latency_seconds histogram\n");
   for (const auto& [k, h] : latency_) {
-    const auto& [profile, chain, provider] = k;
-    auto labels = fmt::format("profile=\"{}\",chain=\"{}\",provider=\"{}\"", label(profile),
-                              label(chain), label(provider));
+    const auto& [profile, chain, provider, transport] = k;
+    auto labels = fmt::format("profile=\"{}\",chain=\"{}\",provider=\"{}\",transport=\"{}\"",
+                              label(profile), label(chain), label(provider), transport);
     for (std::size_t i = 0; i < kBucketsMs.size(); ++i) {
       fmt::format_to(it, "rpcroute_upstream_latency_seconds_bucket{{{},le=\"{}\"}} {}\n", labels,
                      kBucketsMs[i] / 1000.0, h.buckets[i]);

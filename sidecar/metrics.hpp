@@ -66,13 +66,15 @@ class Metrics {
   };
   using CallKey = std::tuple<std::string, std::string, std::string, std::string,
                              std::string>;  // profile chain method provider status
-  using AttemptKey = std::tuple<std::string, std::string, std::string,
-                                std::string>;  // profile chain provider outcome
+  using AttemptKey = std::tuple<std::string, std::string, std::string, std::string,
+                                std::string>;  // profile chain provider outcome transport
   using ProviderKey = std::tuple<std::string, std::string, std::string>;
+  using LatencyKey = std::tuple<std::string, std::string, std::string,
+                                std::string>;  // profile chain provider transport
 
   std::map<CallKey, std::uint64_t, LabelLess> calls_;
   std::map<AttemptKey, std::uint64_t, LabelLess> attempts_;
-  std::map<ProviderKey, Histogram, LabelLess> latency_;
+  std::map<LatencyKey, Histogram, LabelLess> latency_;
   std::map<ProviderKey, std::uint64_t, LabelLess> hedges_;  // profile chain winner
   std::map<int, std::uint64_t> http_;
   std::int64_t in_flight_ = 0;
@@ -99,6 +101,7 @@ class Metrics {
   struct LastAttempt {
     std::string profile, chain, provider;
     const char* outcome = nullptr;
+    TransportKind transport = TransportKind::http;
     std::uint64_t* count = nullptr;
     Histogram* latency = nullptr;
   } last_attempt_;

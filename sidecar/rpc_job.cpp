@@ -35,7 +35,9 @@ bool Handlers::prepare_rpc(const std::string& body, const Route& route, Reply& r
   options.strategy = route.target.strategy ? route.target.strategy : config_.strategy;
   options.provider = route.target.provider;
   options.keep_result = false;  // only responses are written: large results become them in place
-  if (!min_block.empty()) {     // issue 19: served only by a provider known at or past the block
+  // Issue 18: a single request may go over a provider's WebSocket, as its `transport:` says.
+  options.websocket = !job.parsed.batch;
+  if (!min_block.empty()) {  // issue 19: served only by a provider known at or past the block
     const bool hex = min_block.starts_with("0x") || min_block.starts_with("0X");
     const char* first = min_block.data() + (hex ? 2 : 0);
     const char* last = min_block.data() + min_block.size();
@@ -128,6 +130,7 @@ struct Tally {
   std::string hedges;       // the hedged calls' winners, comma-separated ("hedge", "first,neither")
   std::uint64_t block = 0;  // the lowest height of the providers that answered (0: none known)
   std::int64_t empty_retries = 0;  // nulls from providers behind, asked again (issue 19)
+  bool ws = false;                 // an answer came over a provider's WebSocket (issue 18)
 };
 
 void count(Tally& t, const CallOutcome& o) {
@@ -140,6 +143,7 @@ void count(Tally& t, const CallOutcome& o) {
     if (!t.hedges.empty()) t.hedges += ',';
     t.hedges += hedge_name(o.hedge);
   }
+  if (!o.provider.empty() && o.transport == TransportKind::ws) t.ws = true;
   if (!o.provider.empty() && t.providers.find(o.provider) == std::string::npos) {
     t.providers += t.providers.empty() ? o.provider : "," + o.provider;
   }
@@ -207,6 +211,7 @@ void put_rpcroute_headers(std::string& lines, const Tally& t, std::string_view r
     p = std::to_chars(p, p + 24, t.empty_retries).ptr;
     put("\r\n"sv);
   }
+  if (t.ws) put("X-Rpcroute-Transport: ws\r\n"sv);  // issue 18: absent, HTTP
   if (!t.hedges.empty()) {  // issue 19: a hedge fired, and which attempt answered
     put("X-Rpcroute-Hedge: "sv);
     put(t.hedges);

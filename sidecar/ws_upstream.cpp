@@ -392,6 +392,7 @@ void WsUpstream::dropped() {
 }
 
 void WsUpstream::dispatch(std::string_view message) {
+  if (!raw_ids_.empty() && deliver_raw(message)) return;  // a routed request's answer
   // An event: {"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":ID,
   // "result":R}}. Anything else is an answer to a call of ours, matched by id.
   static thread_local simdjson::ondemand::parser parser;
@@ -437,6 +438,124 @@ void WsUpstream::dispatch(std::string_view message) {
       it->second->answer = tl::unexpected(reply.error ? reply.error->message : "no result");
     it->second->wake.cancel();
   }
+}
+
+// Single requests routed over the socket (issue 18): the whole answer goes back to the router,
+// which classifies it as it does an HTTP body.
+
+bool WsUpstream::deliver_raw(std::string_view message) {
+  // Only a single answer whose id is exactly one of ours (the plain decimal token) is taken; the
+  // router checks the id again, with the rest of the answer.
+  static thread_local simdjson::ondemand::parser parser;
+  const simdjson::padded_string text(message);
+  simdjson::ondemand::document doc;
+  if (parser.iterate(text).get(doc)) return false;
+  simdjson::ondemand::object object;
+  if (doc.get_object().get(object)) return false;
+  simdjson::ondemand::value value;
+  if (object.find_field_unordered("id").get(value)) return false;
+  std::string_view token = value.raw_json_token();
+  while (!token.empty() && (token.back() == ' ' || token.back() == '\n' || token.back() == '\r' ||
+                            token.back() == '\t'))
+    token.remove_suffix(1);
+  std::uint64_t id = 0;
+  const auto [end, err] = std::from_chars(token.data(), token.data() + token.size(), id);
+  if (err != std::errc() || end != token.data() + token.size()) return false;
+  auto raw = raw_ids_.find(id);
+  if (raw == raw_ids_.end()) return false;
+  auto it = pending_.find(id);
+  if (it == pending_.end()) return false;
+  raw->second = true;  // delivered whole
+  it->second->answer = std::string(message);
+  it->second->wake.cancel();
+  return true;
+}
+
+asio::awaitable<bool> WsUpstream::open_for_request(RawAnswer& out, Cancellation* cancel) {
+  const auto start = std::chrono::steady_clock::now();
+  // One connection attempt at a time; the others wait for its outcome.
+  asio::steady_timer pause(ex_);
+  while (connecting_) {
+    pause.expires_after(std::chrono::milliseconds(10));
+    boost::system::error_code ignored;
+    co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+  }
+  if (cancel != nullptr && cancel->requested()) {
+    out.status = RawAnswer::Status::cancelled;
+    co_return false;
+  }
+  if (link_) co_return true;
+  connecting_ = true;
+  const bool ok = co_await connect(out.error);
+  connecting_ = false;
+  out.connect_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                       std::chrono::steady_clock::now() - start)
+                       .count();
+  if (!ok) out.status = RawAnswer::Status::connect_failed;
+  co_return ok;
+}
+
+asio::awaitable<WsUpstream::RawAnswer> WsUpstream::request(std::uint64_t id, std::string message,
+                                                           std::int64_t timeout_ms,
+                                                           Cancellation* cancel) {
+  using Status = RawAnswer::Status;
+  RawAnswer out;
+  const auto start = std::chrono::steady_clock::now();
+  if (pending_.count(id) != 0) {
+    out.status = Status::id_in_use;
+    out.error =
+        fmt::format("request id {} already waits on provider {}'s WebSocket", id, provider_.id);
+    co_return out;
+  }
+  if (!co_await open_for_request(out, cancel)) co_return out;
+  const auto deadline = start + std::chrono::milliseconds(timeout_ms);
+  if (std::chrono::steady_clock::now() >= deadline) {
+    out.status = Status::timeout;
+    out.error = fmt::format("provider {} did not answer within {} ms (WebSocket)", provider_.id,
+                            timeout_ms);
+    co_return out;
+  }
+  if (!link_) {  // it dropped while this request waited for another's connect
+    out.status = Status::closed;
+    out.error = fmt::format("provider {}'s WebSocket closed before the request", provider_.id);
+    co_return out;
+  }
+  Pending pending(ex_);
+  pending_[id] = &pending;
+  raw_ids_[id] = false;
+  bool cancelled = false;
+  if (cancel != nullptr) {
+    cancel->on_request([&] {
+      cancelled = true;
+      pending.wake.cancel();
+    });
+  }
+  send(std::move(message));
+  pending.wake.expires_at(deadline);
+  boost::system::error_code ec;
+  co_await pending.wake.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  if (cancel != nullptr) cancel->clear_hook();
+  pending_.erase(id);
+  const bool whole = raw_ids_[id];
+  raw_ids_.erase(id);
+  if (whole && pending.answer && pending.answer->has_value()) {
+    out.message = std::move(**pending.answer);
+  } else if (pending.answer) {  // matched loosely by the subscription reader ("7.0" for 7)
+    out.status = Status::bad_answer;
+    out.error =
+        fmt::format("provider {} answered over WebSocket with an id not as sent", provider_.id);
+  } else if (cancelled) {
+    out.status = Status::cancelled;
+    out.error = "cancelled";
+  } else if (ec == asio::error::operation_aborted) {  // woken without an answer: the socket went
+    out.status = Status::closed;
+    out.error = fmt::format("provider {}'s WebSocket closed before the answer", provider_.id);
+  } else {
+    out.status = Status::timeout;
+    out.error = fmt::format("provider {} did not answer within {} ms (WebSocket)", provider_.id,
+                            timeout_ms);
+  }
+  co_return out;
 }
 
 }  // namespace rpcroute::sidecar

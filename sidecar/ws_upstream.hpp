@@ -14,6 +14,7 @@
 #include <tl/expected.hpp>
 
 #include "rpcroute/asio_compat.hpp"
+#include "rpcroute/cancel.hpp"
 #include "rpcroute/config.hpp"
 
 namespace rpcroute::sidecar {
@@ -40,6 +41,31 @@ class WsUpstream {
   [[nodiscard]] const Provider& provider() const { return provider_; }
   void close();
 
+  // Single requests routed over the socket (issue 18, ws_transport.hpp).
+
+  /// What became of one request().
+  struct RawAnswer {
+    enum class Status : std::uint8_t {
+      ok,
+      connect_failed,
+      closed,
+      timeout,
+      cancelled,
+      id_in_use,
+      bad_answer
+    };
+    Status status = Status::ok;
+    std::string message;          // ok: the whole answer message, as the provider sent it
+    std::string error;            // otherwise: what went wrong (names the provider, never its URL)
+    std::int64_t connect_us = 0;  // spent opening the socket (0 when it was open)
+  };
+  /// Sends `message`, a JSON-RPC request whose id is `id` (unique on this socket: the router's
+  /// upstream ids), connecting first when needed, and returns the answer message that carries
+  /// exactly that id. Ends after `timeout_ms` (the connect has its own limit as well), when the
+  /// socket drops, or when `cancel` is requested.
+  asio::awaitable<RawAnswer> request(std::uint64_t id, std::string message, std::int64_t timeout_ms,
+                                     Cancellation* cancel);
+
  private:
   struct Link;
   struct Pending;
@@ -59,6 +85,12 @@ class WsUpstream {
   bool connecting_ = false;
   std::uint64_t next_id_ = 1;
   std::map<std::uint64_t, Pending*> pending_;
+  // Ids of request()s in pending_: their answer is the whole message (deliver_raw).
+  std::map<std::uint64_t, bool> raw_ids_;
+  bool deliver_raw(std::string_view message);
+  /// request()'s socket: open, or opened now (after any other request's connect), or `out` says
+  /// why not.
+  asio::awaitable<bool> open_for_request(RawAnswer& out, Cancellation* cancel);
 };
 
 }  // namespace rpcroute::sidecar

@@ -36,6 +36,8 @@
 //   --ws-fault FAULT     what WebSocket connections suffer (default none), see "WebSocket" below
 //   --ws-slow-ms N       slow fault: the pause before each event (default 1000)
 //   --ws-huge-bytes N    huge fault: the size of the string in each event (default 16777216)
+//   --ws-delay-ms N      every answer to a call over a WebSocket waits N ms (default 0; answers
+//                        may then pass each other, as a provider's may)
 // On start it prints "listening on HOST:PORT" to stdout. SIGINT and SIGTERM end it with status 0.
 //
 // Modes, applied to each POST to any path other than /_control and /_stats:
@@ -133,7 +135,7 @@
 //                                       replaces what /PATH had. One fake, many faulty "providers".
 //     "clear_paths": true   drop every per-path behaviour (before "paths" of the same body)
 //     "ws_fault": "none"|"drop"|"stall"|"garbage"|"slow"|"refuse"|"huge", "ws_slow_ms",
-//     "ws_huge_bytes"      the WebSocket fault and its settings (not reset by "mode")
+//     "ws_huge_bytes", "ws_delay_ms"   the WebSocket fault and its settings (not reset by "mode")
 //     "reset_stats": true   zero the counters
 //     "hold": true|false    true: every JSON-RPC answer from now on waits (after its delay) until
 //                           a "hold": false releases them all at once; to have a router's
@@ -230,6 +232,7 @@ constexpr std::string_view kUsage = R"(usage: fake_upstream [options]
   --code N  --message TEXT  --data JSON  --huge-bytes N  --drip-ms N  --extra-ms N  --gzip-bytes N
   --tls-cert FILE --tls-key FILE   serve HTTPS   --tls-client-ca FILE   --tls-handshake ok|hang
   --ws-fault none|drop|stall|garbage|slow|refuse|huge   --ws-slow-ms N   --ws-huge-bytes N
+  --ws-delay-ms N
 The control API and the modes are described at the top of tests/fakes/fake_upstream.cpp.
 )";
 
@@ -387,6 +390,7 @@ struct WsSettings {
   WsFault fault = WsFault::none;
   std::uint64_t slow_ms = 1000;
   std::uint64_t huge_bytes = std::uint64_t{16} << 20;  // past rpcroute serve's 8 MiB message limit
+  std::uint64_t delay_ms = 0;                          // before each answer to a call
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -968,12 +972,14 @@ struct ControlRequest {
   std::optional<WsFault> ws_fault;
   std::optional<std::uint64_t> ws_slow_ms;
   std::optional<std::uint64_t> ws_huge_bytes;
+  std::optional<std::uint64_t> ws_delay_ms;
 
   void apply_to(Upstream& upstream) const {
     if (reset_stats) upstream.stats = Stats{};
     if (ws_fault) upstream.ws.fault = *ws_fault;
     if (ws_slow_ms) upstream.ws.slow_ms = *ws_slow_ms;
     if (ws_huge_bytes) upstream.ws.huge_bytes = *ws_huge_bytes;
+    if (ws_delay_ms) upstream.ws.delay_ms = *ws_delay_ms;
     if (hold) {
       upstream.holding = *hold;
       if (!*hold && upstream.gate) upstream.gate->cancel();  // every held answer goes now
@@ -1144,6 +1150,8 @@ Expected<ControlRequest> read_control(std::string& body, RequestReader& reader) 
       read = read_value<std::uint64_t>(value, key).map([&](auto v) { control.ws_slow_ms = v; });
     } else if (key == "ws_huge_bytes") {
       read = read_value<std::uint64_t>(value, key).map([&](auto v) { control.ws_huge_bytes = v; });
+    } else if (key == "ws_delay_ms") {
+      read = read_value<std::uint64_t>(value, key).map([&](auto v) { control.ws_delay_ms = v; });
     } else if (key == "reset_stats") {
       read = read_value<bool>(value, key).map([&](bool v) { control.reset_stats = v; });
     } else if (key == "clear_queue") {
@@ -1584,6 +1592,7 @@ class Connection {
     bool stalled = false;            // stall: nothing read or written until the client leaves
     bool huge = false;               // huge: the reader stopped, the frame is sent or on its way
     bool writing = true;             // the writer runs
+    int delayed = 0;                 // answers waiting out --ws-delay-ms
   };
   using WsSocket = websocket::stream<Stream&>;
 
@@ -1612,6 +1621,13 @@ class Connection {
       std::string body = beast::buffers_to_string(in.data());
       const RpcRequest rpc = upstream_.reader.read(body);
       upstream_.stats.ws_calls += rpc.no_calls ? 0 : rpc.calls.size();
+      if (upstream_.ws.delay_ms > 0) {
+        ++peer.delayed;
+        asio::co_spawn(co_await asio::this_coro::executor,
+                       ws_delayed_answer(peer, ws_answer(rpc, peer), upstream_.ws.delay_ms),
+                       asio::detached);
+        continue;
+      }
       peer.answers.push_back(ws_answer(rpc, peer));
       peer.wake.cancel();
     }
@@ -1640,7 +1656,29 @@ class Connection {
     socket().close(ignored);  // a writer blocked on a client that does not read ends too
     peer.wake.cancel();
     while (peer.writing) co_await peer.finished.async_wait(on_error(ignored));
+    asio::steady_timer settle(co_await asio::this_coro::executor);
+    while (peer.delayed > 0) {  // they see `done` within 10 ms
+      settle.expires_after(std::chrono::milliseconds(10));
+      co_await settle.async_wait(on_error(ignored));
+    }
     --upstream_.ws_open;
+  }
+
+  // --ws-delay-ms: the answer is queued after the delay, unless the socket went first.
+  asio::awaitable<void> ws_delayed_answer(WsPeer& peer, std::string answer, std::uint64_t ms) {
+    asio::steady_timer pause(co_await asio::this_coro::executor);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    beast::error_code ignored;
+    while (!peer.done && std::chrono::steady_clock::now() < until) {
+      pause.expires_after(std::min<std::chrono::steady_clock::duration>(
+          std::chrono::milliseconds(10), until - std::chrono::steady_clock::now()));
+      co_await pause.async_wait(on_error(ignored));
+    }
+    if (!peer.done) {
+      peer.answers.push_back(std::move(answer));
+      peer.wake.cancel();
+    }
+    --peer.delayed;
   }
 
   // Every call answered as over HTTP in ok mode, but eth_subscribe and eth_unsubscribe.
@@ -2083,6 +2121,8 @@ Expected<Options> parse_options(int argc, char** argv) {
       if (!set_number(options.ws.slow_ms)) return bad();
     } else if (flag == "--ws-huge-bytes") {
       if (!set_number(options.ws.huge_bytes)) return bad();
+    } else if (flag == "--ws-delay-ms") {
+      if (!set_number(options.ws.delay_ms)) return bad();
     } else if (flag == "--tls-handshake") {
       if (value != "ok" && value != "hang") return bad();
       options.tls.hang_handshake = value == "hang";

@@ -76,6 +76,17 @@ enum class HttpVersion : std::uint8_t { http1_1, http2 };
 enum class ProviderGroup : std::uint8_t { primary, backup };
 [[nodiscard]] std::string_view group_name(ProviderGroup g);
 
+/// How the sidecar may send a provider's single requests (profile `transport:`, issue 18): over
+/// HTTP only (the default), preferring its WebSocket (`ws`: HTTP while the WebSocket's breaker is
+/// open), or whichever the latency strategies measure faster (`auto`). One-shot commands and
+/// batches always use HTTP.
+enum class TransportMode : std::uint8_t { http, ws, automatic };
+[[nodiscard]] std::string_view transport_mode_name(TransportMode m);
+
+/// The way one attempt reaches a provider.
+enum class TransportKind : std::uint8_t { http, ws };
+[[nodiscard]] std::string_view transport_name(TransportKind k);
+
 struct Provider {
   std::string id;
   std::string url;  // after ${VAR} substitution: may hold a secret, never print it (redact_url)
@@ -84,6 +95,7 @@ struct Provider {
   TlsOptions tls;
   HttpVersion http = HttpVersion::http1_1;
   ProviderGroup group = ProviderGroup::primary;
+  TransportMode transport = TransportMode::http;  // needs ws_url unless http
   int priority = 0;  // defaults to the position in the profile, 1-based
   double weight = 1.0;
   std::optional<bool> archival;  // unset: unknown

@@ -28,6 +28,7 @@ struct AttemptRecord {
   Classification result;
   long http_status = 0;
   double latency_ms = 0;
+  TransportKind transport = TransportKind::http;
 };
 
 /// The answer to one call.
@@ -38,6 +39,7 @@ struct CallOutcome {
   std::string result;    // raw result (result and local)
   std::string error;     // raw error object (rpc_error, unavailable, invalid)
   std::string provider;  // who answered; empty when nobody did
+  TransportKind transport = TransportKind::http;  // how the answer came (issue 18)
   double upstream_latency_ms = 0;
   std::vector<AttemptRecord> attempts;
   std::vector<Exclusion> excluded;

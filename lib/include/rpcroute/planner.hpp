@@ -112,6 +112,9 @@ struct RouteOptions {
   /// X-Rpcroute-Min-Block / `call --min-block` (issue 19): only providers whose observed height is
   /// at or past this block serve the call (read-your-writes across providers).
   std::optional<std::uint64_t> min_block;
+  /// The sidecar (issue 18): a provider's single requests may go over its WebSocket as its
+  /// `transport:` says (the transport then takes ws:// URLs). Off: HTTP only (one-shot commands).
+  bool websocket = false;
 };
 
 struct RuleInput;
@@ -152,7 +155,13 @@ class Planner {
                       Plan& plan, const Heights& heights);
   [[nodiscard]] Candidate make_candidate(const ProviderView& view, std::size_t position,
                                          std::string_view method, Strategy strategy,
-                                         bool needs_stats, std::int64_t now) const;
+                                         bool needs_stats, bool websocket, std::int64_t now) const;
+  /// Over HTTP or the provider's WebSocket (transport: ws | auto; the sidecar only).
+  void choose_transport(Candidate& c, const ProviderState* ps, std::string_view method,
+                        Strategy strategy, bool needs_stats, std::int64_t now) const;
+  /// This host's samples of `method` over the provider's WebSocket, in the strategy's window.
+  [[nodiscard]] LatencyStats ws_stats_of(const ProviderState& ps, std::string_view method,
+                                         Strategy strategy, std::int64_t now) const;
   void rank(const Chain& chain, Plan& plan, std::string_view method, std::string_view params,
             std::int64_t now);
   /// An attempt on `p` runs far beyond its usual latency for that method.

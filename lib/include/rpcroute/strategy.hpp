@@ -37,7 +37,23 @@ struct Candidate {
   double metric = 0;             // what the strategy ranked by (p50 ms, weight, priority)
   bool cold = false;             // latency strategies: no usable data; ranked at the baseline
   double first_probability = 0;  // chance of being tried first, after tiering
+  /// How an attempt on it goes (issue 18): its WebSocket only in the sidecar, for a provider with
+  /// `transport: ws`, or `auto` whose WebSocket measured better (choose_transport()).
+  TransportKind transport = TransportKind::http;
+  /// `transport: auto` under a latency strategy: each transport's own figures (stats holds the
+  /// chosen one's). weighed false otherwise.
+  bool weighed = false;
+  LatencyStats http_stats;
+  LatencyStats ws_stats;
 };
+
+/// `transport: auto` (issue 18): which of a provider's two transports a latency strategy uses,
+/// from each one's own samples. While either has fewer than `min_calls` samples in the window, the
+/// one with fewer is tried (explored, as the strategies explore unmeasured providers); then the
+/// one that qualifies (success rate at least `min_success_rate`), the lower p50 when both do, the
+/// higher success rate when neither does. Ties go to HTTP.
+[[nodiscard]] TransportKind better_transport(const LatencyStats& http, const LatencyStats& ws,
+                                             int min_calls, double min_success_rate);
 
 struct RankInput {
   Strategy strategy = Strategy::load_balanced;

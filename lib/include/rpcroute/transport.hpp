@@ -26,6 +26,9 @@ struct HttpRequest {
   HttpVersion http = HttpVersion::http1_1;  // over TLS; plain http:// is HTTP/1.1 anyway
   const TlsOptions* tls = nullptr;  // the provider's tls: settings (none: defaults); must outlive
                                     // perform()
+  /// Whom it is for (the router sets it): a WebSocket transport keeps a socket per provider and
+  /// names it in errors. Must outlive perform().
+  const Provider* provider = nullptr;
 };
 
 /// Bytes reserved past a body's Content-Length: simdjson's padding (64), so that the answer is

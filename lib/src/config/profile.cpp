@@ -33,6 +33,20 @@ std::string_view strategy_name(Strategy s) {
   return "?";
 }
 
+std::string_view transport_mode_name(TransportMode m) {
+  switch (m) {
+    case TransportMode::http:
+      return "http";
+    case TransportMode::ws:
+      return "ws";
+    case TransportMode::automatic:
+      return "auto";
+  }
+  return "?";
+}
+
+std::string_view transport_name(TransportKind k) { return k == TransportKind::ws ? "ws" : "http"; }
+
 std::string_view group_name(ProviderGroup g) {
   return g == ProviderGroup::backup ? "backup" : "primary";
 }

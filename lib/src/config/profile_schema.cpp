@@ -278,10 +278,11 @@ class ProfileSchema : public detail::YamlReader {
 
   Provider read_provider(const YAML::Node& n, int position) {
     require_map(n, "provider");
-    check_keys(n,
-               {"id", "url", "ws_url", "headers", "api_key", "priority", "weight", "archival",
-                "rate_limit", "methods", "limits", "timeout_ms", "tls", "http", "group"},
-               "provider");
+    check_keys(
+        n,
+        {"id", "url", "ws_url", "headers", "api_key", "priority", "weight", "archival",
+         "rate_limit", "methods", "limits", "timeout_ms", "tls", "http", "group", "transport"},
+        "provider");
     Provider p;
     auto id = opt_string(n, "id");
     if (!id || id->empty()) throw error(n, "provider needs an 'id'");
@@ -314,6 +315,7 @@ class ProfileSchema : public detail::YamlReader {
         throw error(g, fmt::format("'group' must be primary or backup, not '{}'", v));
       }
     }
+    if (auto t = n["transport"]) read_transport(t, p);
     p.priority = static_cast<int>(opt_int(n, "priority", 0).value_or(position));
     p.weight = opt_double(n, "weight", 0, 1e9).value_or(1.0);
     if (auto a = n["archival"]) p.archival = boolean(a);
@@ -326,6 +328,25 @@ class ProfileSchema : public detail::YamlReader {
     }
     p.fingerprint = url_fingerprint(p.url);
     return p;
+  }
+
+  /// `transport: http | ws | auto`: ws and auto need the provider's WebSocket (ws_url).
+  void read_transport(const YAML::Node& t, Provider& p) const {
+    const auto v = scalar(t, "'transport'");
+    if (v == "http") {
+      p.transport = TransportMode::http;
+    } else if (v == "ws") {
+      p.transport = TransportMode::ws;
+    } else if (v == "auto") {
+      p.transport = TransportMode::automatic;
+    } else {
+      throw error(t, fmt::format("'transport' must be http, ws or auto, not '{}'", v));
+    }
+    if (p.transport != TransportMode::http && p.ws_url.empty()) {
+      throw error(t, fmt::format("provider '{}' has 'transport: {}' but no 'ws_url' (give one, or "
+                                 "'ws_url: from_url')",
+                                 p.id, v));
+    }
   }
 
   /// url (with api_key put in place) and ws_url; whatever of them is secret joins the secrets.

@@ -280,9 +280,10 @@ void record_exchange(HealthSink& sink, const HealthConfig& health, std::string_v
   attempt.trip = options.timeout_trips && attempt.cls == OutcomeClass::provider_failure &&
                  trips_at_once(ex.overall.outcome);
   attempt.trial = options.trial;
+  attempt.ws = options.transport == TransportKind::ws;
   sink.record(std::move(attempt), health);
   for (std::size_t i = 0; i < calls.size(); ++i) {
-    sink.record(SampleEvent{std::string(key), std::string(calls[i].method),
+    sink.record(SampleEvent{std::string(key), sample_method(calls[i].method, options.transport),
                             Sample{now_ms, ex.http.latency_us, ex.per_call[i].outcome}},
                 health);
   }

@@ -64,10 +64,22 @@ bool known_shaped_method(std::string_view method) {
 
 std::string_view method_slot(const std::map<std::string, std::deque<Sample>, std::less<>>& methods,
                              std::string_view method) {
-  if (!known_shaped_method(method)) return kOtherMethod;
+  std::string_view base = method;
+  std::string_view other = kOtherMethod;
+  if (base.ends_with(kWsSuffix)) {
+    base.remove_suffix(kWsSuffix.size());
+    other = kOtherWsMethod;
+  }
+  if (!known_shaped_method(base)) return other;
   if (methods.size() < kMaxMethodsPerProvider || methods.find(method) != methods.end())
     return method;
-  return kOtherMethod;
+  return other;
+}
+
+std::string sample_method(std::string_view method, TransportKind transport) {
+  std::string out(method);
+  if (transport == TransportKind::ws) out.append(kWsSuffix);
+  return out;
 }
 
 std::string_view catalogue_slot(std::string_view method) {
@@ -198,15 +210,18 @@ void apply_event(State& state, const Event& event, const HealthConfig& health) {
           auto& ps = provider_entry(state, e.key);
           ps.last_used_ms = std::max(ps.last_used_ms, e.t_ms);
           if (e.cls == OutcomeClass::success) ps.last_ok_ms = std::max(ps.last_ok_ms, e.t_ms);
-          if (e.cls == OutcomeClass::provider_failure)
+          // A WebSocket failure says the socket failed, not that the provider is down: its own
+          // breaker counts it; HTTP and probes drive the provider's.
+          if (e.cls == OutcomeClass::provider_failure && !e.ws)
             ps.last_failed_ms = std::max(ps.last_failed_ms, e.t_ms);
+          auto& breaker = e.ws ? ps.ws_breaker : ps.breaker;
           if (e.trial) {
-            breaker_on_trial(ps.breaker, e.cls, e.t_ms, clip(e.reason), health.circuit_breaker,
+            breaker_on_trial(breaker, e.cls, e.t_ms, clip(e.reason), health.circuit_breaker,
                              e.jitter);
           } else if (e.trip) {
-            breaker_trip(ps.breaker, e.t_ms, clip(e.reason), health.circuit_breaker, e.jitter);
+            breaker_trip(breaker, e.t_ms, clip(e.reason), health.circuit_breaker, e.jitter);
           } else {
-            breaker_on_outcome(ps.breaker, e.cls, e.t_ms, clip(e.reason), health.circuit_breaker,
+            breaker_on_outcome(breaker, e.cls, e.t_ms, clip(e.reason), health.circuit_breaker,
                                e.jitter);
           }
           if (e.cls == OutcomeClass::rate_limited) {
@@ -334,7 +349,8 @@ void prune(State& state, std::int64_t now_ms) {
         std::max(ps.cordon.t_ms, ps.cordon.until_ms) < now_ms - kCordonMemoryMs)
       ps.cordon = Cordon{};
     bool stale = ps.last_used_ms < now_ms - kProviderRetentionMs &&
-                 ps.breaker.state == BreakerState::closed && ps.rate_limited_until_ms < now_ms &&
+                 ps.breaker.state == BreakerState::closed &&
+                 ps.ws_breaker.state == BreakerState::closed && ps.rate_limited_until_ms < now_ms &&
                  !ps.cordon.active(now_ms);
     it = stale ? state.providers.erase(it) : std::next(it);
   }

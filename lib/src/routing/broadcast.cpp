@@ -98,7 +98,8 @@ asio::awaitable<void> Executor::broadcast_send(std::shared_ptr<Broadcast> b, con
   const auto& c = ex.per_call[0];
   const jsonrpc::Reply* reply = ex.replies[0];
   const double latency_ms = ex.latency_ms();
-  b->attempts.push_back({provider.id, scrubbed(c), ex.http.status, latency_ms});
+  b->attempts.push_back(
+      {provider.id, scrubbed(c), ex.http.status, latency_ms, TransportKind::http});
   if (c.cls == OutcomeClass::success && !b->winner) {
     b->winner = true;
     b->result = *reply->result;

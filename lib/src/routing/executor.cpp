@@ -230,11 +230,18 @@ HttpRequest Executor::start_round(const Run& run, Round& round) {
   const std::span<const UpstreamCall> calls(round.upstream.data(), round.upstream.size());
   // send_exchange's steps, in route()'s frame: a coroutine level less per attempt.
   round.ids = reserve_upstream_ids(calls.size());
-  HttpRequest request{provider.url, upstream_body(calls, round.ids), &provider.headers,
-                      round.attempt_timeout, max_response_bytes(calls, provider, profile_)};
+  round.transport = round.cand.transport == TransportKind::ws && calls.size() == 1
+                        ? TransportKind::ws
+                        : TransportKind::http;
+  // The transport tells the two apart by the scheme (the sidecar's sends ws:// and wss:// to the
+  // provider's socket, the upstream ids unique on it).
+  HttpRequest request{round.transport == TransportKind::ws ? provider.ws_url : provider.url,
+                      upstream_body(calls, round.ids), &provider.headers, round.attempt_timeout,
+                      max_response_bytes(calls, provider, profile_)};
   request.cancel = run.options.cancel;
   request.tls = &provider.tls;
   request.http = provider.http;
+  request.provider = &provider;
   return request;
 }
 
@@ -270,12 +277,13 @@ void Executor::settle_exchange(const Run& run, Round& round, Exchange& ex, bool 
   const auto now = clock_.now_ms();
   record_exchange(store_, profile_.health, key, calls, ex, now, rng_.uniform(),
                   {.trial = round.cand.breaker == BreakerState::open,
-                   .timeout_trips = round.attempt_timeout == round.full_timeout});
+                   .timeout_trips = round.attempt_timeout == round.full_timeout,
+                   .transport = round.transport});
   const double latency_ms = ex.latency_ms();
   for (std::size_t g = 0; g < round.group.size(); ++g) {
     Item& item = *round.group[g];
     item.out.attempts.push_back(
-        {provider.id, scrubbed(ex.per_call[g]), ex.http.status, latency_ms});
+        {provider.id, scrubbed(ex.per_call[g]), ex.http.status, latency_ms, round.transport});
     if (judge_calls) settle_item(run, round, ex, g, now);
   }
 }
@@ -324,6 +332,7 @@ void Executor::settle_item(const Run& run, const Round& round, Exchange& ex, std
       return;
     case Action::return_error:
       finish_with_error(answer_error(*reply), provider.id, latency_ms);
+      item.out.transport = round.transport;
       return;
     default:
       break;
@@ -361,6 +370,7 @@ void Executor::deliver(const Run& run, const Round& round, Exchange& ex, std::si
   item.done = true;
   out.status = CallOutcome::Status::result;
   out.provider = round.cand.provider->id;
+  out.transport = round.transport;
   out.upstream_latency_ms = ex.latency_ms();
   const std::string_view result = *ex.replies[g]->result;  // into the answer's buffer
   on_success(run.chain, round.cand, item, now, result);

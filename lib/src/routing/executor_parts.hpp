@@ -51,6 +51,9 @@ struct Executor::Round {
   std::int64_t attempt_timeout = 0;  // cut to what is left of the deadline
   bool trial = false;                // through a breaker that is not closed
   bool chain_check = false;          // eth_chainId goes last in the batch (chain_check.cpp)
+  /// Over the provider's WebSocket: its candidate said so and the round is one call (a batch, or
+  /// a call with the chain id check, goes over HTTP).
+  TransportKind transport = TransportKind::http;
   std::int64_t started_ms = 0;
 };
 

@@ -142,7 +142,8 @@ bool settles_call(const Exchange& ex) {
 const std::deque<Sample>* samples_of(const HealthStore& store, const Executor::Round& round) {
   const ProviderState* ps = store.provider(round.cand.key);
   if (ps == nullptr) return nullptr;
-  auto m = ps->methods.find(method_slot(ps->methods, round.leader->call->method));
+  const std::string method = sample_method(round.leader->call->method, round.cand.transport);
+  auto m = ps->methods.find(method_slot(ps->methods, method));
   return m == ps->methods.end() ? nullptr : &m->second;
 }
 

@@ -12,6 +12,34 @@ std::string ms_text(double ms) {
   return fmt::format("{:.2f} s", ms / 1000);
 }
 
+/// How an attempt on the candidate goes, where its provider may use its WebSocket (issue 18); ""
+/// for an HTTP-only provider.
+std::string transport_text(const Candidate& c) {
+  const auto side = [](const char* name, const LatencyStats& s) {
+    if (s.calls == 0) return fmt::format("{} no data", name);
+    if (!s.has_latency()) return fmt::format("{} {} call(s), none answered", name, s.calls);
+    return fmt::format("{} p50 {} over {} call(s), {:.0f}% success", name, ms_text(s.p50_ms),
+                       s.calls, s.success_rate * 100);
+  };
+  if (c.weighed) {
+    return fmt::format("; it goes over {} ({}; {})",
+                       c.transport == TransportKind::ws ? "its WebSocket" : "HTTP",
+                       side("WebSocket", c.ws_stats), side("HTTP", c.http_stats));
+  }
+  switch (c.provider->transport) {
+    case TransportMode::http:
+      return "";
+    case TransportMode::ws:
+      return c.transport == TransportKind::ws
+                 ? "; it goes over its WebSocket (transport: ws)"
+                 : "; it goes over HTTP (transport: ws, but its WebSocket is not usable now)";
+    case TransportMode::automatic:
+      return "; it goes over HTTP (transport: auto weighs both only under fastest and "
+             "latency_weighted)";
+  }
+  return "";
+}
+
 }  // namespace
 
 std::string explain_candidate(Strategy s, const Candidate& c, std::size_t pos, std::int64_t now) {
@@ -75,7 +103,7 @@ std::string explain_candidate(Strategy s, const Candidate& c, std::size_t pos, s
   }
   if (c.provider->group == ProviderGroup::backup)
     tier += "; it is a backup, tried after every primary of its tier";
-  return fmt::format("#{} {}: {}; {}.", pos, c.provider->id, why, tier);
+  return fmt::format("#{} {}: {}{}; {}.", pos, c.provider->id, why, transport_text(c), tier);
 }
 
 void write_plan_json(json::Writer& w, const Profile& profile, const Chain& chain,
@@ -142,6 +170,28 @@ void write_plan_members(json::Writer& w, const Profile& profile, const Chain& ch
     w.value(c.provider->priority);
     w.key("weight");
     w.value(c.provider->weight);
+    w.key("transport");  // issue 18: how an attempt on it goes (the sidecar's choice)
+    w.value(transport_name(c.transport));
+    if (c.weighed) {  // transport: auto under a latency strategy: each one's own figures
+      w.key("transports");
+      w.begin_object();
+      for (const auto& [name, st] :
+           {std::pair{"http", &c.http_stats}, std::pair{"ws", &c.ws_stats}}) {
+        w.key(name);
+        w.begin_object();
+        w.key("samples");
+        w.value(st->calls);
+        w.key("p50_ms");
+        if (st->has_latency())
+          w.value(st->p50_ms);
+        else
+          w.null();
+        w.key("success_rate");
+        w.value(st->success_rate, 4);
+        w.end_object();
+      }
+      w.end_object();
+    }
     if (explain) {
       w.key("explain");
       w.value(explain_candidate(plan.strategy, c, i + 1, now));
@@ -185,6 +235,10 @@ void write_attempt_json(json::Writer& w, const AttemptRecord& a) {
   w.value(static_cast<std::int64_t>(a.http_status));
   w.key("latency_ms");
   w.value(a.latency_ms);
+  if (a.transport == TransportKind::ws) {  // issue 18: absent, HTTP
+    w.key("transport");
+    w.value(transport_name(a.transport));
+  }
   w.key("message");
   w.value(a.result.message);
   w.end_object();

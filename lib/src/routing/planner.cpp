@@ -206,7 +206,8 @@ void Planner::sort_providers(const Chain& chain, const RuleInput& in, const Rout
     view.judgement = heights.judgements[i];
     const Fate fate = apply_exclusion_rules(in, view, plan.excluded);
     if (fate == Fate::out) continue;
-    Candidate c = make_candidate(view, i, in.method, plan.strategy, needs_stats, in.now_ms);
+    Candidate c = make_candidate(view, i, in.method, plan.strategy, needs_stats, options.websocket,
+                                 in.now_ms);
     if (fate == Fate::trial) {
       open.push_back(std::move(c));
     } else if (fate == Fate::lagging) {
@@ -241,7 +242,7 @@ void Planner::sort_providers(const Chain& chain, const RuleInput& in, const Rout
 
 Candidate Planner::make_candidate(const ProviderView& view, std::size_t position,
                                   std::string_view method, Strategy strategy, bool needs_stats,
-                                  std::int64_t now) const {
+                                  bool websocket, std::int64_t now) const {
   Candidate c;
   c.provider = view.provider;
   c.position = position;
@@ -268,8 +269,51 @@ Candidate Planner::make_candidate(const ProviderView& view, std::size_t position
       }
     }
   }
+  if (websocket) choose_transport(c, view.state, method, strategy, needs_stats, now);
   if (stalled(*view.provider, view.state, now)) c.tier = Tier::stalled;
   return c;
+}
+
+LatencyStats Planner::ws_stats_of(const ProviderState& ps, std::string_view method,
+                                  Strategy strategy, std::int64_t now) const {
+  const auto window = strategy == Strategy::latency_weighted
+                          ? profile_.strategies.latency_weighted.window_ms
+                          : profile_.strategies.fastest.window_ms;
+  const std::string key = sample_method(method, TransportKind::ws);
+  auto m = ps.methods.find(method_slot(ps.methods, key));
+  return summarize(m == ps.methods.end() ? nullptr : &m->second, now, window);
+}
+
+void Planner::choose_transport(Candidate& c, const ProviderState* ps, std::string_view method,
+                               Strategy strategy, bool needs_stats, std::int64_t now) const {
+  const Provider& p = *c.provider;
+  if (p.transport == TransportMode::http || p.ws_url.empty()) return;
+  // A provider on trial (its breaker not closed) is tried over HTTP, whose breaker it is; a
+  // WebSocket whose own breaker is open waits out its recovery time the same way.
+  if (c.breaker != BreakerState::closed) return;
+  if (ps != nullptr && ps->ws_breaker.effective_state(now) == BreakerState::open) return;
+  const bool latency = strategy == Strategy::fastest || strategy == Strategy::latency_weighted;
+  if (p.transport == TransportMode::ws) {
+    c.transport = TransportKind::ws;
+    if (needs_stats)
+      c.stats = ps != nullptr ? ws_stats_of(*ps, method, strategy, now) : LatencyStats{};
+    return;
+  }
+  if (!latency) return;  // auto: measured only by the latency strategies; HTTP for the others
+  // Over HTTP, c.stats are the method's (with the shared prior); over the WebSocket, this host's
+  // own samples only (the socket is this host's).
+  c.weighed = true;
+  c.http_stats = c.stats;
+  if (ps != nullptr) c.ws_stats = ws_stats_of(*ps, method, strategy, now);
+  const bool weighted = strategy == Strategy::latency_weighted;
+  const int min_calls = weighted ? profile_.strategies.latency_weighted.min_calls
+                                 : profile_.strategies.fastest.min_calls;
+  const double min_rate = weighted ? profile_.strategies.latency_weighted.min_success_rate
+                                   : profile_.strategies.fastest.min_success_rate;
+  if (better_transport(c.http_stats, c.ws_stats, min_calls, min_rate) == TransportKind::ws) {
+    c.transport = TransportKind::ws;
+    c.stats = c.ws_stats;
+  }
 }
 
 void Planner::rank(const Chain& chain, Plan& plan, std::string_view method, std::string_view params,

@@ -204,6 +204,17 @@ constexpr StrategyEntry kStrategies[] = {
 
 }  // namespace
 
+TransportKind better_transport(const LatencyStats& http, const LatencyStats& ws, int min_calls,
+                               double min_success_rate) {
+  if (http.calls < min_calls || ws.calls < min_calls)
+    return ws.calls < http.calls ? TransportKind::ws : TransportKind::http;
+  const bool h = qualifies(http, min_calls, min_success_rate);
+  const bool w = qualifies(ws, min_calls, min_success_rate);
+  if (h != w) return w ? TransportKind::ws : TransportKind::http;
+  if (!h) return ws.success_rate > http.success_rate ? TransportKind::ws : TransportKind::http;
+  return ws.p50_ms < http.p50_ms ? TransportKind::ws : TransportKind::http;
+}
+
 double cold_start_baseline(std::span<const Candidate> c, int min_calls, double min_success_rate) {
   thread_local std::vector<double> p50s;
   p50s.clear();

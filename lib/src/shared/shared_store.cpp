@@ -321,6 +321,8 @@ void SharedStore::record(Event event, const HealthConfig& health) {
 }
 
 void SharedStore::add_latency(Watched& w, std::string_view method, const Sample& s) {
+  // A WebSocket sample measures this host's socket (issue 18): kept locally, not shared.
+  if (method.ends_with(kWsSuffix)) return;
   const auto window = s.t_ms / kLatencyWindowMs;
   auto& windows = w.latency_out;
   // Redis away for long: windows it would no longer keep are not kept here either.

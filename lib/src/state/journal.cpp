@@ -241,7 +241,7 @@ void put_provider(Out& o, const PendingEvents::PerProvider& pp) {
     o.str(a.reason);
     o.iv(a.retry_after_ms);
     o.f64(a.jitter);
-    o.u8(static_cast<std::uint8_t>((a.trip ? 1 : 0) | (a.trial ? 2 : 0)));
+    o.u8(static_cast<std::uint8_t>((a.trip ? 1 : 0) | (a.trial ? 2 : 0) | (a.ws ? 4 : 0)));
   }
   o.uv(pp.samples.size());
   for (const auto& [method, samples] : pp.samples) {
@@ -308,6 +308,7 @@ void get_attempts(In& in, const std::string& key, PendingEvents::PerProvider& pp
     const auto flags = in.u8();
     a.trip = (flags & 1) != 0;
     a.trial = (flags & 2) != 0;
+    a.ws = (flags & 4) != 0;  // records written before issue 18's transports: HTTP
     pp.attempts.push_back(std::move(a));
   }
 }

@@ -33,6 +33,25 @@ void put_text(json::Writer& w, std::string_view s) {
   }
 }
 
+void put_breaker(json::Writer& w, const Breaker& b) {
+  w.begin_object();
+  w.key("state");
+  w.value(breaker_state_name(b.state));
+  w.key("failures");
+  w.value(b.failures);
+  w.key("successes");
+  w.value(b.successes);
+  w.key("reopens");
+  w.value(b.reopens);
+  w.key("opened_ms");
+  w.value(b.opened_ms);
+  w.key("recovery_ms");
+  w.value(b.recovery_ms);
+  w.key("reason");
+  put_text(w, b.reason);
+  w.end_object();
+}
+
 }  // namespace
 
 std::string serialize_state(const State& state, std::int64_t now_ms, std::uint64_t journal) {
@@ -60,22 +79,13 @@ std::string serialize_state(const State& state, std::int64_t now_ms, std::uint64
     w.key("fingerprint");
     put_text(w, ps.fingerprint);
     w.key("breaker");
-    w.begin_object();
-    w.key("state");
-    w.value(breaker_state_name(ps.breaker.state));
-    w.key("failures");
-    w.value(ps.breaker.failures);
-    w.key("successes");
-    w.value(ps.breaker.successes);
-    w.key("reopens");
-    w.value(ps.breaker.reopens);
-    w.key("opened_ms");
-    w.value(ps.breaker.opened_ms);
-    w.key("recovery_ms");
-    w.value(ps.breaker.recovery_ms);
-    w.key("reason");
-    put_text(w, ps.breaker.reason);
-    w.end_object();
+    put_breaker(w, ps.breaker);
+    // Only once the WebSocket was used for requests (issue 18): older readers never see it.
+    if (ps.ws_breaker.state != BreakerState::closed || ps.ws_breaker.failures != 0 ||
+        ps.ws_breaker.reopens != 0 || ps.ws_breaker.opened_ms != 0) {
+      w.key("ws_breaker");
+      put_breaker(w, ps.ws_breaker);
+    }
     w.key("rate_limited_until_ms");
     w.value(ps.rate_limited_until_ms);
     w.key("height");
@@ -293,30 +303,33 @@ bool has(dom::object o, std::string_view key) {
 
 namespace {
 
+void parse_breaker(dom::object bo, Breaker& b) {
+  auto st = get_str(bo, "state");
+  if (st == "open")
+    b.state = BreakerState::open;
+  else if (st == "half_open")
+    b.state = BreakerState::half_open;
+  else if (st == "closed" || st.empty())
+    b.state = BreakerState::closed;
+  else
+    throw Bad{fmt::format("unknown breaker state '{}'", st)};
+  b.failures = static_cast<int>(get_int(bo, "failures"));
+  b.successes = static_cast<int>(get_int(bo, "successes"));
+  b.reopens = static_cast<int>(get_int(bo, "reopens"));
+  b.opened_ms = get_int(bo, "opened_ms");
+  b.recovery_ms = get_int(bo, "recovery_ms");
+  b.reason = std::string(clip(get_str(bo, "reason")));
+}
+
 ProviderState parse_provider(dom::object po, std::size_t& dropped) {
   ProviderState ps;
   ps.profile = get_str(po, "profile");
   ps.chain = get_str(po, "chain");
   ps.provider = get_str(po, "provider");
   ps.fingerprint = get_str(po, "fingerprint");
-  if (has(po, "breaker")) {
-    auto bo = get_obj(po, "breaker");
-    auto st = get_str(bo, "state");
-    if (st == "open")
-      ps.breaker.state = BreakerState::open;
-    else if (st == "half_open")
-      ps.breaker.state = BreakerState::half_open;
-    else if (st == "closed" || st.empty())
-      ps.breaker.state = BreakerState::closed;
-    else
-      throw Bad{fmt::format("unknown breaker state '{}'", st)};
-    ps.breaker.failures = static_cast<int>(get_int(bo, "failures"));
-    ps.breaker.successes = static_cast<int>(get_int(bo, "successes"));
-    ps.breaker.reopens = static_cast<int>(get_int(bo, "reopens"));
-    ps.breaker.opened_ms = get_int(bo, "opened_ms");
-    ps.breaker.recovery_ms = get_int(bo, "recovery_ms");
-    ps.breaker.reason = std::string(clip(get_str(bo, "reason")));
-  }
+  if (has(po, "breaker")) parse_breaker(get_obj(po, "breaker"), ps.breaker);
+  // Absent in files written before issue 18's transports (and while the socket is unused).
+  if (has(po, "ws_breaker")) parse_breaker(get_obj(po, "ws_breaker"), ps.ws_breaker);
   ps.rate_limited_until_ms = get_int(po, "rate_limited_until_ms");
   if (has(po, "height")) {
     auto ho = get_obj(po, "height");

@@ -102,6 +102,8 @@ struct RecordOptions {
   bool trial = false;  // sent while the breaker was open (recovery probe, trial request)
   bool timeout_trips =
       true;  // false when the overall deadline, not the provider's timeout, cut it short
+  /// Over the provider's WebSocket: its breaker (ws_breaker) and its samples ("<method>@ws").
+  TransportKind transport = TransportKind::http;
 };
 void record_exchange(HealthSink& sink, const HealthConfig& health, std::string_view key,
                      std::span<const UpstreamCall> calls, const Exchange& exchange,

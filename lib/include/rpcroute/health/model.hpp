@@ -28,6 +28,11 @@ inline constexpr std::int64_t kFilterRetentionMs = 15LL * 60 * 1000;
 inline constexpr std::size_t kMaxMethodNameBytes = 64;
 inline constexpr std::size_t kMaxMethodsPerProvider = 64;
 inline constexpr std::string_view kOtherMethod = "other";  // where every other method's samples go
+/// Samples taken over a provider's WebSocket are kept apart from its HTTP ones, under the method
+/// with this suffix ("eth_call@ws", "other@ws"); HTTP samples keep the bare method (older files
+/// read as they are).
+inline constexpr std::string_view kWsSuffix = "@ws";
+inline constexpr std::string_view kOtherWsMethod = "other@ws";
 inline constexpr std::size_t kMaxFilterKeyBytes = 256;
 inline constexpr std::size_t kMaxFilters = 4096;
 inline constexpr std::size_t kMaxTextBytes = 256;  // client_version, breaker reasons
@@ -116,7 +121,10 @@ struct ProviderState {
   std::string chain;
   std::string provider;
   std::string fingerprint;
-  Breaker breaker;
+  Breaker breaker;  // the provider's: HTTP exchanges (and probes) drive it
+  /// Its WebSocket's, for single requests the sidecar sends over it (transport: ws | auto): a
+  /// failing socket sends them back to HTTP without shutting the provider out.
+  Breaker ws_breaker;
   std::int64_t rate_limited_until_ms = 0;
   Height height;
   std::int64_t last_used_ms = 0;
@@ -177,9 +185,13 @@ void provider_key_into(std::string& out, std::string_view profile, std::string_v
 /// kMaxMethodNameBytes ("eth_getLogs", "debug_traceCall", "anvil_mine").
 [[nodiscard]] bool known_shaped_method(std::string_view method);
 /// The key under which a sample of `method` is kept among `methods`: the method itself when it is
-/// known-shaped and there is room (kMaxMethodsPerProvider), else kOtherMethod.
+/// known-shaped and there is room (kMaxMethodsPerProvider), else kOtherMethod. A WebSocket sample's
+/// method ("eth_call@ws") is judged by its method and falls back to kOtherWsMethod.
 [[nodiscard]] std::string_view method_slot(
     const std::map<std::string, std::deque<Sample>, std::less<>>& methods, std::string_view method);
+/// The samples key of `method` sent over `transport`: the method itself over HTTP, the method with
+/// kWsSuffix over WebSocket (method_slot() bounds both alike).
+[[nodiscard]] std::string sample_method(std::string_view method, TransportKind transport);
 /// The key under which a method's latency is shared between hosts: the method when the catalogue
 /// (methods.hpp) knows it, else kOtherMethod. A finite set, whatever clients send.
 [[nodiscard]] std::string_view catalogue_slot(std::string_view method);
@@ -206,6 +218,7 @@ struct AttemptEvent {
   double jitter = 0;                 // in [0, 1): drawn once so that replay opens the same way
   bool trip = false;   // open the breaker now, whatever the count (lag beyond lag_trip_ms)
   bool trial = false;  // sent while the breaker was open (a recovery probe or trial request)
+  bool ws = false;     // over the provider's WebSocket: drives ws_breaker, not breaker
 };
 struct SampleEvent {
   std::string key;
