@@ -223,7 +223,10 @@ TEST_CASE("poller: a lone provider's claim the others do not confirm never moves
 TEST_CASE("poller: a provider on another chain never moves the mark", "[poller][highwater]") {
   MarkFixture f;
   const auto kc = provider_key(f.profile.name, f.chain.name, f.chain.providers[2]);
-  f.store.record(ProbeEvent{kc, ProbeFindings{.t_ms = f.clock.now_ms(), .chain_id = 1}}, f.profile.health);
+  ProbeFindings other_chain;
+  other_chain.t_ms = f.clock.now_ms();
+  other_chain.chain_id = 1;
+  f.store.record(ProbeEvent{kc, other_chain}, f.profile.health);
   f.poll(0, 100);
   f.poll(1, 100);
   REQUIRE(f.mark().block == 100);
