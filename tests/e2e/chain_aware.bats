@@ -539,7 +539,9 @@ EOF
   read -r a b ms < <(quota_run 50)
   echo "rps 5: s1 $a, s2 $b in $ms ms" >&3
   ((a + b == 50)) || { echo "s1 $a + s2 $b != 50" >&2; false; }
-  ((a >= 5)) || { echo "s1 served $a < burst 5" >&2; false; }
+  # The first call to s1 on a fresh state file also asks it eth_chainId (the chain check, issue
+  # 21), and that call draws a token of the burst like any other: at least burst - 1 calls.
+  ((a >= 4)) || { echo "s1 served $a < burst 5 - 1 (the chain check's token)" >&2; false; }
   # Tokens: the burst, plus rps per second elapsed, plus 1 for rounding.
   ((a <= 5 + 5 * ms / 1000 + 1)) || { echo "s1 served $a in $ms ms: over the quota" >&2; false; }
 
@@ -550,7 +552,7 @@ EOF
   read -r a b ms < <(quota_run 12)
   echo "rps 1: s1 $a, s2 $b in $ms ms" >&3
   ((a + b == 12)) || { echo "s1 $a + s2 $b != 12" >&2; false; }
-  ((a >= 5)) || { echo "s1 served $a < burst 5" >&2; false; }
+  ((a >= 4)) || { echo "s1 served $a < burst 5 - 1 (the chain check's token)" >&2; false; }
   ((a <= 5 + ms / 1000 + 1)) || { echo "s1 served $a in $ms ms: over the quota" >&2; false; }
   ((b > 0)) || { echo "s2 served none" >&2; false; }
   # rank shows the quota exclusion right after the run (the bucket is empty or nearly).
