@@ -113,6 +113,27 @@ void write_plan_json(json::Writer& w, const Profile& profile, const Chain& chain
   w.end_object();
 }
 
+/// `transport: auto` under a latency strategy: each transport's own figures.
+static void write_transports(json::Writer& w, const Candidate& c) {
+  w.key("transports");
+  w.begin_object();
+  for (const auto& [name, st] : {std::pair{"http", &c.http_stats}, std::pair{"ws", &c.ws_stats}}) {
+    w.key(name);
+    w.begin_object();
+    w.key("samples");
+    w.value(st->calls);
+    w.key("p50_ms");
+    if (st->has_latency())
+      w.value(st->p50_ms);
+    else
+      w.null();
+    w.key("success_rate");
+    w.value(st->success_rate, 4);
+    w.end_object();
+  }
+  w.end_object();
+}
+
 void write_plan_members(json::Writer& w, const Profile& profile, const Chain& chain,
                         std::string_view method, const Plan& plan, std::int64_t now, bool explain) {
   w.key("profile");
@@ -172,26 +193,7 @@ void write_plan_members(json::Writer& w, const Profile& profile, const Chain& ch
     w.value(c.provider->weight);
     w.key("transport");  // issue 18: how an attempt on it goes (the sidecar's choice)
     w.value(transport_name(c.transport));
-    if (c.weighed) {  // transport: auto under a latency strategy: each one's own figures
-      w.key("transports");
-      w.begin_object();
-      for (const auto& [name, st] :
-           {std::pair{"http", &c.http_stats}, std::pair{"ws", &c.ws_stats}}) {
-        w.key(name);
-        w.begin_object();
-        w.key("samples");
-        w.value(st->calls);
-        w.key("p50_ms");
-        if (st->has_latency())
-          w.value(st->p50_ms);
-        else
-          w.null();
-        w.key("success_rate");
-        w.value(st->success_rate, 4);
-        w.end_object();
-      }
-      w.end_object();
-    }
+    if (c.weighed) write_transports(w, c);
     if (explain) {
       w.key("explain");
       w.value(explain_candidate(plan.strategy, c, i + 1, now));
