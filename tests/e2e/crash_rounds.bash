@@ -9,7 +9,8 @@
 # BATS_TEST_TMPDIR so helpers.bash and sidecar_helpers.bash can be sourced.
 #
 # Each round starts K `rpcroute call --provider cJ` at once; each is SIGKILLed with probability 1/2
-# at a random moment within the time a round's calls take (a moving average), so some kills land
+# at a random moment within the time a call takes to finish (a moving average over the calls that
+# exited 0, measured from its start to its exit, so a kill's own delay never feeds it), so some land
 # in the middle of the final state write (a journal append, or a compaction when the journal is
 # full). Every fifth round, c1's call is killed mid-append for certain (RPCROUTE_TEST_STATE_CRASH:
 # half a record written, then SIGKILL). Then, read as every reader reads it (`state show`:
@@ -171,7 +172,7 @@ end_generation_if_over() { # [stop]
 # ---------------------------------------------------------------------------------------------------
 # The rounds
 
-window=300 # ms; a moving average of how long a round's calls take
+window=300 # ms; a moving average of how long a call that finishes takes
 started=0 finished=0 killed=0 torn_appends=0
 started_of=() finished_of=() # per provider cJ, by J
 for ((j = 1; j <= K; j++)); do started_of[j]=0 finished_of[j]=0; done
@@ -207,6 +208,7 @@ for r in $(seq "$ROUNDS"); do
         finished_of[j]=$((finished_of[j] + 1))
         now t
         windows+="${windows:+,}{\"p\":\"c$j\",\"a\":${starts[j]},\"b\":$t}"
+        window=$(((window * 7 + t - starts[j]) / 8))
         out=""
         read -r out <"$WORK/out.$j" || true
         if [[ $out != '"0x64"' || -s $WORK/err.$j ]]; then
@@ -222,8 +224,6 @@ for r in $(seq "$ROUNDS"); do
     esac
   done
   ((${#killers[@]} == 0)) || wait "${killers[@]}" 2>/dev/null
-  now t
-  window=$(((window * 3 + t - starts[1]) / 4))
 
   counts=""
   for ((j = 1; j <= K; j++)); do counts+="${counts:+,}{\"p\":\"c$j\",\"lo\":${finished_of[j]},\"hi\":${started_of[j]}}"; done
@@ -250,11 +250,13 @@ now t_end
 
 # Kills that landed between the temporary file's creation and its rename leave it behind.
 torn_tmp=$(compgen -G "$S.tmp.*" | wc -l)
-echo "rounds: $ROUNDS in $(((t_end - t_begin) / 1000)) s, $K concurrent calls each, kills spread over the ~${window} ms a round's calls take"
+echo "rounds: $ROUNDS in $(((t_end - t_begin) / 1000)) s, $K concurrent calls each, kills spread over the ~${window} ms a call takes"
 echo "calls: $started started, $finished exited 0 (each one's sample found), $killed killed by SIGKILL"
 echo "kills inside a state write (temporary file left behind): $torn_tmp; calls killed mid-append for certain: $torn_appends"
 echo "sidecars: $gen lives under traffic; $sc_killed ended by SIGKILL ($sc_hooked between a compaction's rename and the journal's removal), $sc_clean exited 0 ($sc_term_then_kill_exit0 of them before a SIGKILL sent 0-40 ms after SIGTERM); $sc_samples_checked samples of theirs checked"
-((killed - torn_appends >= ROUNDS / 2)) || fail "only $((killed - torn_appends)) calls were killed at random: the kills came too late"
+# About K/2 kills a round are sent, about half of them before the call ends; ask for a quarter of
+# the rounds, so only kills that stopped landing at all (not a slow machine) fail the test.
+((killed - torn_appends >= ROUNDS / 4)) || fail "only $((killed - torn_appends)) calls were killed at random: the kills came too late"
 ((sc_killed >= 1 && sc_clean >= 1)) || fail "sidecar outcomes: $sc_killed killed, $sc_clean exited 0; want both"
 ((gen < 4 || sc_hooked >= 1)) || fail "no sidecar was killed between a compaction's rename and the journal's removal"
 exit 0
