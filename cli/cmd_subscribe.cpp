@@ -141,7 +141,9 @@ class Follow {
         chain_(chain),
         health_(setup.health()),
         // Destroyed before the loop: its sockets close while the loop is there.
-        subscriptions_(8 * 1024 * 1024, {[this]() -> const HealthView& { return health_; }, {}}),
+        subscriptions_(8 * 1024 * 1024, {[this]() -> const HealthView& { return health_; },
+                                         {},
+                                         [this]() { return setup_.clock.now_ms(); }}),
         stop_(loop.io(), asio::steady_timer::time_point::max()) {}
 
   asio::awaitable<void> run(std::string params, std::optional<std::int64_t> duration_ms);

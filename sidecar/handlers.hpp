@@ -105,6 +105,8 @@ class Handlers {
     return shared_ != nullptr ? static_cast<HealthStore&>(*shared_)
                               : static_cast<HealthStore&>(store_);
   }
+  /// The wall clock heights and finality are recorded by.
+  [[nodiscard]] const Clock& clock() const { return clock_; }
   /// The profiles served so far (those named in URLs join on first use).
   [[nodiscard]] const Runtimes& profiles() const { return profiles_; }
   /// A reload: `profiles` are served from now on (polled when `polled`); the runtimes they replace

@@ -116,9 +116,20 @@ void head_claims(std::vector<HeadClaim>& out, const HealthView& view, const Prof
                  const Chain& chain, std::int64_t now_ms, bool with_open);
 
 /// The best height known for a chain: chain_head() over the providers whose breaker is not open,
-/// else the fresh high-water mark; 0 when nothing is fresh.
+/// else the fresh high-water mark; 0 when nothing is fresh. `key`: the chain's chain_key() when the
+/// caller has it (the sidecar does), else computed.
 [[nodiscard]] std::uint64_t best_known_height(const HealthView& view, const Profile& profile,
-                                              const Chain& chain, std::int64_t now_ms);
+                                              const Chain& chain, std::int64_t now_ms,
+                                              std::string_view key = {});
+
+/// The chain's head seen elsewhere than on `provider` (the WebSocket stall detector's "the head
+/// moved on"): the highest claim of another provider that chain_head() believes, judged among every
+/// provider whose breaker is not open (`provider` too: leaving it out would leave two, and a liar
+/// of two within the jump allowance is believed), or the fresh high-water mark (raised by believed
+/// heights only) when higher; 0 when neither. `key`: the chain's chain_key().
+[[nodiscard]] std::uint64_t head_elsewhere(const HealthView& view, const Profile& profile,
+                                           const Chain& chain, const Provider& provider,
+                                           std::string_view key, std::int64_t now_ms);
 
 /// Whether the high-water mark is still where the providers are: within max_lag_blocks of the head
 /// of every fresh claim (open breakers included: a dead provider's height still happened). A mark

@@ -142,20 +142,43 @@ std::size_t index_of(const Chain& chain, const Provider& provider) {
   return chain.providers.size();
 }
 
+/// The chain's fresh high-water mark, else 0.
+std::uint64_t fresh_mark(const HealthView& view, const Profile& profile, const Chain& chain,
+                         std::string_view key, std::int64_t now_ms) {
+  std::string computed;
+  if (key.empty()) key = computed = chain_key(profile.name, chain);
+  const ChainState* cs = view.chain(key);
+  return cs != nullptr && height_fresh(cs->high_water, now_ms, chain) ? cs->high_water.block : 0;
+}
+
 }  // namespace
 
 std::uint64_t best_known_height(const HealthView& view, const Profile& profile, const Chain& chain,
-                                std::int64_t now_ms) {
+                                std::int64_t now_ms, std::string_view key) {
   thread_local std::vector<HeadClaim> claims;
   thread_local std::vector<ClaimJudgement> judgements;
   head_claims(claims, view, profile, chain, now_ms, false);
   judgements.resize(claims.size());
   if (auto head = chain_head(claims, judgements, chain, now_ms); head.head) return head.head->block;
-  if (const ChainState* cs = view.chain(chain_key(profile.name, chain));
-      cs != nullptr && height_fresh(cs->high_water, now_ms, chain)) {
-    return cs->high_water.block;
+  return fresh_mark(view, profile, chain, key, now_ms);
+}
+
+std::uint64_t head_elsewhere(const HealthView& view, const Profile& profile, const Chain& chain,
+                             const Provider& provider, std::string_view key, std::int64_t now_ms) {
+  thread_local std::vector<HeadClaim> claims;
+  thread_local std::vector<ClaimJudgement> judgements;
+  head_claims(claims, view, profile, chain, now_ms, false);
+  judgements.resize(claims.size());
+  (void)chain_head(claims, judgements, chain, now_ms);
+  // The mark too: only believed heights raise it, and the provider's own HTTP polls may be what
+  // moves it while its socket is silent.
+  std::uint64_t best = fresh_mark(view, profile, chain, key, now_ms);
+  for (std::size_t i = 0; i < claims.size(); ++i) {
+    if (chain.providers[i].id == provider.id) continue;
+    if (judgements[i].verdict == ClaimVerdict::believed)
+      best = std::max(best, claims[i].height.block);
   }
-  return 0;
+  return best;
 }
 
 bool mark_supported(const HealthView& view, const Profile& profile, const Chain& chain,
