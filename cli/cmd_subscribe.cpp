@@ -195,8 +195,9 @@ sidecar::WsSubscriptions::Listener Follow::listener() {
 
 asio::awaitable<void> Follow::run(std::string params, std::optional<std::int64_t> duration_ms) {
   for (const auto& provider : chain_.providers) {
+    // No shared finality votes: subscribe keeps no cache, a report is judged alone.
     const PollTarget target{loop_.engine(), health_, setup_.clock, setup_.rng,
-                            rt_->profile,   chain_,  provider};
+                            rt_->profile,   chain_,  provider,     nullptr};
     asio::co_spawn(loop_.io(), watch_heads(target, running_), asio::detached);
   }
   asio::signal_set signals(loop_.io(), SIGINT, SIGTERM);
