@@ -141,7 +141,9 @@ class Follow {
         chain_(chain),
         health_(setup.health()),
         // Destroyed before the loop: its sockets close while the loop is there.
-        subscriptions_(8 * 1024 * 1024, {[this]() -> const HealthView& { return health_; }, {}}),
+        subscriptions_(8 * 1024 * 1024, {[this]() -> const HealthView& { return health_; },
+                                         {},
+                                         [this]() { return setup_.clock.now_ms(); }}),
         stop_(loop.io(), asio::steady_timer::time_point::max()) {}
 
   asio::awaitable<void> run(std::string params, std::optional<std::int64_t> duration_ms);
@@ -193,8 +195,9 @@ sidecar::WsSubscriptions::Listener Follow::listener() {
 
 asio::awaitable<void> Follow::run(std::string params, std::optional<std::int64_t> duration_ms) {
   for (const auto& provider : chain_.providers) {
+    // No shared finality votes: subscribe keeps no cache, a report is judged alone.
     const PollTarget target{loop_.engine(), health_, setup_.clock, setup_.rng,
-                            rt_->profile,   chain_,  provider};
+                            rt_->profile,   chain_,  provider,     nullptr};
     asio::co_spawn(loop_.io(), watch_heads(target, running_), asio::detached);
   }
   asio::signal_set signals(loop_.io(), SIGINT, SIGTERM);

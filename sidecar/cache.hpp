@@ -37,7 +37,7 @@ bool cache_key(std::string& out, std::uintptr_t chain_tag, std::string_view meth
 
 /// What the cache needs to know of a chain now.
 struct ChainFinality {
-  std::uint64_t head = 0;       // the high-water mark
+  std::uint64_t head = 0;       // the believed head (the head rule), 0 when none is known
   std::uint64_t finalized = 0;  // highest finalized block reported; 0 with `known` false: none
   bool known = false;
 };

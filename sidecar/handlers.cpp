@@ -56,6 +56,7 @@ std::shared_ptr<ProfileRuntime> Handlers::make_runtime(Profile profile) {
   }
   rt->last_head.assign(rt->profile.chains.size(), 0);
   rt->activity.assign(rt->profile.chains.size(), {});
+  rt->finality_votes.resize(rt->profile.chains.size());
   return rt;
 }
 

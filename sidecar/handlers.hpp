@@ -21,6 +21,7 @@
 #include "reply.hpp"
 #include "request.hpp"
 #include "routes.hpp"
+#include "rpcroute/blocks.hpp"
 #include "rpcroute/clock.hpp"
 #include "rpcroute/config.hpp"
 #include "rpcroute/json.hpp"
@@ -45,7 +46,8 @@ struct ProfileRuntime {
   std::vector<std::string> chain_keys;   // chain_key() of each chain, in profile.chains order
   std::vector<std::vector<std::string>> provider_keys;  // provider_key() of each, per chain
   std::vector<std::uint64_t> last_head;                 // the head the cache last saw, per chain
-  std::vector<ChainActivity> activity;  // cache and hedge counts per chain, for the dashboard
+  std::vector<ChainActivity> activity;        // cache and hedge counts per chain, for the dashboard
+  std::vector<FinalityVotes> finality_votes;  // per chain, shared by its providers' pollers
 };
 using Runtimes = std::map<std::string, std::shared_ptr<ProfileRuntime>, std::less<>>;
 
@@ -105,6 +107,8 @@ class Handlers {
     return shared_ != nullptr ? static_cast<HealthStore&>(*shared_)
                               : static_cast<HealthStore&>(store_);
   }
+  /// The wall clock heights and finality are recorded by.
+  [[nodiscard]] const Clock& clock() const { return clock_; }
   /// The profiles served so far (those named in URLs join on first use).
   [[nodiscard]] const Runtimes& profiles() const { return profiles_; }
   /// A reload: `profiles` are served from now on (polled when `polled`); the runtimes they replace

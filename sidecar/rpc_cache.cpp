@@ -4,19 +4,24 @@
 #include <string>
 
 #include "handlers.hpp"
+#include "rpcroute/blocks.hpp"
 #include "rpcroute/json.hpp"
 
 namespace rpcroute::sidecar {
 
 ChainFinality Handlers::finality(const ProfileRuntime& rt, std::size_t chain_index) const {
-  // The head: the highest any provider was seen at (the poller keeps these current) or the
-  // never-backwards mark. It keys coalescing ("has the head moved"), so it must move with blocks.
+  // The head the router believes (the head rule: a claim the others do not confirm, an absurd one
+  // or a jump never counts), or the never-backwards mark while the providers still reach it (a
+  // breaker that opens on the highest does not move it back). It keys coalescing ("has the head
+  // moved"), so it moves with blocks, and caps finalized: a mark above it is not trusted.
+  const Chain& chain = rt.profile.chains[chain_index];
+  const std::int64_t now = clock_.now_ms();
   ChainFinality f;
-  for (const auto& key : rt.provider_keys[chain_index]) {
-    if (const ProviderState* ps = store_.provider(key)) f.head = std::max(f.head, ps->height.block);
-  }
+  f.head = best_known_height(store_, rt.profile, chain, now, rt.chain_keys[chain_index]);
   if (const ChainState* cs = store_.chain(rt.chain_keys[chain_index])) {
-    f.head = std::max(f.head, cs->high_water.block);
+    if (cs->high_water.block > f.head &&
+        mark_supported(store_, rt.profile, chain, cs->high_water, now))
+      f.head = cs->high_water.block;
     f.finalized = cs->finalized.block;
     f.known = cs->finalized.t_ms > 0;
   }
@@ -44,8 +49,11 @@ bool Handlers::consult_cache(bool no_cache, const RpcTarget& target, RpcJob& job
   if (cache == nullptr) return false;
   // A chain that went backwards (a dev chain restarted under the same URLs) may have rewritten
   // what was final: nothing kept before is trusted.
-  if (f.head < rt.last_head[index]) cache->clear();
-  rt.last_head[index] = f.head;
+  // No head known now (every height stale: an idle sidecar without polls) is not a step back.
+  if (f.head != 0) {
+    if (f.head < rt.last_head[index]) cache->clear();
+    rt.last_head[index] = f.head;
+  }
   ChainActivity& activity = rt.activity[index];
   if (bypass) {
     cache->on_bypass();

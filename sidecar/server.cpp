@@ -141,10 +141,12 @@ asio::awaitable<void> watch_provider(std::shared_ptr<ProfileRuntime> rt, PollTar
 }  // namespace
 
 void Server::start_pollers(const std::shared_ptr<ProfileRuntime>& rt) {
-  for (const auto& chain : rt->profile.chains) {
+  for (std::size_t ci = 0; ci < rt->profile.chains.size(); ++ci) {
+    const Chain& chain = rt->profile.chains[ci];
     for (const auto& provider : chain.providers) {
-      const PollTarget target{engine_, handlers_.health(), clock_, rng_, rt->profile, chain,
-                              provider};
+      // The chain's pollers share its finality votes: a mark needs a quorum of its providers.
+      const PollTarget target{engine_,  handlers_.health(),     clock_, rng_, rt->profile, chain,
+                              provider, &rt->finality_votes[ci]};
       asio::co_spawn(io_, watch_provider(rt, target, false), asio::detached);
       asio::co_spawn(io_, watch_provider(rt, target, true), asio::detached);
     }

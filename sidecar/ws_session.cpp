@@ -386,8 +386,8 @@ WsClients::WsClients(const ServerConfig& config, Handlers& handlers, Metrics& me
       metrics_(metrics),
       subscriptions_(config.max_body,
                      {[&handlers]() -> const HealthView& { return handlers.health(); },
-                      [&metrics](std::size_t n) { metrics.websocket_upstream_subscriptions(n); }}) {
-}
+                      [&metrics](std::size_t n) { metrics.websocket_upstream_subscriptions(n); },
+                      [&handlers]() { return handlers.clock().now_ms(); }}) {}
 
 void WsClients::start(tcp::socket socket, const Request& req, Route route, std::string remote) {
   http::request<http::empty_body> upgrade(req.method, req.target, static_cast<int>(req.version));

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "handlers.hpp"
+#include "rpcroute/blocks.hpp"
 #include "ws_stream.hpp"
 #include "ws_upstream.hpp"
 
@@ -479,17 +480,12 @@ std::uint64_t WsSubscriptions::head_elsewhere(const Shared& shared) const {
   const Chain& chain = *shared.chain;
   std::size_t ci = 0;
   while (ci < rt.profile.chains.size() && &rt.profile.chains[ci] != &chain) ++ci;
-  if (ci == rt.profile.chains.size() || ci >= rt.provider_keys.size()) return 0;
-  const HealthView& health = host_.health();
-  std::uint64_t best = 0;
-  for (std::size_t pi = 0; pi < chain.providers.size() && pi < rt.provider_keys[ci].size(); ++pi) {
-    if (&chain.providers[pi] == shared.provider) continue;
-    if (const ProviderState* ps = health.provider(rt.provider_keys[ci][pi]))
-      best = std::max(best, ps->height.block);
-  }
-  if (const ChainState* cs = health.chain(rt.chain_keys[ci]))
-    best = std::max(best, cs->high_water.block);
-  return best;
+  if (ci == rt.profile.chains.size() || ci >= rt.chain_keys.size() || shared.provider == nullptr)
+    return 0;
+  // The head rule's, not the highest raw height: a liar's claim must not make an honest socket
+  // look stalled.
+  return rpcroute::head_elsewhere(host_.health(), rt.profile, chain, *shared.provider,
+                                  rt.chain_keys[ci], host_.now_ms());
 }
 
 void WsSubscriptions::rebind(const Runtimes& current) {

@@ -53,6 +53,8 @@ class WsSubscriptions {
     std::function<const HealthView&()> health;
     /// The count of upstream subscriptions open, each time it changes (the sidecar's /metrics).
     std::function<void(std::size_t)> upstream_count;
+    /// The wall clock the heights were recorded by (ms since the epoch).
+    std::function<std::int64_t()> now_ms;
   };
 
   WsSubscriptions(std::size_t max_message, Host host);
@@ -103,7 +105,8 @@ class WsSubscriptions {
   /// stall_blocks block times while the chain's head moved past the last head delivered.
   asio::awaitable<void> watch_stalls(std::shared_ptr<bool> alive);
   void check_stalls();
-  /// The best head of the subscription's chain seen anywhere but on its provider.
+  /// The head of the subscription's chain seen anywhere but on its provider, by the head rule
+  /// (rpcroute::head_elsewhere).
   [[nodiscard]] std::uint64_t head_elsewhere(const Shared& shared) const;
   /// Takes the client out; when it was the last, the upstream subscription too: what to send
   /// eth_unsubscribe on and the provider's id for it, if it was open.

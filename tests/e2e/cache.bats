@@ -2,8 +2,10 @@
 # Coalescing and the finality-aware answer cache of `rpcroute serve` (issue 19): 1,000 identical
 # concurrent reads make one upstream request; X-Rpcroute-Cache says HIT, MISS or BYPASS; a block at
 # or below finalized is kept, latest and unfinalized blocks never; safe and finalized heights are
-# polled and shown in /status; /metrics counts; the same over HTTPS. The fake upstream counts what
-# reaches it (/_stats); anvil is the real node, its finality checked, not assumed.
+# polled and shown in /status; /metrics counts; the same over HTTPS. Finality follows the head rule:
+# a provider of three lying about its head and finalized block makes nothing final, over HTTP and
+# HTTPS, and an absurd mark left in a state file is dropped. The fake upstream counts what reaches it
+# (/_stats); anvil is the real node, its finality checked, not assumed.
 
 # jq programs are single-quoted on purpose; $output comes from bats.
 # shellcheck disable=SC2016,SC2154
@@ -277,4 +279,96 @@ EOF
   assert_equal "$(cache_header)" HIT
   assert_json "$body" '.id == 2 and .result == "0xde0b6b3a7640000"'
   assert_equal "$(fake_calls t1 eth_getBalance)" 1 "eth_getBalance requests upstream"
+}
+
+# One of three providers claims an absurd head (10^9) and a finalized block just below it; the two
+# honest ones stand at 100 with finality 36 blocks behind (64). The liar answers 300 ms late, so that
+# its report comes last (a later honest one would drop a mark above the head anyway). The head
+# rule does not believe the liar, so neither does the chain's finalized mark: a block above 64 is never answered from the
+# cache, one at or below it is. ARG: plain or tls (every provider over HTTPS).
+liar_finality_case() { # plain|tls
+  local n tls="" liar_asked deadline
+  if [[ $1 == tls ]]; then
+    make_test_pki "$BATS_TEST_TMPDIR/pki"
+    start_tls_fake h1 --height 100 --finality-lag 36
+    start_tls_fake h2 --height 100 --finality-lag 36
+    start_tls_fake liar --height 1000000000 --finality-lag 1 --delay-ms 300
+    tls=", tls: { ca_file: \"$TEST_PKI/ca.pem\" }"
+  else
+    start_fake h1 --height 100 --finality-lag 36
+    start_fake h2 --height 100 --finality-lag 36
+    start_fake liar --height 1000000000 --finality-lag 1 --delay-ms 300
+  fi
+  {
+    printf 'chains:\n  local:\n    chain_id: 31337\n    block_time_ms: 1000\n    providers:\n'
+    for n in h1 h2 liar; do printf '      - { id: %s, url: "%s"%s }\n' "$n" "$(node_url "$n")" "$tls"; done
+  } >"$P"
+  sidecar_start sc -p "$P" --no-state
+  # Every provider was asked for its finality (the liar too), and what it said was judged.
+  deadline=$((SECONDS + 20))
+  until liar_asked=$(fake_calls liar eth_getBlockByNumber) && ((liar_asked >= 2)); do
+    ((SECONDS < deadline)) || { echo "the liar was never asked for its finality" >&2; return 1; }
+    nap 0.1
+  done
+  wait_finalized 64 >/dev/null
+  nap 1 # the liar's answer (300 ms late: after the honest ones) judged after its second lookup
+  sidecar_get /status
+  assert_json "$body" '.finality[0].finalized == 64 and .finality[0].safe == 64 and .finality[0].head == 100'
+  # Above the honest finalized block (80 > 64): upstream each time, never kept.
+  sidecar_post / "$(BALANCE_AT 0x50 1)"
+  assert_equal "$(cache_header)" MISS
+  assert_json "$body" '.id == 1 and .result == "0xde0b6b3a7640000"'
+  sidecar_post / "$(BALANCE_AT 0x50 2)"
+  assert_equal "$(cache_header)" MISS "a block above the believed finalized one"
+  local receipt='{"jsonrpc":"2.0","id":3,"method":"eth_getTransactionReceipt","params":["0x0000000000000000000000000000000000000000000000000000000000000050"]}'
+  sidecar_post / "$receipt"
+  assert_json "$body" '.result.blockNumber == "0x50"'
+  sidecar_post / "$receipt"
+  assert_equal "$(cache_header)" MISS "a receipt in a block above the believed finalized one"
+  # At or below it: kept.
+  sidecar_post / "$(BALANCE_AT 0x40 4)"
+  assert_equal "$(cache_header)" MISS
+  sidecar_post / "$(BALANCE_AT 0x40 5)"
+  assert_equal "$(cache_header)" HIT
+  assert_json "$body" '.id == 5 and .result == "0xde0b6b3a7640000"'
+}
+
+@test "cache: a provider claiming an absurd head and finalized block cannot make the cache keep a block" {
+  liar_finality_case plain
+}
+
+@test "cache: over HTTPS, a lying provider's finalized block is not believed either" {
+  liar_finality_case tls
+}
+
+@test "cache: a finalized mark above the head, left in a state file from before, is dropped" {
+  start_fake h1 --height 100 --finality-lag 36
+  start_fake h2 --height 100 --finality-lag 36
+  write_profile "$P" h1 h2
+  sidecar_start sc -p "$P"
+  wait_finalized 64 >/dev/null
+  sidecar_stop sc
+  # What a liar could leave there before finality followed the head (written in place: same file).
+  local poisoned deadline
+  poisoned=$(jq '.chains |= map_values(.finalized = {block: 999999999, t_ms: .high_water.t_ms} | .safe = .finalized)' \
+    "$RPCROUTE_STATE")
+  printf '%s\n' "$poisoned" >"$RPCROUTE_STATE"
+  assert_equal "$(jq -c '[.chains[].finalized.block]' "$RPCROUTE_STATE")" "[999999999]" "the poisoned mark"
+  sidecar_start sc2 -p "$P"
+  # Never used: above the head, so no block counts as final by it.
+  sidecar_post / "$(BALANCE_AT 0x50 1)"
+  sidecar_post / "$(BALANCE_AT 0x50 2)"
+  assert_equal "$(cache_header)" MISS "a block above the honest finalized one"
+  # And dropped by the first finality report, which is believed again.
+  deadline=$((SECONDS + 20))
+  until sidecar_get /status && jq -e '.finality[0].finalized == 64' <<<"$body" >/dev/null; do
+    ((SECONDS < deadline)) || { echo "the old mark stayed: $body" >&2; return 1; }
+    nap 0.1
+  done
+  assert_json "$body" '.finality[0].safe == 64 and .finality[0].head == 100'
+  sidecar_post / "$(BALANCE_AT 0x50 3)"
+  assert_equal "$(cache_header)" MISS
+  sidecar_post / "$(BALANCE_AT 0x40 4)"
+  sidecar_post / "$(BALANCE_AT 0x40 5)"
+  assert_equal "$(cache_header)" HIT
 }

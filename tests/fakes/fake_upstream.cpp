@@ -9,6 +9,8 @@
 //   --chain-id N         eth_chainId / net_version (default 31337)
 //   --height N           head block number (default 100)
 //   --mine-per-sec R     the head grows by R blocks per second (default 0; R may be fractional)
+//   --finality-lag N     eth_getBlockByNumber("safe"/"finalized") answers the block N below the
+//                        head (default 0: the head itself; a real chain's finality trails it)
 //   --name NAME          web3_clientVersion answers "fake-upstream/NAME" (default "fake")
 //   --mode MODE          default behaviour, see below (default ok)
 //   --delay-ms N         wait N ms before acting, in every mode (default 0)
@@ -226,6 +228,7 @@ constexpr std::string_view kUsage = R"(usage: fake_upstream [options]
   --listen HOST:PORT   (default 127.0.0.1:0)     --port-file PATH
   --chain-id N         (default 31337)           --height N (default 100)
   --mine-per-sec R     (default 0)               --name NAME (default fake)
+  --finality-lag N     (default 0)
   --mode ok|delay|status|rpc_error|malformed|truncated|html|wrong_id|close|reset|hang|huge|drip|overclaim
          |extra|endless|endless_length|gzip_bomb
   --delay-ms N  --status N  --retry-after VALUE  --body TEXT
@@ -671,6 +674,7 @@ class Chain {
     blocks_per_sec_ = blocks_per_sec;
   }
   void set_chain_id(std::uint64_t chain_id) { chain_id_ = chain_id; }
+  void set_finality_lag(std::uint64_t lag) { finality_lag_ = lag; }
   // Raw JSON answering eth_blockNumber instead of the head; empty: the head.
   void set_block_number(std::string raw) { block_number_ = std::move(raw); }
 
@@ -739,7 +743,9 @@ class Chain {
     std::uint64_t number = head;
     if (*tag == "earliest") {
       number = 0;
-    } else if (*tag != "latest" && *tag != "pending" && *tag != "safe" && *tag != "finalized") {
+    } else if (*tag == "safe" || *tag == "finalized") {
+      number = head > finality_lag_ ? head - finality_lag_ : 0;
+    } else if (*tag != "latest" && *tag != "pending") {
       const auto parsed = parse_hex_quantity(*tag);
       if (!parsed) return error_member(-32602, "invalid argument 0: hex string without 0x prefix");
       number = *parsed;
@@ -776,6 +782,7 @@ class Chain {
 
   std::uint64_t chain_id_;
   std::uint64_t base_height_;
+  std::uint64_t finality_lag_ = 0;
   double blocks_per_sec_;
   std::chrono::steady_clock::time_point epoch_ = std::chrono::steady_clock::now();
   std::string name_;
@@ -2002,6 +2009,7 @@ struct Options {
   std::uint64_t chain_id = 31337;
   std::uint64_t height = 100;
   double mine_per_sec = 0;
+  std::uint64_t finality_lag = 0;
   std::string name = "fake";
   BehaviourPatch behaviour;
   fake::TlsOptions tls;
@@ -2077,6 +2085,8 @@ Expected<Options> parse_options(int argc, char** argv) {
       if (!set_number(options.chain_id)) return bad();
     } else if (flag == "--height") {
       if (!set_number(options.height)) return bad();
+    } else if (flag == "--finality-lag") {
+      if (!set_number(options.finality_lag)) return bad();
     } else if (flag == "--mine-per-sec") {
       if (!set_number(options.mine_per_sec) || options.mine_per_sec < 0) return bad();
     } else if (flag == "--mode") {
@@ -2173,6 +2183,7 @@ int main(int argc, char** argv) {
   try {
     Upstream upstream(
         Chain(options->chain_id, options->height, options->mine_per_sec, options->name));
+    upstream.chain.set_finality_lag(options->finality_lag);
     options->behaviour.apply_to(upstream.behaviour);
     upstream.tls = tls != nullptr;
     upstream.ws = options->ws;

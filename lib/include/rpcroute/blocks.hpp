@@ -116,9 +116,54 @@ void head_claims(std::vector<HeadClaim>& out, const HealthView& view, const Prof
                  const Chain& chain, std::int64_t now_ms, bool with_open);
 
 /// The best height known for a chain: chain_head() over the providers whose breaker is not open,
-/// else the fresh high-water mark; 0 when nothing is fresh.
+/// else the fresh high-water mark; 0 when nothing is fresh. `key`: the chain's chain_key() when the
+/// caller has it (the sidecar does), else computed.
 [[nodiscard]] std::uint64_t best_known_height(const HealthView& view, const Profile& profile,
-                                              const Chain& chain, std::int64_t now_ms);
+                                              const Chain& chain, std::int64_t now_ms,
+                                              std::string_view key = {});
+
+/// The chain's head seen elsewhere than on `provider` (the WebSocket stall detector's "the head
+/// moved on"): the highest claim of another provider that chain_head() believes, judged among every
+/// provider whose breaker is not open (`provider` too: leaving it out would leave two, and a liar
+/// of two within the jump allowance is believed), or the fresh high-water mark (raised by believed
+/// heights only) when higher; 0 when neither. `key`: the chain's chain_key().
+[[nodiscard]] std::uint64_t head_elsewhere(const HealthView& view, const Profile& profile,
+                                           const Chain& chain, const Provider& provider,
+                                           std::string_view key, std::int64_t now_ms);
+
+/// What each provider of a chain last reported of `safe` and `finalized` (profile order), for the
+/// quorum a chain's finality marks need. In memory only, held by whoever runs the chain's pollers
+/// (the sidecar: one per chain): after a restart each provider is asked again at its first poll.
+struct FinalityVotes {
+  struct Vote {
+    bool asked = false;  // not yet: counts as reaching nothing while its head is believed
+    Height safe;         // t_ms 0: not reported (that tag unanswered, or above the head)
+    Height finalized;
+  };
+  std::vector<Vote> by_provider;
+};
+
+/// The marks a quorum of votes reach, per tag: among the providers whose head claim chain_head()
+/// believes (`judgements`), those that reported the tag, or were not asked yet (they reach
+/// nothing), the value more than half reach — the lower median: one alone, the lower of two, two
+/// of three, three of four. Height{} when that is nothing.
+struct FinalityMarks {
+  Height safe;
+  Height finalized;
+};
+[[nodiscard]] FinalityMarks finality_quorum(std::span<const FinalityVotes::Vote> votes,
+                                            std::span<const ClaimJudgement> judgements);
+
+/// What `provider` reported of `safe` and `finalized` (t_ms 0: not answered), judged by the head
+/// rule now (DECISIONS.md "Finality follows the head"): nothing when chain_head() does not believe
+/// its own head claim (absurd, a jump, unconfirmed, none fresh, breaker open, another chain); a
+/// tag above the chain's believed head (moved forward to now) is left out; with `votes`, the
+/// report becomes the provider's vote and the event carries the quorum's marks
+/// (finality_quorum()). The event's `head` is the believed head: a chain mark above it is dropped
+/// (apply_event), so that a mark from before this rule does not keep poisoning the cache.
+[[nodiscard]] std::optional<FinalityEvent> judge_finality(
+    const HealthView& view, const Profile& profile, const Chain& chain, const Provider& provider,
+    Height safe, Height finalized, FinalityVotes* votes, std::int64_t now_ms);
 
 /// Whether the high-water mark is still where the providers are: within max_lag_blocks of the head
 /// of every fresh claim (open breakers included: a dead provider's height still happened). A mark

@@ -17,6 +17,8 @@
 
 namespace rpcroute {
 
+struct FinalityVotes;  // blocks.hpp
+
 /// One provider to watch and what to watch it with; all of it outlives the loops.
 struct PollTarget {
   Transport& transport;
@@ -26,6 +28,9 @@ struct PollTarget {
   const Profile& profile;
   const Chain& chain;
   const Provider& provider;
+  /// The chain's finality votes, shared by the pollers of its providers (the sidecar holds one per
+  /// chain); null: a finality report is judged alone (judge_finality()).
+  FinalityVotes* votes = nullptr;
 };
 
 /// The poll interval: the chain's block time, within 1 s and 30 s.
@@ -98,11 +103,11 @@ struct FinalityPace {
   void done(std::uint64_t head, bool answered);
 };
 
-/// eth_getBlockByNumber("safe") and ("finalized") to the provider, whose head is `head`; what it
-/// answers is recorded as a FinalityEvent on the chain (a tag it does not know is left out). True
-/// when either was answered.
+/// eth_getBlockByNumber("safe") and ("finalized") to the provider; what it answers is judged by
+/// judge_finality() (the head rule, and the quorum of `votes`) and recorded as a FinalityEvent on
+/// the chain (a tag it does not know is left out). True when either was answered.
 [[nodiscard]] asio::awaitable<bool> poll_finality_once(const PollTarget& target,
-                                                       std::int64_t timeout_ms, std::uint64_t head);
+                                                       std::int64_t timeout_ms);
 
 /// A full probe first (chain id, archive, batch), then the head at the chain's block time, backing
 /// off while it fails, until `stop` is true (read after every wait).

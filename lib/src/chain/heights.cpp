@@ -142,20 +142,95 @@ std::size_t index_of(const Chain& chain, const Provider& provider) {
   return chain.providers.size();
 }
 
+/// The chain's fresh high-water mark, else 0.
+std::uint64_t fresh_mark(const HealthView& view, const Profile& profile, const Chain& chain,
+                         std::string_view key, std::int64_t now_ms) {
+  std::string computed;
+  if (key.empty()) key = computed = chain_key(profile.name, chain);
+  const ChainState* cs = view.chain(key);
+  return cs != nullptr && height_fresh(cs->high_water, now_ms, chain) ? cs->high_water.block : 0;
+}
+
 }  // namespace
 
 std::uint64_t best_known_height(const HealthView& view, const Profile& profile, const Chain& chain,
-                                std::int64_t now_ms) {
+                                std::int64_t now_ms, std::string_view key) {
   thread_local std::vector<HeadClaim> claims;
   thread_local std::vector<ClaimJudgement> judgements;
   head_claims(claims, view, profile, chain, now_ms, false);
   judgements.resize(claims.size());
   if (auto head = chain_head(claims, judgements, chain, now_ms); head.head) return head.head->block;
-  if (const ChainState* cs = view.chain(chain_key(profile.name, chain));
-      cs != nullptr && height_fresh(cs->high_water, now_ms, chain)) {
-    return cs->high_water.block;
+  return fresh_mark(view, profile, chain, key, now_ms);
+}
+
+std::uint64_t head_elsewhere(const HealthView& view, const Profile& profile, const Chain& chain,
+                             const Provider& provider, std::string_view key, std::int64_t now_ms) {
+  thread_local std::vector<HeadClaim> claims;
+  thread_local std::vector<ClaimJudgement> judgements;
+  head_claims(claims, view, profile, chain, now_ms, false);
+  judgements.resize(claims.size());
+  (void)chain_head(claims, judgements, chain, now_ms);
+  // The mark too: only believed heights raise it, and the provider's own HTTP polls may be what
+  // moves it while its socket is silent.
+  std::uint64_t best = fresh_mark(view, profile, chain, key, now_ms);
+  for (std::size_t i = 0; i < claims.size(); ++i) {
+    if (chain.providers[i].id == provider.id) continue;
+    if (judgements[i].verdict == ClaimVerdict::believed)
+      best = std::max(best, claims[i].height.block);
   }
-  return 0;
+  return best;
+}
+
+FinalityMarks finality_quorum(std::span<const FinalityVotes::Vote> votes,
+                              std::span<const ClaimJudgement> judgements) {
+  thread_local std::vector<Height> reached;
+  auto mark = [&](Height FinalityVotes::Vote::*tag) {
+    reached.clear();
+    for (std::size_t i = 0; i < votes.size() && i < judgements.size(); ++i) {
+      if (judgements[i].verdict != ClaimVerdict::believed) continue;
+      const auto& v = votes[i];
+      if (!v.asked)
+        reached.push_back(Height{});  // not asked yet: holds the mark back until it is
+      else if ((v.*tag).t_ms != 0)
+        reached.push_back(v.*tag);
+    }
+    if (reached.empty()) return Height{};
+    std::sort(reached.begin(), reached.end(),
+              [](const Height& a, const Height& b) { return a.block > b.block; });
+    const Height median = reached[reached.size() / 2];
+    return median.t_ms == 0 ? Height{} : median;
+  };
+  return {mark(&FinalityVotes::Vote::safe), mark(&FinalityVotes::Vote::finalized)};
+}
+
+std::optional<FinalityEvent> judge_finality(const HealthView& view, const Profile& profile,
+                                            const Chain& chain, const Provider& provider,
+                                            Height safe, Height finalized, FinalityVotes* votes,
+                                            std::int64_t now_ms) {
+  const auto idx = index_of(chain, provider);
+  if (idx == chain.providers.size()) return std::nullopt;
+  thread_local std::vector<HeadClaim> claims;
+  thread_local std::vector<ClaimJudgement> judgements;
+  head_claims(claims, view, profile, chain, now_ms, false);
+  judgements.resize(claims.size());
+  const auto head = chain_head(claims, judgements, chain, now_ms);
+  if (votes != nullptr) votes->by_provider.resize(chain.providers.size());
+  if (!head.head || judgements[idx].verdict != ClaimVerdict::believed) {
+    // Its head is not believed: neither is what it says is final, now or from before.
+    if (votes != nullptr) votes->by_provider[idx] = {true, {}, {}};
+    return std::nullopt;
+  }
+  const auto ceiling = height_at(*head.head, now_ms, chain);
+  if (safe.block > ceiling) safe = {};
+  if (finalized.block > ceiling) finalized = {};
+  FinalityEvent event{chain_key(profile.name, chain), safe, finalized, ceiling};
+  if (votes != nullptr) {
+    votes->by_provider[idx] = {true, safe, finalized};
+    const auto marks = finality_quorum(votes->by_provider, judgements);
+    event.safe = marks.safe;
+    event.finalized = marks.finalized;
+  }
+  return event;
 }
 
 bool mark_supported(const HealthView& view, const Profile& profile, const Chain& chain,

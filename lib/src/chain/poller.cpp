@@ -139,15 +139,15 @@ void FinalityPace::done(std::uint64_t head, bool answered) {
   misses = answered ? 0 : misses + 1;
 }
 
-asio::awaitable<bool> poll_finality_once(const PollTarget& t, std::int64_t timeout_ms,
-                                         std::uint64_t head) {
+asio::awaitable<bool> poll_finality_once(const PollTarget& t, std::int64_t timeout_ms) {
   // Two single calls, not a batch: not every provider takes batches. Not recorded as traffic: the
   // head poll already judges the provider, and a node that does not know a tag is not failing.
   static constexpr std::string_view kSafe = R"(["safe",false])";
   static constexpr std::string_view kFinalized = R"(["finalized",false])";
-  FinalityEvent event{chain_key(t.profile.name, t.chain), {}, {}, head};
+  Height safe;
+  Height finalized;
   bool any = false;
-  for (auto [params, mark] : {std::pair{kSafe, &event.safe}, {kFinalized, &event.finalized}}) {
+  for (auto [params, mark] : {std::pair{kSafe, &safe}, {kFinalized, &finalized}}) {
     const std::array calls{UpstreamCall{"eth_getBlockByNumber", params}};
     Exchange ex =
         co_await send_exchange(t.transport, t.provider, calls, timeout_ms, t.clock, t.profile);
@@ -157,8 +157,12 @@ asio::awaitable<bool> poll_finality_once(const PollTarget& t, std::int64_t timeo
       any = true;
     }
   }
-  if (any) t.store.record(std::move(event), t.profile.health);
-  co_return any;
+  // Believed only as far as the provider's head is, judged when it is recorded (the head rule).
+  if (!any) co_return false;
+  if (auto event = judge_finality(t.store, t.profile, t.chain, t.provider, safe, finalized, t.votes,
+                                  t.clock.now_ms()))
+    t.store.record(std::move(*event), t.profile.health);
+  co_return true;
 }
 
 namespace {
@@ -210,7 +214,7 @@ asio::awaitable<void> poll_provider(PollTarget t, const bool& stop) {
       const ProviderState* ps = t.store.provider(key);
       const std::uint64_t head = ps != nullptr ? ps->height.block : 0;
       if (answered && finality.due(head) && !stop)
-        finality.done(head, co_await poll_finality_once(t, timeout, head));
+        finality.done(head, co_await poll_finality_once(t, timeout));
     } else {
       const ProbeReport again = co_await probe_provider(t.transport, t.profile, t.chain, t.provider,
                                                         &t.store, t.clock, t.rng, timeout);

@@ -270,9 +270,12 @@ void apply_event(State& state, const Event& event, const HealthConfig& health) {
           }
         } else if constexpr (std::is_same_v<T, FinalityEvent>) {
           auto& cs = state.chains[e.chain_key];
-          // Rises only, and never past the reporting provider's head: a claim above it is not
-          // believed (the cache trusts `finalized`).
+          // Rises only, and never past the chain's head the report was judged against
+          // (judge_finality): a claim above it is not believed (the cache trusts `finalized`). A
+          // mark already above it — a liar's, kept before the head rule judged finality — is
+          // dropped, not kept for good.
           auto raise = [&](Height& mark, const Height& seen) {
+            if (mark.block > e.head) mark = {};
             if (seen.t_ms == 0 || seen.block > e.head) return;
             if (seen.block > mark.block || (seen.block == mark.block && seen.t_ms > mark.t_ms))
               mark = seen;

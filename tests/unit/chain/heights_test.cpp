@@ -181,6 +181,55 @@ chains:
   CHECK(best_known_height(view, profile, chain, t) == 100);  // the head for lag leaves it out
 }
 
+TEST_CASE("head_elsewhere: the believed head of the other providers, never a liar's, else the fresh mark",
+          "[heights][finality]") {
+  Profile profile = *load_profile_text(R"(
+chains:
+  local:
+    chain_id: 31337
+    block_time_ms: 1000
+    max_lag_blocks: 2
+    providers:
+      - { id: a, url: "http://127.0.0.1:1" }
+      - { id: b, url: "http://127.0.0.1:2" }
+      - { id: c, url: "http://127.0.0.1:3" }
+)",
+                                       "test.yaml");
+  const Chain& chain = profile.chains.front();
+  State state;
+  const StateView view(state);
+  const auto ck = chain_key(profile.name, chain);
+  const Provider& a = *chain.find_provider("a");
+  const Provider& b = *chain.find_provider("b");
+  auto key = [&](const char* id) { return provider_key(profile.name, chain.name, *chain.find_provider(id)); };
+  std::int64_t t = kT;
+  auto seen = [&](const char* id, std::uint64_t block) {
+    apply_event(state, HeightEvent{key(id), Height{block, ++t}}, profile.health);
+  };
+  CHECK(head_elsewhere(view, profile, chain, a, ck, t) == 0);  // nothing known
+  seen("a", 100);
+  seen("b", 101);
+  seen("c", 1'000'000'000);  // a jump: not believed
+  CHECK(head_elsewhere(view, profile, chain, a, ck, t) == 101);
+  CHECK(head_elsewhere(view, profile, chain, b, ck, t) == 100);
+  // Alone ahead of the two others by more than max_lag_blocks: unconfirmed, so not "elsewhere"
+  // (left out of the judgement, c would be one of two and believed).
+  seen("c", 110);
+  CHECK(head_elsewhere(view, profile, chain, a, ck, t) == 101);
+  // Once the others confirm it, it is the head.
+  seen("b", 110);
+  CHECK(head_elsewhere(view, profile, chain, a, ck, t) == 110);
+  // The fresh mark when higher (the provider's own polls raise it while its socket is silent).
+  apply_event(state, HighWaterEvent{ck, Height{112, t}}, profile.health);
+  CHECK(head_elsewhere(view, profile, chain, a, ck, t) == 112);
+  // No other fresh claim: the fresh mark.
+  const auto later = t + height_horizon_ms(chain) + 1;
+  apply_event(state, HeightEvent{key("a"), Height{120, later}}, profile.health);
+  apply_event(state, HighWaterEvent{ck, Height{120, later}}, profile.health);
+  CHECK(head_elsewhere(view, profile, chain, a, ck, later) == 120);
+  CHECK(head_elsewhere(view, profile, chain, a, ck, later + height_horizon_ms(chain) + 1) == 0);
+}
+
 TEST_CASE("refuse_doubtful_heads: a head answer the rule would quarantine becomes a provider failure",
           "[heights][exchange]") {
   Profile profile = *load_profile_text(R"(

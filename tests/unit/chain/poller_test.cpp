@@ -99,7 +99,7 @@ struct PollFixture {
   StateStore store{std::nullopt, clock, [](const std::string&) {}};
   const Chain& chain = profile.chains.front();
   const Provider& provider = chain.providers.front();
-  PollTarget target{transport, store, clock, rng, profile, chain, provider};
+  PollTarget target{transport, store, clock, rng, profile, chain, provider, nullptr};
 
   bool poll(RecordOptions options = {}) {
     bool answered = false;
@@ -168,7 +168,7 @@ struct MarkFixture {
   void poll(std::size_t i, std::uint64_t height) {
     const Provider& p = chain.providers.at(i);
     transport.on(p.url, test::FakeTransport::results(fmt::format("\"{:#x}\"", height)));
-    PollTarget target{transport, store, clock, rng, profile, chain, p};
+    PollTarget target{transport, store, clock, rng, profile, chain, p, nullptr};
     bool answered = false;
     asio::co_spawn(
         io, [&]() -> asio::awaitable<void> { answered = co_await poll_head_once(target, 2'000); },
@@ -354,7 +354,7 @@ TEST_CASE("poller: a finality poll records safe and finalized on the chain, tole
   });
   bool answered = false;
   asio::co_spawn(
-      f.io, [&]() -> asio::awaitable<void> { answered = co_await poll_finality_once(f.target, 2'000, 100); },
+      f.io, [&]() -> asio::awaitable<void> { answered = co_await poll_finality_once(f.target, 2'000); },
       asio::detached);
   f.io.run();
   f.io.restart();
@@ -401,6 +401,169 @@ TEST_CASE("finality: kept across a save of the state file", "[poller][finality]"
   CHECK(back->chains["c"].finalized.block == 64);
   CHECK(back->chains["c"].safe.block == 90);
   CHECK(back->chains["c"].safe.t_ms == 2);
+}
+
+namespace {
+
+constexpr const char* kFinalityProfile = R"(
+chains:
+  local:
+    chain_id: 31337
+    block_time_ms: 1000
+    max_lag_blocks: 2
+    providers:
+      - { id: a, url: "http://a.test" }
+      - { id: b, url: "http://b.test" }
+      - { id: c, url: "http://c.test" }
+)";
+
+/// Three providers whose heads are set by hand, each answering its safe and finalized blocks.
+struct FinalityFixture {
+  Profile profile = *load_profile_text(kFinalityProfile, "test.yaml");
+  FakeClock clock;
+  Random rng{7};
+  asio::io_context io;
+  test::FakeTransport transport{io, &clock};
+  StateStore store{std::nullopt, clock, [](const std::string&) {}};
+  const Chain& chain = profile.chains.front();
+  FinalityVotes votes;
+
+  void head(const char* id, std::uint64_t block) {
+    clock.advance(1);  // each observation newer than the last: the newest wins
+    store.record(HeightEvent{provider_key(profile.name, chain.name, *chain.find_provider(id)),
+                             Height{block, clock.now_ms()}},
+                 profile.health);
+  }
+  /// The provider answers `safe` and `finalized` with these blocks; returns whether it answered.
+  bool report(const char* id, std::uint64_t safe, std::uint64_t finalized, bool with_votes = true) {
+    transport.on(fmt::format("http://{}.test", id),
+                 [safe, finalized](const HttpRequest&, const std::vector<test::FakeTransport::Call>& calls) {
+                   return test::FakeTransport::reply(calls, [safe, finalized](const test::FakeTransport::Call& c) {
+                     const auto n = c.params.find("safe") != std::string::npos ? safe : finalized;
+                     return fmt::format(R"("result":{{"number":"0x{:x}","hash":"0x01"}})", n);
+                   });
+                 });
+    PollTarget target{transport, store, clock, rng, profile, chain, *chain.find_provider(id),
+                      with_votes ? &votes : nullptr};
+    bool answered = false;
+    asio::co_spawn(
+        io, [&]() -> asio::awaitable<void> { answered = co_await poll_finality_once(target, 2'000); },
+        asio::detached);
+    io.run();
+    io.restart();
+    return answered;
+  }
+  [[nodiscard]] const ChainState* chain_state() const { return store.chain(chain_key(profile.name, chain)); }
+  [[nodiscard]] std::uint64_t finalized() const {
+    const ChainState* cs = chain_state();
+    return cs != nullptr && cs->finalized.t_ms != 0 ? cs->finalized.block : 0;
+  }
+  [[nodiscard]] std::uint64_t safe() const {
+    const ChainState* cs = chain_state();
+    return cs != nullptr && cs->safe.t_ms != 0 ? cs->safe.block : 0;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("finality: a provider whose head is not believed changes nothing, nor a claim above the head",
+          "[poller][finality]") {
+  FinalityFixture f;
+  f.head("a", 100);
+  f.head("b", 100);
+  f.head("c", 1'000'000'000);  // a liar: a jump far above the others
+  CHECK(f.report("c", 999'999'990, 999'999'999, false));  // it answered; nothing believed
+  CHECK(f.finalized() == 0);
+  CHECK(f.safe() == 0);
+  CHECK(f.report("a", 80, 64, false));
+  CHECK(f.finalized() == 64);
+  CHECK(f.safe() == 80);
+  // Not even a plausible figure below the head: its head is not believed, so nothing it says is.
+  CHECK(f.report("c", 95, 90, false));
+  CHECK(f.finalized() == 64);
+  CHECK(f.safe() == 80);
+  // Above the chain's believed head (100): left out, the other tag still counts.
+  CHECK(f.report("a", 90, 150, false));
+  CHECK(f.finalized() == 64);
+  CHECK(f.safe() == 90);
+  // The liar again, and one unconfirmed by the other two (3 blocks ahead, max_lag_blocks 2).
+  CHECK(f.report("c", 999'999'990, 999'999'999, false));
+  f.head("c", 103);
+  CHECK(f.report("c", 103, 103, false));
+  CHECK(f.finalized() == 64);
+  CHECK(f.safe() == 90);
+  // Once the others confirm its head, its report counts.
+  f.head("a", 103);
+  CHECK(f.report("c", 99, 95, false));
+  CHECK(f.finalized() == 95);
+}
+
+TEST_CASE("finality: with votes, the mark is what more than half of the believed providers reach",
+          "[poller][finality]") {
+  FinalityFixture f;
+  f.head("a", 100);
+  f.head("b", 100);
+  f.head("c", 100);
+  // A buggy node calls its head final: alone of three (the others not asked yet), it is no mark.
+  f.report("a", 100, 100);
+  CHECK(f.finalized() == 0);
+  f.report("b", 90, 64);
+  CHECK(f.finalized() == 64);  // a and b both reach 64; c not asked yet
+  CHECK(f.safe() == 90);
+  f.report("c", 92, 70);
+  CHECK(f.finalized() == 70);  // two of three reach 70, only a reaches 100
+  CHECK(f.safe() == 92);
+  // A liar's vote does not count: c turns into one, and its later report is not believed.
+  f.head("c", 1'000'000'000);
+  f.report("c", 999'999'000, 999'999'000);
+  CHECK(f.finalized() == 70);
+  f.report("b", 95, 80);  // a (100) and b (80) believed: the lower of two
+  CHECK(f.finalized() == 80);
+}
+
+TEST_CASE("finality: the quorum counts believed providers, not-asked ones as nothing, silent ones not",
+          "[finality]") {
+  using V = FinalityVotes::Vote;
+  const ClaimJudgement yes{ClaimVerdict::believed, 0};
+  const ClaimJudgement liar{ClaimVerdict::implausible, 100};
+  const ClaimJudgement none{};
+  auto fin = [](std::uint64_t b) { return V{true, {}, Height{b, 1}}; };
+  auto q = [](std::vector<V> v, std::vector<ClaimJudgement> j) { return finality_quorum(v, j).finalized.block; };
+  CHECK(q({fin(50)}, {yes}) == 50);                              // one alone
+  CHECK(q({fin(50), fin(60)}, {yes, yes}) == 50);                // the lower of two
+  CHECK(q({fin(50), fin(60), fin(70)}, {yes, yes, yes}) == 60);  // two of three
+  CHECK(q({fin(50), fin(60), fin(70), fin(80)}, {yes, yes, yes, yes}) == 60);  // three of four
+  CHECK(q({fin(50), fin(900), fin(60)}, {yes, liar, yes}) == 50);  // a quarantined one: left out
+  CHECK(q({fin(50), fin(900), fin(60)}, {yes, none, yes}) == 50);  // breaker open, stale: left out
+  CHECK(q({fin(50), V{}, fin(60)}, {yes, yes, yes}) == 50);        // not asked: reaches nothing
+  CHECK(q({fin(50), V{}, V{}}, {yes, yes, yes}) == 0);
+  CHECK(q({fin(50), V{true, {}, {}}, V{true, {}, {}}}, {yes, yes, yes}) == 50);  // no tag: silent
+  CHECK(finality_quorum(std::vector<V>{fin(50)}, std::vector<ClaimJudgement>{yes}).safe.t_ms == 0);
+}
+
+TEST_CASE("finality: a mark above the head a report was judged against is dropped, from a state file too",
+          "[poller][finality]") {
+  // What a liar left in a state file before finality followed the head.
+  State old;
+  old.chains["c"].high_water = Height{100, 1};
+  old.chains["c"].safe = Height{999'999'990, 1};
+  old.chains["c"].finalized = Height{999'999'999, 1};
+  auto state = parse_state(serialize_state(old, 10, 1));
+  REQUIRE(state);
+  REQUIRE(state->chains["c"].finalized.block == 999'999'999);
+  const HealthConfig health;
+  // The first report judged against the believed head (100) drops both marks, keeps its own.
+  apply_event(*state, FinalityEvent{"c", Height{}, Height{64, 2}, 100}, health);
+  CHECK(state->chains["c"].finalized.block == 64);
+  CHECK(state->chains["c"].safe.t_ms == 0);
+  // Through a save (pending events replayed onto the file's state) alike.
+  PendingEvents pending;
+  pending.add(FinalityEvent{"c", Height{}, Height{64, 2}, 100}, health);
+  auto file = parse_state(serialize_state(old, 10, 1));
+  REQUIRE(file);
+  pending.replay(*file);
+  CHECK(file->chains["c"].finalized.block == 64);
+  CHECK(file->chains["c"].safe.t_ms == 0);
 }
 
 }  // namespace unit_poller_test

@@ -234,8 +234,9 @@ struct HighWaterEvent {
   Height height;
   bool reset = false;  // replace the mark even when lower (it went stale: a restarted chain)
 };
-/// A provider's `safe` and `finalized` blocks (block 0 with t_ms 0: that tag was not answered), and
-/// its head then: a mark above it is not believed.
+/// A chain's `safe` and `finalized` blocks as its providers reported them (block 0 with t_ms 0:
+/// that tag was not answered), and the chain's believed head then (judge_finality): a mark above it
+/// is not believed, and one already kept above it is dropped.
 struct FinalityEvent {
   std::string chain_key;
   Height safe;
