@@ -5,7 +5,10 @@
 #include <fmt/format.h>
 #include <simdjson.h>
 
+#include <algorithm>
+#include <array>
 #include <boost/asio/ssl.hpp>
+#include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
 #include <boost/beast/websocket/ssl.hpp>
 #include <charconv>
@@ -147,9 +150,26 @@ asio::awaitable<std::string> open_transport(asio::any_io_executor ex, std::share
   co_return why;
 }
 
-/// The WebSocket handshake, the socket's bounds set first: empty, or why not.
+/// Fields of the upgrade request that make it one: a profile header never replaces them.
+bool handshake_field(std::string_view name) {
+  static constexpr std::array<std::string_view, 5> kFields{
+      "upgrade", "connection", "sec-websocket-key", "sec-websocket-version",
+      "sec-websocket-extensions"};
+  return std::any_of(kFields.begin(), kFields.end(), [&](std::string_view field) {
+    return field.size() == name.size() &&
+           std::equal(field.begin(), field.end(), name.begin(), [](char a, char b) {
+             return a == static_cast<char>(std::tolower(static_cast<unsigned char>(b)));
+           });
+  });
+}
+
+/// The WebSocket handshake, the socket's bounds set first: empty, or why not. The upgrade request
+/// carries the provider's headers (each replaces a field of the same name, User-Agent
+/// included, but for the handshake's own); a declined upgrade's answer goes to `refusal`.
 template <class LinkT>
-asio::awaitable<std::string> ws_handshake(LinkT& link, const WsTarget& t) {
+asio::awaitable<std::string> ws_handshake(LinkT& link, const WsTarget& t,
+                                          const std::vector<Header>& headers,
+                                          WsUpstream::Refusal& refusal) {
   websocket::stream_base::timeout limits{};
   limits.handshake_timeout = kConnectLimit;
   limits.idle_timeout = kPingTimeout;
@@ -157,16 +177,34 @@ asio::awaitable<std::string> ws_handshake(LinkT& link, const WsTarget& t) {
   const std::string host =
       t.host.find(':') != std::string::npos ? "[" + t.host + "]:" + t.port : t.host + ":" + t.port;
   boost::system::error_code ec;
+  websocket::response_type response;
   co_await link.with([&](auto& ws) {
     ws.set_option(limits);
+    // Names and values were checked when the profile was read (no line break, a token name).
+    ws.set_option(websocket::stream_base::decorator([headers](websocket::request_type& request) {
+      request.set(beast::http::field::user_agent, "rpcroute/0.1");  // as over HTTP
+      for (const auto& h : headers) {
+        if (!handshake_field(h.name)) request.set(h.name, h.value);
+      }
+    }));
     // The read loop bounds messages itself (max_message_): Beast's own bound would close with
     // 1009 and then wait for the provider's side of the closing handshake before the read ends.
     ws.read_message_max(0);
     ws.auto_fragment(false);
     ws.text(true);
-    return ws.async_handshake(host, t.target, asio::redirect_error(asio::use_awaitable, ec));
+    return ws.async_handshake(response, host, t.target,
+                              asio::redirect_error(asio::use_awaitable, ec));
   });
   if (!ec) co_return std::string();
+  if (ec == websocket::error::upgrade_declined) {
+    // The provider answered, with something else than 101: its status says why (the body is the
+    // provider's text: it goes to the router, which scrubs and cuts what it shows of it).
+    refusal.status = response.result_int();
+    if (auto it = response.find(beast::http::field::retry_after); it != response.end())
+      refusal.retry_after = std::string(it->value());
+    refusal.body = response.body().substr(0, WsUpstream::kMaxRefusalBody);
+    co_return fmt::format("upgrade declined with HTTP {}", refusal.status);
+  }
   // A TLS 1.3 server refuses a client certificate after the client's handshake: its alert comes
   // with the first read.
   if (t.tls) {
@@ -241,7 +279,7 @@ void WsUpstream::close() {
   link_.reset();
 }
 
-asio::awaitable<bool> WsUpstream::connect(std::string& error) {
+asio::awaitable<bool> WsUpstream::connect(std::string& error, Refusal& refusal) {
   const auto target = parse_ws_url(provider_.ws_url);
   if (!target) {
     error = fmt::format("WebSocket to provider {} failed: its ws_url is not a ws:// or wss:// URL",
@@ -270,7 +308,7 @@ asio::awaitable<bool> WsUpstream::connect(std::string& error) {
   std::string why = co_await open_transport(ex_, link, *target, step);
   if (why.empty()) {
     step = "handshake";
-    why = co_await ws_handshake(*link, *target);
+    why = co_await ws_handshake(*link, *target, provider_.headers, refusal);
   }
   if (!why.empty()) {
     // Neither the URL nor its path (where a key may be) is named: the provider's id is.
@@ -294,7 +332,8 @@ asio::awaitable<tl::expected<std::string, std::string>> WsUpstream::call(std::st
   if (!link_) {
     connecting_ = true;
     std::string error;
-    const bool ok = co_await connect(error);
+    Refusal refusal;  // named in `error`
+    const bool ok = co_await connect(error, refusal);
     connecting_ = false;
     if (!ok) co_return tl::unexpected(error);
   }
@@ -486,7 +525,7 @@ asio::awaitable<bool> WsUpstream::open_for_request(RawAnswer& out, Cancellation*
   }
   if (link_) co_return true;
   connecting_ = true;
-  const bool ok = co_await connect(out.error);
+  const bool ok = co_await connect(out.error, out.refusal);
   connecting_ = false;
   out.connect_us = std::chrono::duration_cast<std::chrono::microseconds>(
                        std::chrono::steady_clock::now() - start)

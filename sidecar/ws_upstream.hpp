@@ -3,7 +3,9 @@
 // subscription the sidecar holds on that provider (ws_subscriptions.hpp). Calls are matched to
 // answers by the router's own ids; subscription events go to one callback. Bounded: message size,
 // a ping timeout (Beast's keep-alive pings), a deadline per call, a connect + TLS handshake limit.
-// ws:// and wss:// (the provider's tls: settings apply, as to its HTTPS transfers).
+// ws:// and wss:// (the provider's tls: settings apply, as to its HTTPS transfers); the provider's
+// `headers:` (an API key's Authorization among them) go on the upgrade request, as on each HTTP
+// request.
 
 #include <cstdint>
 #include <functional>
@@ -43,6 +45,16 @@ class WsUpstream {
 
   // Single requests routed over the socket (issue 18, ws_transport.hpp).
 
+  /// An upgrade the provider declined with an HTTP answer (401 for a missing key, 429 for too many
+  /// sockets, 503): its status (0: not declined so), Retry-After and the first kMaxRefusalBody
+  /// bytes of its body. The router classifies it as it does that answer over HTTP.
+  struct Refusal {
+    unsigned status = 0;
+    std::string retry_after;
+    std::string body;
+  };
+  static constexpr std::size_t kMaxRefusalBody = 64 * 1024;
+
   /// What became of one request().
   struct RawAnswer {
     enum class Status : std::uint8_t {
@@ -58,6 +70,7 @@ class WsUpstream {
     std::string message;          // ok: the whole answer message, as the provider sent it
     std::string error;            // otherwise: what went wrong (names the provider, never its URL)
     std::int64_t connect_us = 0;  // spent opening the socket (0 when it was open)
+    Refusal refusal;              // connect_failed: the HTTP answer that declined the upgrade
   };
   /// Sends `message`, a JSON-RPC request whose id is `id` (unique on this socket: the router's
   /// upstream ids), connecting first when needed, and returns the answer message that carries
@@ -69,7 +82,7 @@ class WsUpstream {
  private:
   struct Link;
   struct Pending;
-  asio::awaitable<bool> connect(std::string& error);
+  asio::awaitable<bool> connect(std::string& error, Refusal& refusal);
   asio::awaitable<void> read_loop(std::shared_ptr<Link> link);
   void dispatch(std::string_view message);
   void send(std::string message);

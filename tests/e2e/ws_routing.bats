@@ -9,20 +9,23 @@
 # HTTP: seen in X-Rpcroute-Transport, in /metrics' transport labels, and in `rpcroute rank
 # --explain` from the state file the sidecar wrote. Then a socket that drops in the middle of a
 # call (a TCP forwarder killed) fails over to HTTP on the next provider, and the client gets one
-# answer with its own id. Each over ws:// and over wss:// (a test CA the profile trusts).
+# answer with its own id. A provider's `headers:` go on its WebSocket upgrade (a fake that wants a
+# key header declines an upgrade without it with 401: the call fails as that HTTP answer, the
+# subscription names it). Each over ws:// and over wss:// (a test CA the profile trusts).
 
 # jq programs are single-quoted on purpose; $output comes from bats.
 # shellcheck disable=SC2016,SC2154
 
 load helpers
 
+WS_CLIENT=$BATS_TEST_DIRNAME/ws_client.mjs
 SLOW_MS=80
 WARM=8  # requests per provider before the choice is checked (min_calls 3 per transport)
 
 setup_file() {
   require_bins RPCROUTE_BIN FAKE_BIN
-  if ! command -v node >/dev/null; then
-    echo "missing node (tcp_proxy.mjs)" >&2
+  if ! command -v node >/dev/null || [[ ! -d $REPO/.tools/ws-client/node_modules/ws ]]; then
+    echo "missing node (tcp_proxy.mjs) or .tools/ws-client (ws_client.mjs); run scripts/setup" >&2
     return 1
   fi
   make_test_pki "$BATS_FILE_TMPDIR/pki"
@@ -206,6 +209,84 @@ drop_mid_call_row() { # SCHEME
   assert_equal "$(jq -c '.id' <<<"$BODY")" 8 "the next call's id"
 }
 
+# Writes a profile of two providers of fake K over SCHEME, both `transport: ws`: GOOD with
+# `headers:` that carry the key K's upgrades need (X-Api-Key), BARE without them; BARE only when
+# ONLY_BARE is 1.
+key_profile() { # FILE SCHEME KEY ONLY_BARE
+  local file=$1 scheme=$2 key=$3 only_bare=$4 http=http host=127.0.0.1 port
+  [[ $scheme == wss ]] && http=https host=localhost
+  port=$(node_port k)
+  {
+    echo "name: e2e"
+    echo "chains:"
+    echo "  local:"
+    echo "    chain_id: 31337"
+    echo "    block_time_ms: 250"
+    echo "    providers:"
+    local id
+    for id in good bare; do
+      [[ $id == good && $only_bare == 1 ]] && continue
+      echo "      - id: $id"
+      echo "        url: $http://$host:$port/"
+      echo "        ws_url: $scheme://$host:$port/"
+      echo "        transport: ws"
+      echo "        timeout_ms: 3000"
+      [[ $id == bare ]] || echo "        headers: { X-Api-Key: \"$key\" }"
+      [[ $scheme != wss ]] || echo "        tls: { ca_file: $TEST_PKI/ca.pem }"
+    done
+    echo "routing:"
+    echo "  default_strategy: priority"
+  } >"$file"
+}
+
+# A provider whose WebSocket wants a key header (the fake declines an upgrade without it with 401):
+# the profile's `headers:` go on the upgrade, so a routed call and a subscription work; without
+# them the call fails at once as the provider's HTTP 401 (its JSON-RPC error named), and the
+# subscription's error says the upgrade was declined with 401. The key is in no answer and no log.
+headers_row() { # SCHEME
+  local scheme=$1 key=wsK3y-$RANDOM$RANDOM out log
+  fake_over k "$scheme" --ws-require-header "X-Api-Key:$key" --mine-per-sec 4
+  key_profile "$P" "$scheme" "$key" 0
+  start_serve sc -p "$P" --no-state --no-probe
+  log=$(_node_file sc log)
+
+  # A call pinned to GOOD goes over its WebSocket, the key on the upgrade.
+  post /rpc/provider/good/local 11
+  assert_equal "$PROVIDER/$TRANSPORT" good/ws "GOOD's call (over $scheme)"
+  assert_json "$BODY" '.id == 11 and (.result | startswith("0x"))'
+  (($(fake_stat k '.ws.upgrades') >= 1))
+  assert_equal "$(fake_stat k '.ws.unauthorized')" 0 "upgrades declined while only GOOD was used"
+  # A subscription (GOOD first by priority): its id comes back.
+  out=$(WS_CLIENT_LIMIT_MS=15000 node "$WS_CLIENT" call "ws://127.0.0.1:$(node_port sc)/rpc/local" \
+    '{"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}' 3>&- | grep '"answer"')
+  echo "# subscription with the key over $scheme: $out" >&3
+  assert_json "$out" '.answer.result | test("^0x[0-9a-f]+$")'
+  assert_equal "$(fake_stat k '.ws.subscriptions')" 1 "subscriptions served"
+
+  # BARE: its upgrade is declined with 401; the call fails as that answer, well within its timeout.
+  local started=$SECONDS
+  post /rpc/provider/bare/local 12
+  echo "# BARE's call over $scheme: $BODY" >&3
+  assert_json "$BODY" '.id == 12 and (.error.data.attempts | length == 1)'
+  assert_json "$BODY" '.error.data.attempts[0] | .provider == "bare" and .transport == "ws" and .outcome == "http_error" and .http_status == 401 and .message == "HTTP 401: missing or invalid API key"'
+  ((SECONDS - started < 10)) || { echo "BARE's call took $((SECONDS - started)) s" >&2; return 1; }
+  (($(fake_stat k '.ws.unauthorized') >= 1))
+  (($(metric rpcroute_attempts_total 'provider="bare"' 'outcome="http_error"' 'transport="ws"') >= 1)) ||
+    { curl -sS "$(node_url sc)/metrics" | grep 'attempts_total' >&2; return 1; }
+  [[ $BODY != *"$key"* ]]
+  kill_node sc
+
+  # A subscription with only BARE: the upgrade's refusal is its error.
+  key_profile "$BATS_TEST_TMPDIR/bare.yaml" "$scheme" "$key" 1
+  start_serve sc_bare -p "$BATS_TEST_TMPDIR/bare.yaml" --no-state --no-probe
+  out=$(WS_CLIENT_LIMIT_MS=15000 node "$WS_CLIENT" call "ws://127.0.0.1:$(node_port sc_bare)/rpc/local" \
+    '{"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}' 3>&- | grep '"answer"')
+  echo "# subscription without the key over $scheme: $out" >&3
+  assert_json "$out" '.answer.error.message | test("WebSocket to provider bare failed [(]handshake[)]: upgrade declined with HTTP 401")'
+  [[ $out != *"$key"* ]]
+  ! grep -qF "$key" "$log" "$(_node_file sc_bare log)"
+}
+
 @test "ws routing: fastest with transport auto sends A over its WebSocket and B over HTTP (ws://)" {
   auto_choice_row ws
 }
@@ -220,4 +301,12 @@ drop_mid_call_row() { # SCHEME
 
 @test "ws routing: a socket dropped mid-call fails over, one answer with the client's id (wss://)" {
   drop_mid_call_row wss
+}
+
+@test "ws routing: a provider's headers go on its WebSocket upgrade; without them, HTTP 401 (ws://)" {
+  headers_row ws
+}
+
+@test "ws routing: a provider's headers go on its WebSocket upgrade; without them, HTTP 401 (wss://)" {
+  headers_row wss
 }
