@@ -6,7 +6,6 @@
 #include <simdjson.h>
 
 #include <algorithm>
-#include <array>
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
@@ -21,6 +20,7 @@
 
 #include "native_tls.hpp"
 #include "rpcroute/jsonrpc.hpp"
+#include "ws_dial.hpp"
 
 namespace rpcroute::sidecar {
 
@@ -39,78 +39,8 @@ constexpr auto kTooBigCloseLimit = std::chrono::seconds(2);
 // frame's header).
 constexpr std::size_t kReadChunk = 64 * 1024;
 
-struct WsTarget {
-  bool tls = false;
-  std::string host;
-  std::string port;
-  std::string target;
-};
-
-/// ws://host[:port][/path] or wss://…; nullopt for anything else.
-std::optional<WsTarget> parse_ws_url(std::string_view url) {
-  WsTarget t;
-  const auto scheme = url.find("://");
-  if (scheme == std::string_view::npos) return std::nullopt;
-  std::string name(url.substr(0, scheme));
-  for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (name == "wss") {
-    t.tls = true;
-  } else if (name != "ws") {
-    return std::nullopt;
-  }
-  url.remove_prefix(scheme + 3);
-  const auto slash = url.find('/');
-  std::string_view authority = url.substr(0, slash);
-  t.target = slash == std::string_view::npos ? "/" : std::string(url.substr(slash));
-  if (const auto at = authority.rfind('@'); at != std::string_view::npos)
-    authority.remove_prefix(at + 1);
-  std::string_view port = t.tls ? "443" : "80";
-  if (!authority.empty() && authority.front() == '[') {
-    const auto close = authority.find(']');
-    if (close == std::string_view::npos) return std::nullopt;
-    t.host = std::string(authority.substr(1, close - 1));
-    if (close + 1 < authority.size() && authority[close + 1] == ':')
-      port = authority.substr(close + 2);
-  } else if (const auto colon = authority.rfind(':'); colon != std::string_view::npos) {
-    t.host = std::string(authority.substr(0, colon));
-    port = authority.substr(colon + 1);
-  } else {
-    t.host = std::string(authority);
-  }
-  t.port = std::string(port);
-  if (t.host.empty() || t.port.empty()) return std::nullopt;
-  return t;
-}
-
-/// The OpenSSL contexts of wss:// upstreams, one per distinct tls: settings, made like the native
-/// HTTP client's (native_tls.hpp: the same CA, client certificate and insecure handling).
-detail::TlsContexts& tls_contexts(std::unique_lock<std::mutex>& lock) {
-  static std::mutex mutex;
-  static detail::TlsContexts contexts;
-  lock = std::unique_lock(mutex);
-  return contexts;
-}
-
 using PlainWs = websocket::stream<tcp::socket>;
 using TlsWs = websocket::stream<ssl::stream<tcp::socket>>;
-
-/// The target's endpoints. The loop runs without Asio's resolver thread (async_resolve answers
-/// "operation not supported"): an address is used as is, a name resolved in place (a blocking
-/// lookup, once per connection).
-std::vector<tcp::endpoint> endpoints_of(const asio::any_io_executor& ex, const WsTarget& t,
-                                        boost::system::error_code& ec) {
-  std::vector<tcp::endpoint> found;
-  std::uint16_t port = 0;
-  std::from_chars(t.port.data(), t.port.data() + t.port.size(), port);
-  if (auto address = asio::ip::make_address(t.host, ec); !ec) {
-    found.emplace_back(address, port);
-    return found;
-  }
-  tcp::resolver resolver(ex);
-  ec = {};
-  for (const auto& entry : resolver.resolve(t.host, t.port, ec)) found.push_back(entry.endpoint());
-  return found;
-}
 
 /// Connects the link's socket and, for wss://, does the TLS handshake: empty, or why not (`step`
 /// says where). A connect or TLS handshake that hangs (a black-holed address, a server that never
@@ -148,19 +78,6 @@ asio::awaitable<std::string> open_transport(asio::any_io_executor ex, std::share
                           std::chrono::duration_cast<std::chrono::seconds>(kConnectLimit).count());
   if (ec && why.empty()) why = ec.message();
   co_return why;
-}
-
-/// Fields of the upgrade request that make it one: a profile header never replaces them.
-bool handshake_field(std::string_view name) {
-  static constexpr std::array<std::string_view, 5> kFields{
-      "upgrade", "connection", "sec-websocket-key", "sec-websocket-version",
-      "sec-websocket-extensions"};
-  return std::any_of(kFields.begin(), kFields.end(), [&](std::string_view field) {
-    return field.size() == name.size() &&
-           std::equal(field.begin(), field.end(), name.begin(), [](char a, char b) {
-             return a == static_cast<char>(std::tolower(static_cast<unsigned char>(b)));
-           });
-  });
 }
 
 /// The WebSocket handshake, the socket's bounds set first: empty, or why not. The upgrade request
@@ -291,7 +208,7 @@ asio::awaitable<bool> WsUpstream::connect(std::string& error, Refusal& refusal) 
     // The provider's tls: settings, through the native client's context builder; Asio's
     // ssl::context holds a reference of its own on the shared SSL_CTX.
     std::unique_lock<std::mutex> lock;
-    const auto& context = tls_contexts(lock).get(&provider_.tls);
+    const auto& context = ws_tls_contexts(lock).get(&provider_.tls);
     if (!context.error.empty()) {
       error = fmt::format("WebSocket to provider {} failed (tls): {}", provider_.id, context.error);
       co_return false;
