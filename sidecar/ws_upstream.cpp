@@ -237,22 +237,76 @@ asio::awaitable<bool> WsUpstream::connect(std::string& error, Refusal& refusal) 
   co_return true;
 }
 
+// The connect runs on its own: whoever waits for it may give up (a request at the end of its
+// attempt's time) while it goes on for the next.
+
+struct WsUpstream::ConnectWait {
+  explicit ConnectWait(const asio::any_io_executor& ex) : timer(ex) {}
+  asio::steady_timer timer;
+  bool ended = false;  // the connect waited for has ended, either way
+};
+
+void WsUpstream::start_connect() {
+  if (link_ || connecting_) return;
+  connecting_ = true;
+  asio::co_spawn(ex_, connect_task(), asio::detached);
+}
+
+asio::awaitable<void> WsUpstream::connect_task() {
+  std::string error;
+  Refusal refusal;
+  bool ok = false;
+  try {
+    ok = co_await connect(error, refusal);
+  } catch (const std::exception& e) {  // bad_alloc: the waiters must still hear of the end
+    error = fmt::format("WebSocket to provider {} failed: {}", provider_.id, e.what());
+  }
+  connecting_ = false;
+  connect_error_ = ok ? std::string() : std::move(error);
+  connect_refusal_ = ok ? Refusal{} : std::move(refusal);
+  // Each waiter resumes later (a cancelled wait is posted), and then leaves the list itself.
+  for (ConnectWait* wait : connect_waiters_) {
+    wait->ended = true;
+    wait->timer.cancel();
+  }
+}
+
+asio::awaitable<WsUpstream::Opened> WsUpstream::wait_open(
+    std::chrono::steady_clock::time_point deadline, Cancellation* cancel) {
+  if (link_) co_return Opened::open;
+  start_connect();
+  ConnectWait wait(ex_);
+  connect_waiters_.push_back(&wait);
+  bool cancelled = false;
+  if (cancel != nullptr) {
+    cancel->on_request([&] {
+      cancelled = true;
+      wait.timer.cancel();
+    });
+  }
+  wait.timer.expires_at(deadline);
+  boost::system::error_code ignored;
+  co_await wait.timer.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+  if (cancel != nullptr) cancel->clear_hook();
+  connect_waiters_.erase(std::find(connect_waiters_.begin(), connect_waiters_.end(), &wait));
+  if (cancelled) co_return Opened::cancelled;
+  if (link_) co_return Opened::open;
+  co_return wait.ended ? Opened::failed : Opened::timeout;
+}
+
+std::string WsUpstream::connect_failure() const {
+  return connect_error_.empty()
+             ? fmt::format("provider {}'s WebSocket closed as it opened", provider_.id)
+             : connect_error_;
+}
+
 asio::awaitable<tl::expected<std::string, std::string>> WsUpstream::call(std::string_view method,
                                                                          std::string_view params) {
-  // One connection attempt at a time; the others wait for its outcome.
-  asio::steady_timer pause(ex_);
-  while (connecting_) {
-    pause.expires_after(std::chrono::milliseconds(10));
-    boost::system::error_code ignored;
-    co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
-  }
+  // One connection attempt at a time; the others wait for its outcome (the connect's own limits
+  // bound the wait).
   if (!link_) {
-    connecting_ = true;
-    std::string error;
-    Refusal refusal;  // named in `error`
-    const bool ok = co_await connect(error, refusal);
-    connecting_ = false;
-    if (!ok) co_return tl::unexpected(error);
+    const Opened opened = co_await wait_open(std::chrono::steady_clock::time_point::max(), nullptr);
+    if (opened != Opened::open) co_return tl::unexpected(connect_failure());
   }
   const auto id = next_id_++;
   Pending pending(ex_);
@@ -427,28 +481,47 @@ bool WsUpstream::deliver_raw(std::string_view message) {
   return true;
 }
 
-asio::awaitable<bool> WsUpstream::open_for_request(RawAnswer& out, Cancellation* cancel) {
-  const auto start = std::chrono::steady_clock::now();
-  // One connection attempt at a time; the others wait for its outcome.
-  asio::steady_timer pause(ex_);
-  while (connecting_) {
-    pause.expires_after(std::chrono::milliseconds(10));
-    boost::system::error_code ignored;
-    co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
-  }
+asio::awaitable<bool> WsUpstream::open_for_request(RawAnswer& out,
+                                                   std::chrono::steady_clock::time_point deadline,
+                                                   std::int64_t timeout_ms, Cancellation* cancel) {
+  using Status = RawAnswer::Status;
   if (cancel != nullptr && cancel->requested()) {
-    out.status = RawAnswer::Status::cancelled;
+    out.status = Status::cancelled;
+    out.error = "cancelled";
     co_return false;
   }
   if (link_) co_return true;
-  connecting_ = true;
-  const bool ok = co_await connect(out.error, out.refusal);
-  connecting_ = false;
+  // The wait ends with the attempt's time: a silent or black-holed port costs the request no more
+  // than its timeout, whatever the connect's own limits (the connect goes on for the next one).
+  const auto start = std::chrono::steady_clock::now();
+  const Opened opened = co_await wait_open(deadline, cancel);
   out.connect_us = std::chrono::duration_cast<std::chrono::microseconds>(
                        std::chrono::steady_clock::now() - start)
                        .count();
-  if (!ok) out.status = RawAnswer::Status::connect_failed;
-  co_return ok;
+  switch (opened) {
+    case Opened::open:
+      co_return true;
+    case Opened::cancelled:
+      out.status = Status::cancelled;
+      out.error = "cancelled";
+      break;
+    case Opened::timeout:
+      out.status = Status::timeout;
+      out.error = fmt::format("provider {}'s WebSocket did not open within the attempt's {} ms",
+                              provider_.id, timeout_ms);
+      break;
+    case Opened::failed:
+      if (connect_error_.empty()) {  // it opened, and dropped before this request resumed
+        out.status = Status::closed;
+        out.error = connect_failure();
+      } else {
+        out.status = Status::connect_failed;
+        out.error = connect_error_;
+        out.refusal = connect_refusal_;
+      }
+      break;
+  }
+  co_return false;
 }
 
 asio::awaitable<WsUpstream::RawAnswer> WsUpstream::request(std::uint64_t id, std::string message,
@@ -463,8 +536,13 @@ asio::awaitable<WsUpstream::RawAnswer> WsUpstream::request(std::uint64_t id, std
         fmt::format("request id {} already waits on provider {}'s WebSocket", id, provider_.id);
     co_return out;
   }
-  if (!co_await open_for_request(out, cancel)) co_return out;
   const auto deadline = start + std::chrono::milliseconds(timeout_ms);
+  if (!co_await open_for_request(out, deadline, timeout_ms, cancel)) co_return out;
+  if (cancel != nullptr && cancel->requested()) {  // its hook went with the wait
+    out.status = Status::cancelled;
+    out.error = "cancelled";
+    co_return out;
+  }
   if (std::chrono::steady_clock::now() >= deadline) {
     out.status = Status::timeout;
     out.error = fmt::format("provider {} did not answer within {} ms (WebSocket)", provider_.id,

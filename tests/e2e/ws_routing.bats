@@ -11,7 +11,9 @@
 # call (a TCP forwarder killed) fails over to HTTP on the next provider, and the client gets one
 # answer with its own id. A provider's `headers:` go on its WebSocket upgrade (a fake that wants a
 # key header declines an upgrade without it with 401: the call fails as that HTTP answer, the
-# subscription names it). Each over ws:// and over wss:// (a test CA the profile trusts).
+# subscription names it). A WebSocket that never opens (a silent port) costs a call routed over it
+# its attempt's timeout, not the socket's connect limits. Each over ws:// and over wss:// (a test
+# CA the profile trusts).
 
 # jq programs are single-quoted on purpose; $output comes from bats.
 # shellcheck disable=SC2016,SC2154
@@ -287,6 +289,54 @@ headers_row() { # SCHEME
   ! grep -qF "$key" "$log" "$(_node_file sc_bare log)"
 }
 
+# A WebSocket that never opens: SILENT's ws_url is a port that takes the connection and never
+# answers (a TLS fake whose handshake hangs: over wss:// the TLS handshake hangs, over ws:// the
+# upgrade does), its url is B's. SILENT is first (priority) with `transport: ws` and a 1 s
+# timeout: the call must fail over to B within the attempt's time, not the socket's own limits
+# (5 s for connect and TLS, 5 s more for the upgrade). The timeout trips SILENT's WebSocket
+# breaker (a full attempt's timeout does), so the next call goes to SILENT over HTTP, and /metrics
+# shows that breaker open beside its closed HTTP one.
+silent_row() { # SCHEME
+  local scheme=$1 http=http host=127.0.0.1 t0 elapsed_ms
+  [[ $scheme == wss ]] && http=https host=localhost
+  start_tls_fake silent --tls-handshake hang
+  fake_over b "$scheme"
+  {
+    echo "name: e2e"
+    echo "chains:"
+    echo "  local:"
+    echo "    chain_id: 31337"
+    echo "    providers:"
+    echo "      - id: silent"
+    echo "        url: $http://$host:$(node_port b)/"
+    echo "        ws_url: $scheme://$host:$(node_port silent)/"
+    echo "        transport: ws"
+    echo "        timeout_ms: 1000"
+    echo "        priority: 1"
+    [[ $scheme != wss ]] || echo "        tls: { ca_file: $TEST_PKI/ca.pem }"
+    provider_yaml b "$scheme" "" "priority: 2"
+    echo "routing:"
+    echo "  default_strategy: priority"
+  } >"$P"
+  start_serve sc -p "$P" --no-state --no-probe
+
+  t0=$(date +%s%N)
+  post /rpc/local 31
+  elapsed_ms=$((($(date +%s%N) - t0) / 1000000))
+  echo "# over $scheme: answered by $PROVIDER/$TRANSPORT in $elapsed_ms ms: $BODY" >&3
+  assert_json "$BODY" '.id == 31 and (.result | startswith("0x"))'
+  assert_equal "$PROVIDER/$TRANSPORT" b/http "the answer after SILENT's attempt (over $scheme)"
+  grep -qi '^x-rpcroute-attempts: 2' "$BATS_TEST_TMPDIR/post.hdrs"
+  # The attempt ended with its timeout (1 s), well before the connect limit (5 s) would end it.
+  ((elapsed_ms < 4500)) || { echo "the call took $elapsed_ms ms" >&2; return 1; }
+  assert_equal "$(metric rpcroute_attempts_total 'provider="silent"' 'outcome="timeout"' 'transport="ws"')" 1 \
+    "SILENT's WebSocket attempts that timed out"
+  # A full attempt's timeout trips SILENT's WebSocket breaker: the next call is SILENT's over HTTP.
+  post /rpc/local 32
+  assert_equal "$PROVIDER/$TRANSPORT" silent/http "the call after the WebSocket breaker opened"
+  assert_json "$BODY" '.id == 32 and (.result | startswith("0x"))'
+}
+
 @test "ws routing: fastest with transport auto sends A over its WebSocket and B over HTTP (ws://)" {
   auto_choice_row ws
 }
@@ -309,4 +359,12 @@ headers_row() { # SCHEME
 
 @test "ws routing: a provider's headers go on its WebSocket upgrade; without them, HTTP 401 (wss://)" {
   headers_row wss
+}
+
+@test "ws routing: a WebSocket that never opens costs a call its attempt timeout only (ws://)" {
+  silent_row ws
+}
+
+@test "ws routing: a WebSocket that never opens costs a call its attempt timeout only (wss://)" {
+  silent_row wss
 }
