@@ -294,8 +294,8 @@ headers_row() { # SCHEME
 # upgrade does), its url is B's. SILENT is first (priority) with `transport: ws` and a 1 s
 # timeout: the call must fail over to B within the attempt's time, not the socket's own limits
 # (5 s for connect and TLS, 5 s more for the upgrade). The timeout trips SILENT's WebSocket
-# breaker (a full attempt's timeout does), so the next call goes to SILENT over HTTP, and /metrics
-# shows that breaker open beside its closed HTTP one.
+# breaker (a full attempt's timeout does): /metrics shows it open (rpcroute_breaker_state,
+# transport="ws") beside its closed HTTP one, and the next call goes to SILENT over HTTP.
 silent_row() { # SCHEME
   local scheme=$1 http=http host=127.0.0.1 t0 elapsed_ms
   [[ $scheme == wss ]] && http=https host=localhost
@@ -331,6 +331,13 @@ silent_row() { # SCHEME
   ((elapsed_ms < 4500)) || { echo "the call took $elapsed_ms ms" >&2; return 1; }
   assert_equal "$(metric rpcroute_attempts_total 'provider="silent"' 'outcome="timeout"' 'transport="ws"')" 1 \
     "SILENT's WebSocket attempts that timed out"
+  # /metrics: SILENT's WebSocket breaker open (2) beside its closed HTTP one; B, HTTP only, has no
+  # WebSocket row.
+  assert_equal "$(metric rpcroute_breaker_state 'provider="silent"' 'transport="ws"')" 2 "SILENT's ws breaker"
+  assert_equal "$(metric rpcroute_breaker_state 'provider="silent"' 'transport="http"')" 0 "SILENT's http breaker"
+  if curl -sS --max-time 5 "$(node_url sc)/metrics" | grep '^rpcroute_breaker_state{.*provider="b",transport="ws"}' >&2; then
+    return 1
+  fi
   # A full attempt's timeout trips SILENT's WebSocket breaker: the next call is SILENT's over HTTP.
   post /rpc/local 32
   assert_equal "$PROVIDER/$TRANSPORT" silent/http "the call after the WebSocket breaker opened"
