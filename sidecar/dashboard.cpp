@@ -69,6 +69,7 @@ void Dashboard::record(std::string_view profile, std::string_view chain, std::st
   d.chain.assign(chain);
   d.method.assign(method);
   d.provider.assign(out.provider);
+  d.transport = out.transport;
   d.status = out.status;
   d.attempt_count = static_cast<std::uint32_t>(out.attempts.size());
   const auto listed = std::min(out.attempts.size(), Decision::kMaxAttempts);
@@ -79,6 +80,7 @@ void Dashboard::record(std::string_view profile, std::string_view chain, std::st
     slot.outcome = a.result.outcome;
     slot.cls = a.result.cls;
     slot.latency_ms = static_cast<float>(a.latency_ms);
+    slot.transport = a.transport;
   }
   d.total_ms = static_cast<float>(total_ms);
   d.cache_hit = false;
@@ -94,6 +96,7 @@ void Dashboard::record_hit(std::string_view profile, std::string_view chain,
   d.chain.assign(chain);
   d.method.assign(method);
   d.provider.assign({});
+  d.transport = TransportKind::http;
   d.status = CallOutcome::Status::result;
   d.attempt_count = 0;
   d.total_ms = static_cast<float>(total_ms);
@@ -192,6 +195,11 @@ void write_decision_json(json::Writer& w, const Decision& d) {
     w.value(d.provider.printable());
   else
     w.null();
+  w.key("transport");  // "http" or "ws": how the answer came; null when no provider answered
+  if (d.provider.size > 0)
+    w.value(transport_name(d.transport));
+  else
+    w.null();
   w.key("status");
   w.value(status_name(d.status));
   w.key("total_ms");
@@ -222,6 +230,8 @@ void write_decision_json(json::Writer& w, const Decision& d) {
     w.value(class_name(a.cls));
     w.key("latency_ms");
     w.value(static_cast<double>(a.latency_ms), 3);
+    w.key("transport");
+    w.value(transport_name(a.transport));
     w.end_object();
   }
   w.end_array();

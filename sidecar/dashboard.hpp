@@ -60,13 +60,15 @@ struct Decision {
     Outcome outcome = Outcome::success;
     OutcomeClass cls = OutcomeClass::success;
     float latency_ms = 0;
+    TransportKind transport = TransportKind::http;  // over HTTP or the provider's WebSocket
   };
   std::uint64_t seq = 0;  // 1, 2, ...: the SSE event id
   std::int64_t at_ms = 0;
   ShortName<48> profile;
   ShortName<48> chain;
   ShortName<64> method;
-  ShortName<48> provider;  // who answered; empty when nobody did
+  ShortName<48> provider;                         // who answered; empty when nobody did
+  TransportKind transport = TransportKind::http;  // how the answer came (issue 18)
   CallOutcome::Status status = CallOutcome::Status::result;
   std::uint32_t attempt_count = 0;
   std::array<Attempt, kMaxAttempts> attempts{};

@@ -71,6 +71,19 @@ void write_routing(json::Writer& w, const Candidate* c, const Exclusion* e) {
   value_or_null(w, e != nullptr, e ? exclusion_kind_name(e->kind) : std::string_view());
 }
 
+/// How the provider's single requests go now (issue 18), as rank shows it: "transport", the
+/// plan's for it ("http" or "ws"; null when it is not a candidate), and "ws_breaker", its
+/// WebSocket's breaker (null unless its `transport:` is ws or auto).
+void write_transport(json::Writer& w, const Provider& p, const Candidate* c,
+                     const ProviderState* st, std::int64_t now) {
+  w.key("transport");
+  value_or_null(w, c != nullptr, c ? transport_name(c->transport) : std::string_view());
+  const bool ws = p.transport != TransportMode::http && !p.ws_url.empty();
+  w.key("ws_breaker");
+  value_or_null(
+      w, ws, breaker_state_name(st ? st->ws_breaker.effective_state(now) : BreakerState::closed));
+}
+
 /// "cache": {hits, misses, bypasses, bytes, max_bytes} (null: off), "hedges": {fired, won}.
 void write_counters(json::Writer& w, const ChainCounters& c) {
   const ChainActivity& a = c.activity;
@@ -109,6 +122,9 @@ void write_chain_view(json::Writer& w, Router& router, const Chain& chain, const
   RouteOptions opts;
   opts.strategy = strategy;
   opts.with_stats = true;
+  // As the sidecar routes a single request (and rank shows it): over a provider's WebSocket where
+  // its `transport:` allows it.
+  opts.websocket = true;
   const Plan plan = router.plan(chain, "eth_blockNumber", "[]", opts);
   const std::uint64_t head = best_known_height(view, profile, chain, now);
   // 0 is both "nothing fresh" and a dev chain's genesis: known when some provider has a height.
@@ -140,8 +156,11 @@ void write_chain_view(json::Writer& w, Router& router, const Chain& chain, const
     w.begin_object();
     w.key("provider");
     w.value(p.id);
-    write_health(w, view.provider(provider_key(profile.name, chain.name, p)), head, now);
-    write_routing(w, find_candidate(plan, p), find_exclusion(plan, p));
+    const ProviderState* st = view.provider(provider_key(profile.name, chain.name, p));
+    const Candidate* c = find_candidate(plan, p);
+    write_health(w, st, head, now);
+    write_routing(w, c, find_exclusion(plan, p));
+    write_transport(w, p, c, st, now);
     if (dash != nullptr) {
       const ProviderTraffic t = dash->traffic(profile.name, chain.name, p.id);
       w.key("first_share");

@@ -19,6 +19,11 @@ std::string label(std::string_view v) {
   return out;
 }
 
+/// rpcroute_breaker_state's value: 0 closed, 1 half-open, 2 open.
+int breaker_gauge(BreakerState state) {
+  return state == BreakerState::open ? 2 : state == BreakerState::half_open ? 1 : 0;
+}
+
 }  // namespace
 
 std::string_view status_name(CallOutcome::Status s) {
@@ -246,8 +251,9 @@ std::string Metrics::render(const std::vector<const Profile*>& profiles, const S
   render_cache(out);
 
   fmt::format_to(it,
-                 "# HELP rpcroute_breaker_state Circuit breaker per provider: 0 closed, 1 "
-                 "half-open, 2 open.\n");
+                 "# HELP rpcroute_breaker_state Circuit breaker per provider and transport (http: "
+                 "the provider's; ws: its WebSocket's, where transport is ws or auto): 0 closed, "
+                 "1 half-open, 2 open.\n");
   fmt::format_to(it, "# TYPE rpcroute_breaker_state gauge\n");
   std::string limited =
       "# HELP rpcroute_rate_limited 1 while the provider is marked rate-limited.\n# TYPE "
@@ -266,15 +272,20 @@ std::string Metrics::render(const std::vector<const Profile*>& profiles, const S
                                   label(c.name), label(pr.id));
         auto found = state.providers.find(provider_key(p->name, c.name, pr));
         int breaker = 0;
+        int ws_breaker = 0;
         bool rl = false;
         std::uint64_t height = 0;
         if (found != state.providers.end()) {
-          auto eff = found->second.breaker.effective_state(now_ms);
-          breaker = eff == BreakerState::open ? 2 : eff == BreakerState::half_open ? 1 : 0;
+          breaker = breaker_gauge(found->second.breaker.effective_state(now_ms));
+          ws_breaker = breaker_gauge(found->second.ws_breaker.effective_state(now_ms));
           rl = found->second.rate_limited(now_ms);
           height = found->second.height.block;
         }
-        fmt::format_to(it, "rpcroute_breaker_state{{{}}} {}\n", labels, breaker);
+        fmt::format_to(it, "rpcroute_breaker_state{{{},transport=\"http\"}} {}\n", labels, breaker);
+        // The WebSocket's own breaker (issue 18), where the provider may route over it.
+        if (pr.transport != TransportMode::http && !pr.ws_url.empty())
+          fmt::format_to(it, "rpcroute_breaker_state{{{},transport=\"ws\"}} {}\n", labels,
+                         ws_breaker);
         limited += fmt::format("rpcroute_rate_limited{{{}}} {}\n", labels, rl ? 1 : 0);
         heights += fmt::format("rpcroute_provider_height{{{}}} {}\n", labels, height);
       }

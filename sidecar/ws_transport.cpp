@@ -92,6 +92,17 @@ asio::awaitable<HttpResponse> WsTransport::perform(HttpRequest request) {
                        std::chrono::steady_clock::now() - start)
                        .count();
   out.connect_us = answer.connect_us;
+  if (answer.status == WsUpstream::RawAnswer::Status::connect_failed &&
+      answer.refusal.status >= 300) {
+    // The provider declined the upgrade with an HTTP answer (401: a key missing or wrong; 429:
+    // too many sockets): classified as that answer over HTTP would be, its Retry-After included.
+    // (A 1xx or 2xx that is not an upgrade is no such answer: a connect failure, below.)
+    out.status = answer.refusal.status;
+    out.retry_after = std::move(answer.refusal.retry_after);
+    out.body = std::move(answer.refusal.body);
+    out.body.reserve(out.body.size() + kBodySlack);
+    co_return out;
+  }
   out.error = ws_transport_error(answer);
   if (out.error != TransportError::none) {
     out.error_message = std::move(answer.error);

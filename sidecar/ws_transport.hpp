@@ -20,7 +20,8 @@ class WsUpstream;
 /// event bound. The request's id (the router's upstream id, unique in the process) is the socket's
 /// key: an answer goes only to the request that carries its id. Failures come back as the
 /// TransportError HTTP would give: connect / tls (no socket), reset (dropped before the answer),
-/// timeout, too_large, cancelled.
+/// timeout, too_large, cancelled. An upgrade the provider declines with an HTTP status (401, 429,
+/// 503) comes back as that status and body, as the same answer to an HTTP request would.
 class WsTransport final : public Transport {
  public:
   WsTransport();

@@ -5,7 +5,9 @@
 #include <fmt/format.h>
 #include <simdjson.h>
 
+#include <algorithm>
 #include <boost/asio/ssl.hpp>
+#include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
 #include <boost/beast/websocket/ssl.hpp>
 #include <charconv>
@@ -18,6 +20,7 @@
 
 #include "native_tls.hpp"
 #include "rpcroute/jsonrpc.hpp"
+#include "ws_dial.hpp"
 
 namespace rpcroute::sidecar {
 
@@ -36,78 +39,8 @@ constexpr auto kTooBigCloseLimit = std::chrono::seconds(2);
 // frame's header).
 constexpr std::size_t kReadChunk = 64 * 1024;
 
-struct WsTarget {
-  bool tls = false;
-  std::string host;
-  std::string port;
-  std::string target;
-};
-
-/// ws://host[:port][/path] or wss://…; nullopt for anything else.
-std::optional<WsTarget> parse_ws_url(std::string_view url) {
-  WsTarget t;
-  const auto scheme = url.find("://");
-  if (scheme == std::string_view::npos) return std::nullopt;
-  std::string name(url.substr(0, scheme));
-  for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (name == "wss") {
-    t.tls = true;
-  } else if (name != "ws") {
-    return std::nullopt;
-  }
-  url.remove_prefix(scheme + 3);
-  const auto slash = url.find('/');
-  std::string_view authority = url.substr(0, slash);
-  t.target = slash == std::string_view::npos ? "/" : std::string(url.substr(slash));
-  if (const auto at = authority.rfind('@'); at != std::string_view::npos)
-    authority.remove_prefix(at + 1);
-  std::string_view port = t.tls ? "443" : "80";
-  if (!authority.empty() && authority.front() == '[') {
-    const auto close = authority.find(']');
-    if (close == std::string_view::npos) return std::nullopt;
-    t.host = std::string(authority.substr(1, close - 1));
-    if (close + 1 < authority.size() && authority[close + 1] == ':')
-      port = authority.substr(close + 2);
-  } else if (const auto colon = authority.rfind(':'); colon != std::string_view::npos) {
-    t.host = std::string(authority.substr(0, colon));
-    port = authority.substr(colon + 1);
-  } else {
-    t.host = std::string(authority);
-  }
-  t.port = std::string(port);
-  if (t.host.empty() || t.port.empty()) return std::nullopt;
-  return t;
-}
-
-/// The OpenSSL contexts of wss:// upstreams, one per distinct tls: settings, made like the native
-/// HTTP client's (native_tls.hpp: the same CA, client certificate and insecure handling).
-detail::TlsContexts& tls_contexts(std::unique_lock<std::mutex>& lock) {
-  static std::mutex mutex;
-  static detail::TlsContexts contexts;
-  lock = std::unique_lock(mutex);
-  return contexts;
-}
-
 using PlainWs = websocket::stream<tcp::socket>;
 using TlsWs = websocket::stream<ssl::stream<tcp::socket>>;
-
-/// The target's endpoints. The loop runs without Asio's resolver thread (async_resolve answers
-/// "operation not supported"): an address is used as is, a name resolved in place (a blocking
-/// lookup, once per connection).
-std::vector<tcp::endpoint> endpoints_of(const asio::any_io_executor& ex, const WsTarget& t,
-                                        boost::system::error_code& ec) {
-  std::vector<tcp::endpoint> found;
-  std::uint16_t port = 0;
-  std::from_chars(t.port.data(), t.port.data() + t.port.size(), port);
-  if (auto address = asio::ip::make_address(t.host, ec); !ec) {
-    found.emplace_back(address, port);
-    return found;
-  }
-  tcp::resolver resolver(ex);
-  ec = {};
-  for (const auto& entry : resolver.resolve(t.host, t.port, ec)) found.push_back(entry.endpoint());
-  return found;
-}
 
 /// Connects the link's socket and, for wss://, does the TLS handshake: empty, or why not (`step`
 /// says where). A connect or TLS handshake that hangs (a black-holed address, a server that never
@@ -147,9 +80,13 @@ asio::awaitable<std::string> open_transport(asio::any_io_executor ex, std::share
   co_return why;
 }
 
-/// The WebSocket handshake, the socket's bounds set first: empty, or why not.
+/// The WebSocket handshake, the socket's bounds set first: empty, or why not. The upgrade request
+/// carries the provider's headers (each replaces a field of the same name, User-Agent
+/// included, but for the handshake's own); a declined upgrade's answer goes to `refusal`.
 template <class LinkT>
-asio::awaitable<std::string> ws_handshake(LinkT& link, const WsTarget& t) {
+asio::awaitable<std::string> ws_handshake(LinkT& link, const WsTarget& t,
+                                          const std::vector<Header>& headers,
+                                          WsUpstream::Refusal& refusal) {
   websocket::stream_base::timeout limits{};
   limits.handshake_timeout = kConnectLimit;
   limits.idle_timeout = kPingTimeout;
@@ -157,16 +94,34 @@ asio::awaitable<std::string> ws_handshake(LinkT& link, const WsTarget& t) {
   const std::string host =
       t.host.find(':') != std::string::npos ? "[" + t.host + "]:" + t.port : t.host + ":" + t.port;
   boost::system::error_code ec;
+  websocket::response_type response;
   co_await link.with([&](auto& ws) {
     ws.set_option(limits);
+    // Names and values were checked when the profile was read (no line break, a token name).
+    ws.set_option(websocket::stream_base::decorator([headers](websocket::request_type& request) {
+      request.set(beast::http::field::user_agent, "rpcroute/0.1");  // as over HTTP
+      for (const auto& h : headers) {
+        if (!handshake_field(h.name)) request.set(h.name, h.value);
+      }
+    }));
     // The read loop bounds messages itself (max_message_): Beast's own bound would close with
     // 1009 and then wait for the provider's side of the closing handshake before the read ends.
     ws.read_message_max(0);
     ws.auto_fragment(false);
     ws.text(true);
-    return ws.async_handshake(host, t.target, asio::redirect_error(asio::use_awaitable, ec));
+    return ws.async_handshake(response, host, t.target,
+                              asio::redirect_error(asio::use_awaitable, ec));
   });
   if (!ec) co_return std::string();
+  if (ec == websocket::error::upgrade_declined) {
+    // The provider answered, with something else than 101: its status says why (the body is the
+    // provider's text: it goes to the router, which scrubs and cuts what it shows of it).
+    refusal.status = response.result_int();
+    if (auto it = response.find(beast::http::field::retry_after); it != response.end())
+      refusal.retry_after = std::string(it->value());
+    refusal.body = response.body().substr(0, WsUpstream::kMaxRefusalBody);
+    co_return fmt::format("upgrade declined with HTTP {}", refusal.status);
+  }
   // A TLS 1.3 server refuses a client certificate after the client's handshake: its alert comes
   // with the first read.
   if (t.tls) {
@@ -241,7 +196,7 @@ void WsUpstream::close() {
   link_.reset();
 }
 
-asio::awaitable<bool> WsUpstream::connect(std::string& error) {
+asio::awaitable<bool> WsUpstream::connect(std::string& error, Refusal& refusal) {
   const auto target = parse_ws_url(provider_.ws_url);
   if (!target) {
     error = fmt::format("WebSocket to provider {} failed: its ws_url is not a ws:// or wss:// URL",
@@ -253,7 +208,7 @@ asio::awaitable<bool> WsUpstream::connect(std::string& error) {
     // The provider's tls: settings, through the native client's context builder; Asio's
     // ssl::context holds a reference of its own on the shared SSL_CTX.
     std::unique_lock<std::mutex> lock;
-    const auto& context = tls_contexts(lock).get(&provider_.tls);
+    const auto& context = ws_tls_contexts(lock).get(&provider_.tls);
     if (!context.error.empty()) {
       error = fmt::format("WebSocket to provider {} failed (tls): {}", provider_.id, context.error);
       co_return false;
@@ -270,7 +225,7 @@ asio::awaitable<bool> WsUpstream::connect(std::string& error) {
   std::string why = co_await open_transport(ex_, link, *target, step);
   if (why.empty()) {
     step = "handshake";
-    why = co_await ws_handshake(*link, *target);
+    why = co_await ws_handshake(*link, *target, provider_.headers, refusal);
   }
   if (!why.empty()) {
     // Neither the URL nor its path (where a key may be) is named: the provider's id is.
@@ -282,21 +237,76 @@ asio::awaitable<bool> WsUpstream::connect(std::string& error) {
   co_return true;
 }
 
+// The connect runs on its own: whoever waits for it may give up (a request at the end of its
+// attempt's time) while it goes on for the next.
+
+struct WsUpstream::ConnectWait {
+  explicit ConnectWait(const asio::any_io_executor& ex) : timer(ex) {}
+  asio::steady_timer timer;
+  bool ended = false;  // the connect waited for has ended, either way
+};
+
+void WsUpstream::start_connect() {
+  if (link_ || connecting_) return;
+  connecting_ = true;
+  asio::co_spawn(ex_, connect_task(), asio::detached);
+}
+
+asio::awaitable<void> WsUpstream::connect_task() {
+  std::string error;
+  Refusal refusal;
+  bool ok = false;
+  try {
+    ok = co_await connect(error, refusal);
+  } catch (const std::exception& e) {  // bad_alloc: the waiters must still hear of the end
+    error = fmt::format("WebSocket to provider {} failed: {}", provider_.id, e.what());
+  }
+  connecting_ = false;
+  connect_error_ = ok ? std::string() : std::move(error);
+  connect_refusal_ = ok ? Refusal{} : std::move(refusal);
+  // Each waiter resumes later (a cancelled wait is posted), and then leaves the list itself.
+  for (ConnectWait* wait : connect_waiters_) {
+    wait->ended = true;
+    wait->timer.cancel();
+  }
+}
+
+asio::awaitable<WsUpstream::Opened> WsUpstream::wait_open(
+    std::chrono::steady_clock::time_point deadline, Cancellation* cancel) {
+  if (link_) co_return Opened::open;
+  start_connect();
+  ConnectWait wait(ex_);
+  connect_waiters_.push_back(&wait);
+  bool cancelled = false;
+  if (cancel != nullptr) {
+    cancel->on_request([&] {
+      cancelled = true;
+      wait.timer.cancel();
+    });
+  }
+  wait.timer.expires_at(deadline);
+  boost::system::error_code ignored;
+  co_await wait.timer.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+  if (cancel != nullptr) cancel->clear_hook();
+  connect_waiters_.erase(std::find(connect_waiters_.begin(), connect_waiters_.end(), &wait));
+  if (cancelled) co_return Opened::cancelled;
+  if (link_) co_return Opened::open;
+  co_return wait.ended ? Opened::failed : Opened::timeout;
+}
+
+std::string WsUpstream::connect_failure() const {
+  return connect_error_.empty()
+             ? fmt::format("provider {}'s WebSocket closed as it opened", provider_.id)
+             : connect_error_;
+}
+
 asio::awaitable<tl::expected<std::string, std::string>> WsUpstream::call(std::string_view method,
                                                                          std::string_view params) {
-  // One connection attempt at a time; the others wait for its outcome.
-  asio::steady_timer pause(ex_);
-  while (connecting_) {
-    pause.expires_after(std::chrono::milliseconds(10));
-    boost::system::error_code ignored;
-    co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
-  }
+  // One connection attempt at a time; the others wait for its outcome (the connect's own limits
+  // bound the wait).
   if (!link_) {
-    connecting_ = true;
-    std::string error;
-    const bool ok = co_await connect(error);
-    connecting_ = false;
-    if (!ok) co_return tl::unexpected(error);
+    const Opened opened = co_await wait_open(std::chrono::steady_clock::time_point::max(), nullptr);
+    if (opened != Opened::open) co_return tl::unexpected(connect_failure());
   }
   const auto id = next_id_++;
   Pending pending(ex_);
@@ -471,28 +481,47 @@ bool WsUpstream::deliver_raw(std::string_view message) {
   return true;
 }
 
-asio::awaitable<bool> WsUpstream::open_for_request(RawAnswer& out, Cancellation* cancel) {
-  const auto start = std::chrono::steady_clock::now();
-  // One connection attempt at a time; the others wait for its outcome.
-  asio::steady_timer pause(ex_);
-  while (connecting_) {
-    pause.expires_after(std::chrono::milliseconds(10));
-    boost::system::error_code ignored;
-    co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
-  }
+asio::awaitable<bool> WsUpstream::open_for_request(RawAnswer& out,
+                                                   std::chrono::steady_clock::time_point deadline,
+                                                   std::int64_t timeout_ms, Cancellation* cancel) {
+  using Status = RawAnswer::Status;
   if (cancel != nullptr && cancel->requested()) {
-    out.status = RawAnswer::Status::cancelled;
+    out.status = Status::cancelled;
+    out.error = "cancelled";
     co_return false;
   }
   if (link_) co_return true;
-  connecting_ = true;
-  const bool ok = co_await connect(out.error);
-  connecting_ = false;
+  // The wait ends with the attempt's time: a silent or black-holed port costs the request no more
+  // than its timeout, whatever the connect's own limits (the connect goes on for the next one).
+  const auto start = std::chrono::steady_clock::now();
+  const Opened opened = co_await wait_open(deadline, cancel);
   out.connect_us = std::chrono::duration_cast<std::chrono::microseconds>(
                        std::chrono::steady_clock::now() - start)
                        .count();
-  if (!ok) out.status = RawAnswer::Status::connect_failed;
-  co_return ok;
+  switch (opened) {
+    case Opened::open:
+      co_return true;
+    case Opened::cancelled:
+      out.status = Status::cancelled;
+      out.error = "cancelled";
+      break;
+    case Opened::timeout:
+      out.status = Status::timeout;
+      out.error = fmt::format("provider {}'s WebSocket did not open within the attempt's {} ms",
+                              provider_.id, timeout_ms);
+      break;
+    case Opened::failed:
+      if (connect_error_.empty()) {  // it opened, and dropped before this request resumed
+        out.status = Status::closed;
+        out.error = connect_failure();
+      } else {
+        out.status = Status::connect_failed;
+        out.error = connect_error_;
+        out.refusal = connect_refusal_;
+      }
+      break;
+  }
+  co_return false;
 }
 
 asio::awaitable<WsUpstream::RawAnswer> WsUpstream::request(std::uint64_t id, std::string message,
@@ -507,8 +536,13 @@ asio::awaitable<WsUpstream::RawAnswer> WsUpstream::request(std::uint64_t id, std
         fmt::format("request id {} already waits on provider {}'s WebSocket", id, provider_.id);
     co_return out;
   }
-  if (!co_await open_for_request(out, cancel)) co_return out;
   const auto deadline = start + std::chrono::milliseconds(timeout_ms);
+  if (!co_await open_for_request(out, deadline, timeout_ms, cancel)) co_return out;
+  if (cancel != nullptr && cancel->requested()) {  // its hook went with the wait
+    out.status = Status::cancelled;
+    out.error = "cancelled";
+    co_return out;
+  }
   if (std::chrono::steady_clock::now() >= deadline) {
     out.status = Status::timeout;
     out.error = fmt::format("provider {} did not answer within {} ms (WebSocket)", provider_.id,

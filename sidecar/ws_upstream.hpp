@@ -3,8 +3,11 @@
 // subscription the sidecar holds on that provider (ws_subscriptions.hpp). Calls are matched to
 // answers by the router's own ids; subscription events go to one callback. Bounded: message size,
 // a ping timeout (Beast's keep-alive pings), a deadline per call, a connect + TLS handshake limit.
-// ws:// and wss:// (the provider's tls: settings apply, as to its HTTPS transfers).
+// ws:// and wss:// (the provider's tls: settings apply, as to its HTTPS transfers); the provider's
+// `headers:` (an API key's Authorization among them) go on the upgrade request, as on each HTTP
+// request.
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -12,6 +15,7 @@
 #include <string>
 #include <string_view>
 #include <tl/expected.hpp>
+#include <vector>
 
 #include "rpcroute/asio_compat.hpp"
 #include "rpcroute/cancel.hpp"
@@ -43,6 +47,16 @@ class WsUpstream {
 
   // Single requests routed over the socket (issue 18, ws_transport.hpp).
 
+  /// An upgrade the provider declined with an HTTP answer (401 for a missing key, 429 for too many
+  /// sockets, 503): its status (0: not declined so), Retry-After and the first kMaxRefusalBody
+  /// bytes of its body. The router classifies it as it does that answer over HTTP.
+  struct Refusal {
+    unsigned status = 0;
+    std::string retry_after;
+    std::string body;
+  };
+  static constexpr std::size_t kMaxRefusalBody = 64 * 1024;
+
   /// What became of one request().
   struct RawAnswer {
     enum class Status : std::uint8_t {
@@ -58,18 +72,30 @@ class WsUpstream {
     std::string message;          // ok: the whole answer message, as the provider sent it
     std::string error;            // otherwise: what went wrong (names the provider, never its URL)
     std::int64_t connect_us = 0;  // spent opening the socket (0 when it was open)
+    Refusal refusal;              // connect_failed: the HTTP answer that declined the upgrade
   };
   /// Sends `message`, a JSON-RPC request whose id is `id` (unique on this socket: the router's
   /// upstream ids), connecting first when needed, and returns the answer message that carries
-  /// exactly that id. Ends after `timeout_ms` (the connect has its own limit as well), when the
-  /// socket drops, or when `cancel` is requested.
+  /// exactly that id. Ends after `timeout_ms`, connect, TLS and upgrade included (a connect still
+  /// going then goes on for later requests), when the socket drops, or when `cancel` is requested.
   asio::awaitable<RawAnswer> request(std::uint64_t id, std::string message, std::int64_t timeout_ms,
                                      Cancellation* cancel);
 
  private:
   struct Link;
   struct Pending;
-  asio::awaitable<bool> connect(std::string& error);
+  struct ConnectWait;
+  /// Opens the link: connect, TLS, upgrade, each bounded (kConnectLimit); false and why not.
+  asio::awaitable<bool> connect(std::string& error, Refusal& refusal);
+  /// One connect at a time, run on its own (connect_task) so that a waiter may leave first.
+  void start_connect();
+  asio::awaitable<void> connect_task();
+  enum class Opened : std::uint8_t { open, failed, timeout, cancelled };
+  /// The link, open now or by the connect under way (started if none): `failed` when that connect
+  /// failed (connect_error_ says why), `timeout` at `deadline`, `cancelled` when `cancel` is.
+  asio::awaitable<Opened> wait_open(std::chrono::steady_clock::time_point deadline,
+                                    Cancellation* cancel);
+  [[nodiscard]] std::string connect_failure() const;
   asio::awaitable<void> read_loop(std::shared_ptr<Link> link);
   void dispatch(std::string_view message);
   void send(std::string message);
@@ -82,15 +108,20 @@ class WsUpstream {
   OnEvent on_event_;
   OnDrop on_drop_;
   std::shared_ptr<Link> link_;  // the open socket, if any
-  bool connecting_ = false;
+  bool connecting_ = false;     // connect_task runs
+  std::vector<ConnectWait*> connect_waiters_;
+  std::string connect_error_;  // the last connect's failure, empty after a success
+  Refusal connect_refusal_;    // ... and the upgrade's refusal, if it was one
   std::uint64_t next_id_ = 1;
   std::map<std::uint64_t, Pending*> pending_;
   // Ids of request()s in pending_: their answer is the whole message (deliver_raw).
   std::map<std::uint64_t, bool> raw_ids_;
   bool deliver_raw(std::string_view message);
-  /// request()'s socket: open, or opened now (after any other request's connect), or `out` says
-  /// why not.
-  asio::awaitable<bool> open_for_request(RawAnswer& out, Cancellation* cancel);
+  /// request()'s socket: open, or opened by `deadline` (the connect under way or a new one), or
+  /// `out` says why not.
+  asio::awaitable<bool> open_for_request(RawAnswer& out,
+                                         std::chrono::steady_clock::time_point deadline,
+                                         std::int64_t timeout_ms, Cancellation* cancel);
 };
 
 }  // namespace rpcroute::sidecar

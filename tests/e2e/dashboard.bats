@@ -1,6 +1,6 @@
 #!/usr/bin/env bats
 # The live dashboard (issue 22): /dashboard/state and the /dashboard/events stream through the real
-# binary, the Host, Origin and token rules on the page and the stream, --no-dashboard, a slow stream
+# binary (the transport that served each call and each provider's, issue 18), the Host, Origin and token rules on the page and the stream, --no-dashboard, a slow stream
 # reader dropped without holding the others, the page in headless Chromium (no console errors,
 # every provider listed, a killed provider's open breaker within 2 s, a screenshot kept), and
 # `rpcroute top` under tmux (the providers shown, q quits, the terminal mode restored).
@@ -170,6 +170,33 @@ wait_for_text() { # FILE TEXT [LIMIT_S]
   run rpcroute top --url "$SC_URL" --once
   [ "$status" -eq 0 ]
   [[ $output == *"hedges: 1 fired, 1 won"* ]] || { echo "$output" >&2; false; }
+}
+
+@test "dashboard: the feed and the provider table say which transport served, as rank does" {
+  # a1 routes over its WebSocket (anvil serves ws:// on its HTTP port), a3 over HTTP.
+  write_profile "$P" --strategy priority "a1,ws_url=ws://127.0.0.1:$(node_port a1)/,transport=ws" a3
+  sidecar_start sc --profile "$P" --no-state
+  sidecar_post /rpc/local "$BN"
+  grep -qi '^X-Rpcroute-Transport: ws' "$SC_HDRS" || { cat "$SC_HDRS" >&2; false; }
+  sidecar_post /rpc/provider/a3/local "$BN"
+  ! grep -qi '^X-Rpcroute-Transport:' "$SC_HDRS" || { cat "$SC_HDRS" >&2; false; }
+  local out=$BATS_TEST_TMPDIR/events
+  curl -sN --max-time 20 "$SC_URL/dashboard/events" >"$out" 3>&- &
+  local curl_pid=$!
+  wait_for_text "$out" '"seq":2,'
+  kill "$curl_pid" 2>/dev/null || true
+  wait "$curl_pid" 2>/dev/null || true
+  local first second
+  first=$(grep '^data: ' "$out" | sed -n 1p | cut -c7-)
+  second=$(grep '^data: ' "$out" | sed -n 2p | cut -c7-)
+  assert_json "$first" '.provider == "a1" and .transport == "ws" and .attempts == [.attempts[0]] and .attempts[0].transport == "ws"'
+  assert_json "$second" '.provider == "a3" and .transport == "http" and .attempts[0].transport == "http"'
+  # The provider table: the transport each provider's requests take now, and the WebSocket's
+  # breaker where the provider may use it.
+  sidecar_get /dashboard/state
+  [ "$code" = 200 ]
+  assert_json "$body" '.chains[0].providers | map({(.provider): [.transport, .ws_breaker]}) | add == {"a1": ["ws", "closed"], "a3": ["http", null]}'
+  assert_json "$body" '.chains[0].plan.candidates[0].explain | test("WebSocket")'
 }
 
 @test "dashboard: the page, its state and its stream obey the Host, Origin and token rules" {

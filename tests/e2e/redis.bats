@@ -79,7 +79,7 @@ metric_of() { # NAME METRIC (one without labels)
 # The breaker gauge of PROVIDER in sidecar NAME's /metrics: 0 closed, 1 half-open, 2 open.
 breaker_of() { # NAME PROVIDER
   sidecar_load "$1"
-  curl -sS --max-time 5 "$SC_URL/metrics" | grep "^rpcroute_breaker_state{.*provider=\"$2\"}" | awk '{print $NF}'
+  curl -sS --max-time 5 "$SC_URL/metrics" | grep "^rpcroute_breaker_state{.*provider=\"$2\",transport=\"http\"}" | awk '{print $NF}'
 }
 
 # Waits up to LIMIT seconds (default 5) until the shared state of sidecar NAME is STATE.

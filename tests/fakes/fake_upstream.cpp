@@ -40,6 +40,10 @@
 //   --ws-huge-bytes N    huge fault: the size of the string in each event (default 16777216)
 //   --ws-delay-ms N      every answer to a call over a WebSocket waits N ms (default 0; answers
 //                        may then pass each other, as a provider's may)
+//   --ws-require-header NAME:VALUE   a WebSocket upgrade without the header NAME (any case) of
+//                        exactly VALUE is declined with HTTP 401 and a JSON-RPC error body
+//                        (-32001 "missing or invalid API key"), as a provider wanting a key does;
+//                        HTTP POSTs are not checked
 // On start it prints "listening on HOST:PORT" to stdout. SIGINT and SIGTERM end it with status 0.
 //
 // Modes, applied to each POST to any path other than /_control and /_stats:
@@ -103,6 +107,7 @@
 //              subscription nobody holds; answers to calls are still sent
 //   slow       ws_slow: each event waits --ws-slow-ms first (the socket falls behind the chain)
 //   refuse     ws_refuse: an upgrade is refused with HTTP 503; open sockets are dropped as by drop
+//              (--ws-require-header is checked before the fault: a 401 comes first)
 //   huge       ws_huge: the next event carries an "extraData" string of --ws-huge-bytes bytes
 //              (past the client's message limit) in one frame, of which only the header and the
 //              first 1 KiB are sent: from then on nothing more is sent (the message never ends,
@@ -151,11 +156,13 @@
 //     gave up (a router that abandons work it no longer needs brings it back to 0 at once).
 //     held: requests "hold" keeps waiting now.
 //     ws: {"fault":NAME,"open":N,"upgrades":N,"refused":N,"calls":N,"subscriptions":N,
-//          "unsubscribes":N,"events":N,"faulty":N,"drops":N,"stalls":N,"too_big":N}: WebSockets
+//          "unsubscribes":N,"events":N,"faulty":N,"drops":N,"stalls":N,"too_big":N,
+//          "unauthorized":N}: WebSockets
 //     open now, upgrades accepted and refused, JSON-RPC calls read from WebSockets (not in "calls"
 //     above), subscriptions served and ended, head events sent whole, frames sent instead of
 //     events (garbage, huge), sockets dropped and stalled, and close frames received with code
-//     1009 (the client's "message too big"). reset_stats zeroes all but "open".
+//     1009 (the client's "message too big"), upgrades declined with 401 (--ws-require-header).
+//     reset_stats zeroes all but "open".
 //     With --tls-cert only, a last member "tls":{"connections":N,"handshakes":N,"failures":N,
 //     "hanging":N}: TCP connections accepted, TLS handshakes completed and failed (the client
 //     refused the certificate, gave none under --tls-client-ca, …), connections held now by
@@ -235,7 +242,7 @@ constexpr std::string_view kUsage = R"(usage: fake_upstream [options]
   --code N  --message TEXT  --data JSON  --huge-bytes N  --drip-ms N  --extra-ms N  --gzip-bytes N
   --tls-cert FILE --tls-key FILE   serve HTTPS   --tls-client-ca FILE   --tls-handshake ok|hang
   --ws-fault none|drop|stall|garbage|slow|refuse|huge   --ws-slow-ms N   --ws-huge-bytes N
-  --ws-delay-ms N
+  --ws-delay-ms N   --ws-require-header NAME:VALUE
 The control API and the modes are described at the top of tests/fakes/fake_upstream.cpp.
 )";
 
@@ -394,6 +401,8 @@ struct WsSettings {
   std::uint64_t slow_ms = 1000;
   std::uint64_t huge_bytes = std::uint64_t{16} << 20;  // past rpcroute serve's 8 MiB message limit
   std::uint64_t delay_ms = 0;                          // before each answer to a call
+  std::string require_name;  // --ws-require-header: upgrades without it are declined (401)
+  std::string require_value;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -876,6 +885,7 @@ struct Stats {
   std::uint64_t ws_drops = 0;          // sockets closed mid-stream (drop, refuse)
   std::uint64_t ws_stalls = 0;         // sockets stalled (stall)
   std::uint64_t ws_too_big = 0;        // close frames received with 1009 (message too big)
+  std::uint64_t ws_unauthorized = 0;   // upgrades declined with 401 (--ws-require-header)
 
   void record(const RpcRequest& request, std::string_view path) {
     ++requests;
@@ -946,10 +956,11 @@ struct Upstream {
     fmt::format_to(std::back_inserter(out),
                    R"(,"ws":{{"fault":"{}","open":{},"upgrades":{},"refused":{},"calls":{},)"
                    R"("subscriptions":{},"unsubscribes":{},"events":{},"faulty":{},"drops":{},)"
-                   R"("stalls":{},"too_big":{}}}}})",
+                   R"("stalls":{},"too_big":{},"unauthorized":{}}}}})",
                    ws_fault_name(ws.fault), ws_open, stats.ws_upgrades, stats.ws_refused,
                    stats.ws_calls, stats.ws_subscriptions, stats.ws_unsubscribes, stats.ws_events,
-                   stats.ws_faulty, stats.ws_drops, stats.ws_stalls, stats.ws_too_big);
+                   stats.ws_faulty, stats.ws_drops, stats.ws_stalls, stats.ws_too_big,
+                   stats.ws_unauthorized);
     if (tls) {
       out.pop_back();
       fmt::format_to(std::back_inserter(out),
@@ -1604,6 +1615,18 @@ class Connection {
   using WsSocket = websocket::stream<Stream&>;
 
   asio::awaitable<void> serve_websocket(Request request) {
+    const auto given = request[upstream_.ws.require_name];
+    if (!upstream_.ws.require_name.empty() &&
+        std::string_view(given.data(), given.size()) != upstream_.ws.require_value) {
+      ++upstream_.stats.ws_unauthorized;
+      Response refusal = make_response(
+          request, 401, "application/json",
+          R"({"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"missing or invalid API key"}})"
+          "\n");
+      refusal.keep_alive(false);
+      co_await send(std::move(refusal));
+      co_return;
+    }
     if (upstream_.ws.fault == WsFault::refuse) {
       ++upstream_.stats.ws_refused;
       Response refusal = make_response(request, 503, "text/plain", "Service Unavailable\n");
@@ -2133,6 +2156,11 @@ Expected<Options> parse_options(int argc, char** argv) {
       if (!set_number(options.ws.huge_bytes)) return bad();
     } else if (flag == "--ws-delay-ms") {
       if (!set_number(options.ws.delay_ms)) return bad();
+    } else if (flag == "--ws-require-header") {
+      const auto colon = value.find(':');
+      if (colon == 0 || colon == std::string::npos) return bad();
+      options.ws.require_name = value.substr(0, colon);
+      options.ws.require_value = value.substr(colon + 1);
     } else if (flag == "--tls-handshake") {
       if (value != "ok" && value != "hang") return bad();
       options.tls.hang_handshake = value == "hang";

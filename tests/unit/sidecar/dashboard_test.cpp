@@ -93,6 +93,42 @@ TEST_CASE("dashboard: a decision records attempts, capped, and writes valid JSON
   CHECK(double(doc["total_ms"]) == Approx(55.5));
 }
 
+TEST_CASE("dashboard: a decision says which transport served it and each attempt",
+          "[sidecar][dashboard]") {
+  Dashboard dash(4);
+  auto o = outcome("b", {{"a", OutcomeClass::provider_failure}, {"b", OutcomeClass::success}});
+  o.attempts[0].transport = TransportKind::ws;  // a's WebSocket failed, b answered over HTTP
+  dash.record("prof", "local", "eth_call", o, 1000, 3);
+  o = outcome("a", {{"a", OutcomeClass::success}});
+  o.attempts[0].transport = TransportKind::ws;
+  o.transport = TransportKind::ws;
+  dash.record("prof", "local", "eth_call", o, 1001, 2);
+  dash.record("prof", "local", "eth_call", outcome("", {{"a", OutcomeClass::provider_failure}}),
+              1002, 2);  // nobody answered
+  dash.record_hit("prof", "local", "net_version", 1003, 1);
+  simdjson::dom::parser parser;
+  auto json_of = [&](std::uint64_t seq) {
+    json::Writer w;
+    write_decision_json(w, *dash.ring().at(seq));
+    return w.str();
+  };
+  simdjson::dom::element doc;
+  std::string text = json_of(1);
+  REQUIRE(parser.parse(text).get(doc) == simdjson::SUCCESS);
+  CHECK(std::string_view(doc["transport"]) == "http");
+  CHECK(std::string_view(doc["attempts"].at(0)["transport"]) == "ws");
+  CHECK(std::string_view(doc["attempts"].at(1)["transport"]) == "http");
+  text = json_of(2);
+  REQUIRE(parser.parse(text).get(doc) == simdjson::SUCCESS);
+  CHECK(std::string_view(doc["transport"]) == "ws");
+  for (const std::uint64_t seq :
+       {std::uint64_t{3}, std::uint64_t{4}}) {  // no provider answered; the cache did
+    text = json_of(seq);
+    REQUIRE(parser.parse(text).get(doc) == simdjson::SUCCESS);
+    CHECK(doc["transport"].is_null());
+  }
+}
+
 TEST_CASE("dashboard: series and first-attempt counts only while watched", "[sidecar][dashboard]") {
   Dashboard dash(8);
   const std::int64_t t0 = 1'000'000;
