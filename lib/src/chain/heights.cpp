@@ -151,32 +151,42 @@ std::uint64_t fresh_mark(const HealthView& view, const Profile& profile, const C
   return cs != nullptr && height_fresh(cs->high_water, now_ms, chain) ? cs->high_water.block : 0;
 }
 
+/// The chain's claims in `view` judged by chain_head(). The vectors are this thread's, valid until
+/// the next call: callers that may nest (raise_mark, refuse_doubtful_heads) keep their own.
+struct Judged {
+  const std::vector<HeadClaim>& claims;
+  const std::vector<ClaimJudgement>& judgements;
+  ChainHead head;
+};
+Judged judge_claims(const HealthView& view, const Profile& profile, const Chain& chain,
+                    std::int64_t now_ms, bool with_open) {
+  thread_local std::vector<HeadClaim> claims;
+  thread_local std::vector<ClaimJudgement> judgements;
+  head_claims(claims, view, profile, chain, now_ms, with_open);
+  judgements.resize(claims.size());
+  const auto head = chain_head(claims, judgements, chain, now_ms);
+  return {claims, judgements, head};
+}
+
 }  // namespace
 
 std::uint64_t best_known_height(const HealthView& view, const Profile& profile, const Chain& chain,
                                 std::int64_t now_ms, std::string_view key) {
-  thread_local std::vector<HeadClaim> claims;
-  thread_local std::vector<ClaimJudgement> judgements;
-  head_claims(claims, view, profile, chain, now_ms, false);
-  judgements.resize(claims.size());
-  if (auto head = chain_head(claims, judgements, chain, now_ms); head.head) return head.head->block;
+  if (const auto j = judge_claims(view, profile, chain, now_ms, false); j.head.head)
+    return j.head.head->block;
   return fresh_mark(view, profile, chain, key, now_ms);
 }
 
 std::uint64_t head_elsewhere(const HealthView& view, const Profile& profile, const Chain& chain,
                              const Provider& provider, std::string_view key, std::int64_t now_ms) {
-  thread_local std::vector<HeadClaim> claims;
-  thread_local std::vector<ClaimJudgement> judgements;
-  head_claims(claims, view, profile, chain, now_ms, false);
-  judgements.resize(claims.size());
-  (void)chain_head(claims, judgements, chain, now_ms);
+  const auto j = judge_claims(view, profile, chain, now_ms, false);
   // The mark too: only believed heights raise it, and the provider's own HTTP polls may be what
   // moves it while its socket is silent.
   std::uint64_t best = fresh_mark(view, profile, chain, key, now_ms);
-  for (std::size_t i = 0; i < claims.size(); ++i) {
+  for (std::size_t i = 0; i < j.claims.size(); ++i) {
     if (chain.providers[i].id == provider.id) continue;
-    if (judgements[i].verdict == ClaimVerdict::believed)
-      best = std::max(best, claims[i].height.block);
+    if (j.judgements[i].verdict == ClaimVerdict::believed)
+      best = std::max(best, j.claims[i].height.block);
   }
   return best;
 }
@@ -209,11 +219,7 @@ std::optional<FinalityEvent> judge_finality(const HealthView& view, const Profil
                                             std::int64_t now_ms) {
   const auto idx = index_of(chain, provider);
   if (idx == chain.providers.size()) return std::nullopt;
-  thread_local std::vector<HeadClaim> claims;
-  thread_local std::vector<ClaimJudgement> judgements;
-  head_claims(claims, view, profile, chain, now_ms, false);
-  judgements.resize(claims.size());
-  const auto head = chain_head(claims, judgements, chain, now_ms);
+  const auto [claims, judgements, head] = judge_claims(view, profile, chain, now_ms, false);
   if (votes != nullptr) votes->by_provider.resize(chain.providers.size());
   if (!head.head || judgements[idx].verdict != ClaimVerdict::believed) {
     // Its head is not believed: neither is what it says is final, now or from before.
@@ -235,11 +241,7 @@ std::optional<FinalityEvent> judge_finality(const HealthView& view, const Profil
 
 bool mark_supported(const HealthView& view, const Profile& profile, const Chain& chain,
                     const Height& mark, std::int64_t now_ms) {
-  thread_local std::vector<HeadClaim> claims;
-  thread_local std::vector<ClaimJudgement> judgements;
-  head_claims(claims, view, profile, chain, now_ms, true);
-  judgements.resize(claims.size());
-  const auto head = chain_head(claims, judgements, chain, now_ms);
+  const auto head = judge_claims(view, profile, chain, now_ms, true).head;
   return head.head && mark.block <= height_at(*head.head, now_ms, chain) + chain.max_lag_blocks;
 }
 
