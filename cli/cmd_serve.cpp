@@ -276,7 +276,7 @@ int run_serve(const ServeOptions& options) {
   save_signals.async_wait(on_save_signal);
   // Background loops and timers end with the context.
   const auto ran = loop.run(server.run(), EventLoop::Until::done, [&] {
-    signals.cancel();
+    ignore_stop_signals(signals);
     save_signals.cancel();
   });
   if (!ran) return internal_error(ran.error());

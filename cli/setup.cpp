@@ -3,11 +3,20 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdlib>
 
 #include "output.hpp"
 
 namespace rpcroute::cli {
+
+void ignore_stop_signals(asio::signal_set& signals) {
+  boost::system::error_code ignored;
+  signals.cancel(ignored);
+  signals.clear(ignored);  // Asio puts back the default action, which would end the process
+  std::signal(SIGINT, SIG_IGN);
+  std::signal(SIGTERM, SIG_IGN);
+}
 
 int usage_error(std::string_view message) {
   print_error(message);

@@ -30,6 +30,12 @@ namespace rpcroute::cli {
 /// and gives the internal exit code (4). An exception that is not a std::exception goes on.
 [[nodiscard]] int internal_error(const std::exception_ptr& failure);
 
+/// Clears a command's set of stop signals (SIGINT, SIGTERM) and ignores them from then on. Call it
+/// once the first has been taken and the command winds down: `timeout`, and a shell's kill of a
+/// job, send the signal to the process and again to its group, and a copy arriving after the set
+/// is gone would otherwise end the orderly exit with 130.
+void ignore_stop_signals(asio::signal_set& signals);
+
 /// --profile value, else $RPCROUTE_PROFILE, else the embedded default.
 [[nodiscard]] Result<Profile> load_selected_profile(const std::string& flag);
 /// The same, with the error printed.

@@ -164,6 +164,20 @@ _stop_pid() { # PID
   kill -9 "$pid" 2>/dev/null || true
 }
 
+# Sends SIGNAL to PID over and over until it is gone (or a zombie), for up to LIMIT seconds (default
+# 30): the second copy `timeout` and a shell's job kill send to a process's group, made a storm so
+# that one lands in every phase of the exit. Fails when the process outlives the limit.
+signal_storm() { # SIGNAL PID [LIMIT_S]
+  local sig=$1 pid=$2 deadline=$((SECONDS + ${3:-30})) stat n=0
+  while kill "-$sig" "$pid" 2>/dev/null; do
+    ((++n % 64)) && continue # as dense as bash can: a look at the process every 64 signals
+    read -r stat </proc/"$pid"/stat 2>/dev/null || return 0
+    stat=${stat##*) }
+    [[ ${stat:0:1} == Z ]] && return 0
+    ((SECONDS < deadline)) || { echo "pid $pid still running after ${3:-30} s of SIG$sig" >&2; return 1; }
+  done
+}
+
 # Starts anvil on a free port (chain id 31337 unless given) and waits, up to 10 s, until it answers.
 start_anvil() { # NAME [ANVIL ARGS...]
   local name=$1 dir port pid arg deadline has_chain_id=0

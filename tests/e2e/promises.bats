@@ -86,6 +86,18 @@ EOF
   assert_equal "$(cat "$SC_RC_FILE")" 0 "exit status after SIGINT"
 }
 
+@test "a storm of SIGTERM (a job kill sends one to the group too): the sidecar stops once, exit 0" {
+  sidecar_start sc -p "$P" --no-state --no-probe
+  local code
+  code=$(curl -s --max-time 10 -o /dev/null -w '%{http_code}' -X POST -H 'content-type: application/json' \
+    --data "$BN" "$SC_URL/")
+  assert_equal "$code" 200
+  signal_storm TERM "$SC_PID"
+  sidecar_wait sc 30
+  assert_equal "$SC_EXIT" 0 "exit status after a storm of SIGTERM"
+  assert_equal "$(grep -c 'rpcroute: stopped' "$SC_LOG")" 1 "'stopped' lines"
+}
+
 @test "--allow-origin: the origin given is let in with its CORS header; another is refused" {
   sidecar_start sc -p "$P" --no-state --no-probe --allow-origin https://app.example
   sidecar_post / "$BN" -H 'Origin: https://app.example'

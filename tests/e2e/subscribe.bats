@@ -197,6 +197,17 @@ check_heads() { # OUT
     assert_equal "$(jq -s 'map(has("hash")) | all' "$out")" true
     assert_equal "$(tail -c 1 "$out" | od -An -c | tr -d ' ')" '\n'
   done
+  # A storm of SIGINTs (the copies `timeout` and a job kill send to the process group) changes
+  # nothing: the first ends it, the rest are ignored until the exit.
+  local out=$BATS_TEST_TMPDIR/storm.out err=$BATS_TEST_TMPDIR/storm.err
+  "$RPCROUTE_BIN" subscribe newHeads -p "$P" --no-state >"$out" 2>"$err" 3>&- &
+  local pid=$!
+  wait_lines "$out" 2 20
+  signal_storm INT "$pid"
+  local status=0
+  wait "$pid" || status=$?
+  assert_equal "$status" 0 "exit status after a storm of SIGINT"
+  assert_equal "$(wc -c <"$err")" 0 "stderr after a storm of SIGINT"
   # --duration ends it too, with exit 0.
   run --separate-stderr timeout 30 "$RPCROUTE_BIN" subscribe newHeads -p "$P" --no-state --duration 2500ms
   assert_status 0
