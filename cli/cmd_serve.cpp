@@ -276,8 +276,8 @@ int run_serve(const ServeOptions& options) {
   save_signals.async_wait(on_save_signal);
   // Background loops and timers end with the context.
   const auto ran = loop.run(server.run(), EventLoop::Until::done, [&] {
-    ignore_stop_signals(signals);
-    save_signals.cancel();
+    ignore_from_now(signals, {SIGINT, SIGTERM});
+    ignore_from_now(save_signals, {SIGHUP, SIGUSR1, SIGUSR2});
   });
   if (!ran) return internal_error(ran.error());
   fmt::print(stderr, "rpcroute: stopped\n");

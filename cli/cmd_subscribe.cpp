@@ -221,7 +221,7 @@ asio::awaitable<void> Follow::run(std::string params, std::optional<std::int64_t
     co_await stop_.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
   }
   *running_ = false;
-  ignore_stop_signals(signals);
+  ignore_from_now(signals, {SIGINT, SIGTERM});
   limit.cancel();
   // The provider confirms the eth_unsubscribe (within its timeout) before the sockets close.
   co_await subscriptions_.leave(1);

@@ -10,12 +10,11 @@
 
 namespace rpcroute::cli {
 
-void ignore_stop_signals(asio::signal_set& signals) {
+void ignore_from_now(asio::signal_set& signals, std::initializer_list<int> numbers) {
   boost::system::error_code ignored;
   signals.cancel(ignored);
   signals.clear(ignored);  // Asio puts back the default action, which would end the process
-  std::signal(SIGINT, SIG_IGN);
-  std::signal(SIGTERM, SIG_IGN);
+  for (const int n : numbers) std::signal(n, SIG_IGN);
 }
 
 int usage_error(std::string_view message) {

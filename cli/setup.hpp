@@ -4,6 +4,7 @@
 #include <exception>
 #include <filesystem>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -30,11 +31,12 @@ namespace rpcroute::cli {
 /// and gives the internal exit code (4). An exception that is not a std::exception goes on.
 [[nodiscard]] int internal_error(const std::exception_ptr& failure);
 
-/// Clears a command's set of stop signals (SIGINT, SIGTERM) and ignores them from then on. Call it
-/// once the first has been taken and the command winds down: `timeout`, and a shell's kill of a
-/// job, send the signal to the process and again to its group, and a copy arriving after the set
-/// is gone would otherwise end the orderly exit with 130.
-void ignore_stop_signals(asio::signal_set& signals);
+/// Clears a command's signal set and ignores its signals from then on. Call it once the command
+/// winds down, for its set of stop signals after the first was taken: `timeout`, and a shell's
+/// kill of a job, send the signal to the process and again to its group, and a copy arriving after
+/// the set is gone would otherwise end the orderly exit with 130. The same for a set that saves or
+/// reloads (SIGHUP, SIGUSR1/2 from a supervisor), whose default action also ends the process.
+void ignore_from_now(asio::signal_set& signals, std::initializer_list<int> numbers);
 
 /// --profile value, else $RPCROUTE_PROFILE, else the embedded default.
 [[nodiscard]] Result<Profile> load_selected_profile(const std::string& flag);

@@ -86,15 +86,19 @@ EOF
   assert_equal "$(cat "$SC_RC_FILE")" 0 "exit status after SIGINT"
 }
 
-@test "a storm of SIGTERM (a job kill sends one to the group too): the sidecar stops once, exit 0" {
+@test "a storm of SIGTERM (a job kill sends one to the group too), and of SIGUSR1: the sidecar stops once, exit 0" {
   sidecar_start sc -p "$P" --no-state --no-probe
   local code
   code=$(curl -s --max-time 10 -o /dev/null -w '%{http_code}' -X POST -H 'content-type: application/json' \
     --data "$BN" "$SC_URL/")
   assert_equal "$code" 200
+  # A supervisor's SIGUSR1 (save the state) that lands while it stops must not end it either.
+  signal_storm USR1 "$SC_PID" 3>&- &
+  local usr1=$!
   signal_storm TERM "$SC_PID"
+  wait "$usr1"
   sidecar_wait sc 30
-  assert_equal "$SC_EXIT" 0 "exit status after a storm of SIGTERM"
+  assert_equal "$SC_EXIT" 0 "exit status after a storm of SIGTERM and SIGUSR1"
   assert_equal "$(grep -c 'rpcroute: stopped' "$SC_LOG")" 1 "'stopped' lines"
 }
 
