@@ -104,7 +104,12 @@ void YamlReader::check_expansion(const YAML::Node& n, int depth, Expansion& e) c
   } else if (n.IsSequence()) {
     for (const auto& item : n) check_expansion(item, depth + 1, e);
   } else if (n.IsMap()) {
+    // yaml-cpp keeps both entries of a key given twice; a free-keyed map (chains, overrides,
+    // headers) would then hold two of one name. Refused here for every map, whatever its keys.
+    std::set<std::string> seen;
     for (auto it = n.begin(); it != n.end(); ++it) {
+      if (it->first.IsScalar() && !seen.insert(it->first.Scalar()).second)
+        throw error(it->first, fmt::format("duplicate key '{}'", it->first.Scalar()));
       check_expansion(it->first, depth + 1, e);
       check_expansion(it->second, depth + 1, e);
     }

@@ -323,7 +323,19 @@ routing:
       - id: a
         url: http://h
         url: http://g
-)", "t.yaml:7:9:", "duplicate key 'url' in provider"},
+)", "t.yaml:7:9:", "duplicate key 'url'"},
+      {"a chain given twice (a fuzz finding: both were kept)", R"(chains:
+  eth:
+    chain_id: 1
+    providers:
+      - id: a
+        url: http://h
+  eth:
+    chain_id: 2
+    providers:
+      - id: a
+        url: http://h
+)", "t.yaml:7:3:", "duplicate key 'eth'"},
       {"a string for chain_id", R"(chains:
   eth:
     chain_id: mainnet
