@@ -140,7 +140,6 @@ void YamlReader::require_map(const YAML::Node& n, std::string_view what) const {
 
 void YamlReader::check_keys(const YAML::Node& map, std::initializer_list<std::string_view> allowed,
                             std::string_view where) const {
-  std::set<std::string> seen;
   for (auto it = map.begin(); it != map.end(); ++it) {
     if (!it->first.IsScalar())
       throw error(it->first, fmt::format("keys of {} must be names", where));
@@ -151,8 +150,6 @@ void YamlReader::check_keys(const YAML::Node& map, std::initializer_list<std::st
       throw error(it->first,
                   fmt::format("unknown key '{}' in {} (expected one of: {})", k, where, list));
     }
-    if (!seen.insert(k).second)
-      throw error(it->first, fmt::format("duplicate key '{}' in {}", k, where));
   }
 }
 

@@ -26,8 +26,9 @@ class YamlReader {
  public:
   YamlReader(std::string source, const EnvLookup& env) : source_(std::move(source)), env_(env) {}
 
-  /// The document's root; refused when nested more than kMaxDepth levels, or when its aliases
-  /// expand to more than kMaxNodes nodes or kMaxScalarBytes of text.
+  /// The document's root; refused when nested more than kMaxDepth levels, when its aliases
+  /// expand to more than kMaxNodes nodes or kMaxScalarBytes of text, or when a map gives a key
+  /// twice.
   [[nodiscard]] YAML::Node parse(std::string_view text) const;
 
   /// "source:line:column: msg" (or "source: msg" without a position), every secret seen so far
@@ -35,7 +36,8 @@ class YamlReader {
   [[nodiscard]] ProfileError error(const YAML::Node& n, std::string_view msg) const;
 
   void require_map(const YAML::Node& n, std::string_view what) const;
-  /// Refuses a key outside `allowed` (listing the allowed ones) and a key given twice.
+  /// Refuses a key outside `allowed` (listing the allowed ones). A key given twice was refused
+  /// by parse(), in every map.
   void check_keys(const YAML::Node& map, std::initializer_list<std::string_view> allowed,
                   std::string_view where) const;
   [[nodiscard]] std::string scalar(const YAML::Node& n, std::string_view what) const;
