@@ -51,10 +51,13 @@ std::string make_call(std::string_view id, std::string_view method, std::string_
 }
 
 std::string make_result(std::string_view id, std::string_view result) {
+  if (id.empty()) id = "null";
   std::string out;
-  out.reserve(32 + id.size() + result.size());
+  // Exactly what is written: one byte short, the closing brace would reallocate (a copy of a large
+  // result at twice its size).
+  out.reserve(kResultHead.size() + id.size() + kResultMiddle.size() + result.size() + 1);
   out += kResultHead;
-  out += id.empty() ? std::string_view("null") : id;
+  out += id;
   out += kResultMiddle;
   out += result;
   out += '}';

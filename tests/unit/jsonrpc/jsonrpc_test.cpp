@@ -404,6 +404,18 @@ TEST_CASE("make_call, make_result and make_error round-trip", "[jsonrpc]") {
     REQUIRE(null_id.has_value());
     CHECK(null_id->replies[0].id == "null");
   }
+  SECTION("make_result sizes its answer once") {
+    // A large result becomes a response of exactly its size: an allocation one byte short made
+    // the closing brace double the buffer (a 50 MiB answer briefly held three times over).
+    const std::string result = "\"0x" + std::string(1 << 20, 'a') + "\"";
+    for (std::string_view id : {"7", "", R"("a-long-string-id")"}) {
+      const auto text = make_result(id, result);
+      CHECK(text.size() == kResultHead.size() + (id.empty() ? 4 : id.size()) +
+                               kResultMiddle.size() + result.size() + 1);
+      CHECK(text.capacity() == text.size());
+      CHECK(text.back() == '}');
+    }
+  }
   SECTION("make_error with and without data") {
     auto text =
         make_error(R"("abc")", kNoProvider, "no provider: \"all\" failed\n", R"({"attempts":[]})");
