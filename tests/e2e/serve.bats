@@ -460,6 +460,37 @@ twenty_ok() { # BAD
   stop_sidecar
 }
 
+@test "memory: a 24 MiB eth_getLogs answer is passed on in the provider's buffer, over http and https" {
+  # The answer is made in place in the buffer the provider's bytes were read into: peak resident
+  # memory grows by about the answer's size. A build that copied the result into a new response
+  # (eth_getLogs kept its result for a split that never came, and the copy was sized one byte
+  # short, so it doubled) grew by three times it. ASan's quarantine is off, as below.
+  local size=$((24 * 1024 * 1024))
+  local logs='{"jsonrpc":"2.0","id":7,"method":"eth_getLogs","params":[{"fromBlock":"0x1","toBlock":"0x2"}]}'
+  start_fake big --mode huge --huge-bytes "$size"
+  start_tls_fake tbig --mode huge --huge-bytes "$size"
+  local via tls before hwm got
+  for via in big tbig; do
+    tls=""
+    [[ $via == tbig ]] && tls=", tls: { ca_file: \"$TEST_PKI/ca.pem\" }"
+    printf '      - { id: %s, url: "%s"%s }\n' "$via" "$(node_url "$via")" "$tls" | https_profile
+    ASAN_OPTIONS="${ASAN_OPTIONS:-}:quarantine_size_mb=0" start_sidecar -p "$P" --no-probe
+    sc_post /rpc/local '{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}'
+    assert_code 200
+    before=$(awk '/^VmRSS:/ { print $2 }' "/proc/$SC_PID/status")
+    echo 5 >"/proc/$SC_PID/clear_refs" # VmHWM := VmRSS now
+    got=$(curl -s --max-time 60 -o "$BATS_TEST_TMPDIR/logs.out" -w '%{http_code} %{size_download}' \
+      -X POST -H 'content-type: application/json' --data-binary "$logs" "$SC_URL/rpc/local")
+    hwm=$(awk '/^VmHWM:/ { print $2 }' "/proc/$SC_PID/status")
+    assert_equal "${got%% *}" 200 "$via: status"
+    ((${got##* } > size)) || { echo "$via: ${got##* } bytes" >&2; false; }
+    assert_equal "$(head -c 30 "$BATS_TEST_TMPDIR/logs.out")" '{"jsonrpc":"2.0","id":7,"resul' "$via: the client's id"
+    ((hwm - before < size * 3 / 2 / 1024)) ||
+      { echo "$via: sidecar peak RSS ${hwm} kB, ${before} kB before, for a $((size / 1024)) kB answer" >&2; false; }
+    stop_sidecar
+  done
+}
+
 @test "memory: idle keep-alive connections do not hold their last answer" {
   # 48 connections each fetch a 1 MiB answer, one after another, and stay open. The answers are
   # freed once written: the sidecar's resident memory grows by a few MiB, not by 48 MiB (a build

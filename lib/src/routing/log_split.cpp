@@ -534,8 +534,12 @@ asio::awaitable<CallOutcome> Router::route_logs(const Chain& chain, const jsonrp
     // Whole, as the client wrote it; split only if the answer says it is too large.
     const std::vector<jsonrpc::Call> whole{call};
     // Its deadline is the job's (the executor computes the same); what is left after it goes to
-    // the parts.
-    auto outs = co_await executor_.route(chain, whole, job.options);
+    // the parts. Its result is the caller's as it is, so it is kept only if the caller wants it:
+    // the sidecar's answer is then made in the provider's buffer, without a copy of what may be
+    // the largest answer a provider sends.
+    RouteOptions whole_options = job.options;
+    whole_options.keep_result = options.keep_result;
+    auto outs = co_await executor_.route(chain, whole, whole_options);
     CallOutcome out = std::move(outs[0]);
     if (out.status != CallOutcome::Status::rpc_error || !need.from || !need.to ||
         !read_log_range_error(d::error_parts(out.error).message).too_large) {
