@@ -63,7 +63,7 @@ sed 's|"\$@"$|"$@" --no-dashboard|' "$work/callgrind-rpcroute" >"$work/callgrind
 chmod +x "$work/callgrind-rpcroute-nodash"
 grep -q -- '--no-dashboard$' "$work/callgrind-rpcroute-nodash" || die "no --no-dashboard wrapper"
 
-{ cat "$work/serve.yaml"; echo "cache: { max_mb: 0 }"; } >"$work/serve-nocache.yaml"
+sed 's/^cache: .*/cache: { max_mb: 0, coalesce: false }/' "$work/serve.yaml" >"$work/serve-nocache.yaml"
 declare -A path=([h2]=/rpc/tls_h2 [h1]=/rpc/tls_h1 [curl]=/rpc/local [native]=/rpc/local [nocache]=/rpc/local
   [nodash]=/rpc/local [watched]=/rpc/local)
 declare -A profile=([h2]=$work/https.yaml [h1]=$work/https.yaml [curl]=$work/serve.yaml [native]=$work/serve.yaml

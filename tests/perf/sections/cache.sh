@@ -12,7 +12,7 @@ section_cache() {
   ensure_proxy
   start_sidecar cache_on
   [[ -f $work/serve.yaml ]] || write_serve_profile
-  { cat "$work/serve.yaml"; echo "cache: { max_mb: 0 }"; } >"$work/serve-nocache.yaml"
+  sed 's/^cache: .*/cache: { max_mb: 0, coalesce: false }/' "$work/serve.yaml" >"$work/serve-nocache.yaml"
   sidecar_profile=$work/serve-nocache.yaml start_sidecar cache_off
   local hash_req='{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByHash","params":["0x88e96d4537bea4d9c05d12549907b32561d3bf31f45aae734cdc119f13406cb6",false]}'
   local answer

@@ -12,9 +12,10 @@
 #          to the plain nginx proxy of the serve section
 # Both proxies verify the upstream's certificate against a test CA made by openssl for this run
 # (harness.sh, ensure_pki). Requests/s, p50/p99/max, CPU per request of the proxy; ROUNDS rounds,
-# nginx and the sidecar interleaved within each. Sourced by tests/perf/run.
+# nginx and the sidecar interleaved within each. HTTPS_VARIANTS="h1 h2" measures only those
+# (default: all four). Sourced by tests/perf/run.
 
-https_variants=(h2 h1 h1curl curl)
+read -ra https_variants <<<"${HTTPS_VARIANTS:-h2 h1 h1curl curl}"
 declare -A https_variant_name=(
   [h2]="HTTPS upstream, HTTP/2 offered" [h1]="HTTPS upstream, HTTP/1.1 only"
   [h1curl]="HTTPS upstream, HTTP/1.1 only, through curl (\`RPCROUTE_NATIVE_TLS=0\`)"
