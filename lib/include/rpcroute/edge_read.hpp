@@ -135,6 +135,79 @@ class RecvOp final : public ad::reactor_op {
   ad::handler_work<Handler, IoExecutor> work_;
 };
 
+// Two private members of Asio's per-descriptor state, reached through the rule that access is not
+// checked on the names in an explicit instantiation ([temp.spec.general]): the speculative flags,
+// and the mutex that guards them.
+using State = ad::epoll_reactor::descriptor_state;
+template <class Tag, typename Tag::type Member>
+struct Expose {
+  friend typename Tag::type member(Tag) { return Member; }
+};
+struct TrySpeculative {
+  using type = bool (State::*)[ad::epoll_reactor::max_ops];
+  friend type member(TrySpeculative);
+};
+struct StateMutex {
+  using type = ad::conditionally_enabled_mutex State::*;
+  friend type member(StateMutex);
+};
+template struct Expose<TrySpeculative, &State::try_speculative_>;
+template struct Expose<StateMutex, &State::mutex_>;
+
+/// Waits queued by async_wait_drained on this thread (what the unit tests count).
+inline thread_local std::uint64_t edge_waits = 0;
+
+template <class Handler, class IoExecutor>
+class WaitOp final : public ad::reactor_op {
+ public:
+  WaitOp(Handler& handler, const IoExecutor& io_ex)
+      : reactor_op(boost::system::error_code(), &WaitOp::do_perform, &WaitOp::do_complete),
+        handler_(std::move(handler)),
+        work_(handler_, io_ex) {}
+
+  // Performed only by a readiness event (never speculatively): the socket is readable.
+  static status do_perform(reactor_op*) { return done; }
+
+  static void do_complete(void* owner, ad::operation* base, const boost::system::error_code&,
+                          std::size_t) {
+    auto* o = static_cast<WaitOp*>(base);
+    ad::handler_work<Handler, IoExecutor> work(std::move(o->work_));
+    ad::binder1<Handler, boost::system::error_code> bound(o->handler_, o->ec_);
+    delete o;
+    if (owner != nullptr) {
+      ad::fenced_block fence(ad::fenced_block::half);
+      work.complete(bound, bound.handler_);
+    }
+  }
+
+ private:
+  Handler handler_;
+  ad::handler_work<Handler, IoExecutor> work_;
+};
+
+struct InitiateWait {
+  template <class Handler>
+  void operator()(Handler&& handler, Socket* socket) const {
+    using H = std::decay_t<Handler>;
+    using Ex = Socket::executor_type;
+    auto& impl = SocketAccess::implementation(*socket);
+    auto& reactor = asio::use_service<ad::reactor>(
+        asio::query(socket->get_executor(), asio::execution::context));
+    H local(std::forward<Handler>(handler));
+    auto* op = new WaitOp<H, Ex>(local, socket->get_executor());
+    if (State* state = impl.reactor_data_; state != nullptr) {
+      // An event already taken was for bytes the caller has read: only a later one counts.
+      ad::conditionally_enabled_mutex::scoped_lock lock(state->*member(StateMutex{}));
+      (state->*member(TrySpeculative{}))[ad::reactor::read_op] = false;
+    }
+    ++edge_waits;
+    // Speculative allowed, so a read wait is queued without epoll_ctl (Asio's own async_wait
+    // re-arms the descriptor with EPOLL_CTL_MOD on every call); the flag cleared above means the
+    // operation is performed by the next readiness event, not tried at once.
+    reactor.start_op(ad::reactor::read_op, impl.socket_, impl.reactor_data_, op, false, true);
+  }
+};
+
 struct Initiate {
   template <class Handler>
   void operator()(Handler&& handler, Socket* socket, asio::mutable_buffer buffer) const {
@@ -185,6 +258,23 @@ auto async_read_some_edge(asio::ip::tcp::socket& socket, asio::mutable_buffer bu
       edge_read_detail::Initiate{}, token, &socket, buffer);
 #else
   return socket.async_read_some(buffer, std::forward<Token>(token));
+#endif
+}
+
+/// socket.async_wait(wait_read, token) for a socket whose readable bytes the caller has all taken:
+/// OpenSSL's read just failed with "want read", or a request was just written on a connection
+/// known to hold nothing unread. It completes on the next readiness event, which epoll
+/// (edge-triggered) raises for any byte or FIN that arrives after the caller's last read, and costs
+/// no system call to queue (Asio's own wait costs an epoll_ctl). Wrong for a socket that may hold
+/// bytes the caller has not read and whose event was already taken: it would wait for more.
+/// Completes with (error_code).
+template <class Token>
+auto async_wait_drained(asio::ip::tcp::socket& socket, Token&& token) {
+#if defined(RPCROUTE_HAS_EDGE_READ)
+  return asio::async_initiate<Token, void(boost::system::error_code)>(
+      edge_read_detail::InitiateWait{}, token, &socket);
+#else
+  return socket.async_wait(asio::ip::tcp::socket::wait_read, std::forward<Token>(token));
 #endif
 }
 

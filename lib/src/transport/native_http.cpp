@@ -138,8 +138,9 @@ bool NativeHttp::quiet(Conn& conn) {
   // An idle connection must hold nothing: bytes that arrived unasked (an extra response, a late
   // answer) would be read as the answer to the next request, and a FIN means the server closed it.
   // One non-blocking peek per reuse; EAGAIN is the only good answer.
-  // Over TLS, bytes waiting are a record nobody asked for: the connection is not reused either.
-  if (conn.ssl && SSL_pending(conn.ssl.get()) > 0) return false;
+  // Over TLS, bytes waiting are a record nobody asked for: the connection is not reused either,
+  // and that counts what OpenSSL read ahead and has not opened yet (read_ahead is on).
+  if (conn.ssl && SSL_has_pending(conn.ssl.get()) != 0) return false;
   char byte;
   const auto n = ::recv(conn.socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);

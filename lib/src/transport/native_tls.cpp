@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "curl_support.hpp"
+#include "rpcroute/edge_read.hpp"
 
 namespace rpcroute::detail {
 
@@ -19,6 +20,13 @@ namespace {
 bool same(const TlsOptions& a, const TlsOptions& b) {
   return a.insecure == b.insecure && a.ca_file == b.ca_file && a.ca_dir == b.ca_dir &&
          a.cert_file == b.cert_file && a.key_file == b.key_file;
+}
+
+/// Empties this thread's OpenSSL error queue, as SSL_get_error needs before each call. Looking
+/// first is cheaper than clearing an empty queue, which is the usual case (~400 instructions
+/// saved per call, two or three calls per request).
+void clear_errors() {
+  if (ERR_peek_error() != 0) ERR_clear_error();
 }
 
 /// OpenSSL's last queued error as text (and the queue emptied), or `otherwise`.
@@ -54,9 +62,13 @@ boost::system::error_code io_error(int ssl_error) {
 /// Waits until the socket can do what OpenSSL asked for; false for any other OpenSSL result.
 asio::awaitable<bool> wait_for(tcp::socket& socket, int ssl_error, boost::system::error_code& ec) {
   if (ssl_error != SSL_ERROR_WANT_READ && ssl_error != SSL_ERROR_WANT_WRITE) co_return false;
-  co_await socket.async_wait(
-      ssl_error == SSL_ERROR_WANT_READ ? tcp::socket::wait_read : tcp::socket::wait_write,
-      asio::redirect_error(asio::use_awaitable, ec));
+  if (ssl_error == SSL_ERROR_WANT_READ) {
+    // OpenSSL's read found the socket empty (or an answer was just asked for): the next event.
+    co_await async_wait_drained(socket, asio::redirect_error(asio::use_awaitable, ec));
+  } else {
+    co_await socket.async_wait(tcp::socket::wait_write,
+                               asio::redirect_error(asio::use_awaitable, ec));
+  }
   co_return true;
 }
 
@@ -89,6 +101,9 @@ const TlsContexts::Context& TlsContexts::get(const TlsOptions* tls) {
   // An idle kept connection gives its read and write buffers back (~34 KiB each): what bounds the
   // memory of many pooled TLS connections.
   SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
+  // One read(2) takes what the socket holds, not a record's 5-byte header and then its body: one
+  // system call per answer instead of two.
+  SSL_CTX_set_read_ahead(ctx, 1);
   // A server that closes without close_notify ends the stream like a plain one does: the HTTP
   // framing (Content-Length) says whether the answer is whole.
   SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
@@ -190,7 +205,7 @@ std::string tls_alert_message(const boost::system::error_code& ec) {
 asio::awaitable<bool> tls_handshake(tcp::socket& socket, SSL* ssl, std::string& message,
                                     boost::system::error_code& ec) {
   for (;;) {
-    ERR_clear_error();
+    clear_errors();
     const int r = SSL_connect(ssl);
     if (r == 1) co_return true;
     const int e = SSL_get_error(ssl, r);
@@ -214,7 +229,7 @@ asio::awaitable<std::size_t> tls_read_some(tcp::socket& socket, SSL* ssl, asio::
     if (ec) co_return 0;
   }
   for (;;) {
-    ERR_clear_error();
+    clear_errors();
     std::size_t n = 0;
     const int r = SSL_read_ex(ssl, out.data(), out.size(), &n);
     if (r == 1) co_return n;
@@ -231,7 +246,7 @@ asio::awaitable<std::size_t> tls_read_some(tcp::socket& socket, SSL* ssl, asio::
 asio::awaitable<void> tls_write(tcp::socket& socket, SSL* ssl, std::string_view data,
                                 boost::system::error_code& ec) {
   while (!data.empty()) {
-    ERR_clear_error();
+    clear_errors();
     std::size_t n = 0;
     const int r = SSL_write_ex(ssl, data.data(), data.size(), &n);
     if (r == 1) {

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <thread>
 
 // Each test file in its own namespace: the unit tests build in unity batches (CMakeLists.txt).
 namespace unit_edge_read_test {
@@ -229,6 +230,87 @@ TEST_CASE("edge read: without enable_edge_reads it behaves like async_read_some"
   run_until(io, r);
   REQUIRE(r);
   CHECK(buffer.substr(0, r->n) == "def");
+}
+
+namespace {
+
+/// Starts a drained wait and runs what is ready without waiting; the result lands in `out`.
+void queue_wait(asio::io_context& io, tcp::socket& socket, std::optional<Result>& out) {
+  out.reset();
+  async_wait_drained(socket, [&out](boost::system::error_code ec) { out = Result{ec, 0}; });
+  io.restart();
+  io.poll();
+}
+
+/// What the socket holds now, read without the reactor.
+std::string drain(tcp::socket& socket) {
+  std::string got(64, '\0');
+  const auto n = socket.read_some(asio::buffer(got));
+  got.resize(n);
+  return got;
+}
+
+}  // namespace
+
+// The TLS client's wait for an answer (native_tls.cpp): OpenSSL reads the socket itself, so the
+// wait must complete on the next readiness event and never on an event already taken.
+TEST_CASE_METHOD(Fixture, "drained wait: queued on an empty socket, completed by the bytes that arrive, which it leaves") {
+  const auto before = edge_read_detail::edge_waits;
+  queue_wait(io, p.reader, r);
+  CHECK(!r);  // not tried at once: nothing is there
+  CHECK(edge_read_detail::edge_waits - before == 1);
+  p.send("answer");
+  run_until(io, r);
+  REQUIRE(r);
+  CHECK(!r->ec);
+  CHECK(drain(p.reader) == "answer");
+}
+
+TEST_CASE_METHOD(Fixture, "drained wait: bytes that arrive before it is queued, their event not yet taken, complete it") {
+  p.send("early");
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  r.reset();
+  async_wait_drained(p.reader, [this](boost::system::error_code ec) { r = Result{ec, 0}; });
+  run_until(io, r, 1000);
+  REQUIRE(r);
+  CHECK(!r->ec);
+  CHECK(drain(p.reader) == "early");
+}
+
+TEST_CASE_METHOD(Fixture, "drained wait: an event taken for bytes already read does not complete it; the next bytes do") {
+  p.send("old");
+  io.restart();
+  io.run_for(std::chrono::milliseconds(50));  // the loop takes the event; nothing is queued
+  CHECK(drain(p.reader) == "old");            // the caller reads them (as OpenSSL does)
+  queue_wait(io, p.reader, r);
+  io.restart();
+  io.run_for(std::chrono::milliseconds(50));
+  CHECK(!r);  // Asio's speculative flag from the old event is not taken for readiness
+  p.send("new");
+  run_until(io, r);
+  REQUIRE(r);
+  CHECK(!r->ec);
+  CHECK(drain(p.reader) == "new");
+}
+
+TEST_CASE_METHOD(Fixture, "drained wait: a FIN completes it; cancel() ends it with operation_aborted") {
+  queue_wait(io, p.reader, r);
+  CHECK(!r);
+  p.reader.cancel();
+  run_until(io, r, 1000);
+  REQUIRE(r);
+  CHECK(r->ec == asio::error::operation_aborted);
+
+  queue_wait(io, p.reader, r);
+  CHECK(!r);
+  p.writer.shutdown(tcp::socket::shutdown_send);
+  run_until(io, r, 1000);
+  REQUIRE(r);
+  CHECK(!r->ec);
+  std::string byte(1, '\0');
+  boost::system::error_code ec;
+  CHECK(p.reader.read_some(asio::buffer(byte), ec) == 0);
+  CHECK(ec == asio::error::eof);
 }
 
 #else
