@@ -11,8 +11,9 @@
 #   - prints a Markdown table; KEEP_WORK=1 keeps the callgrind files (callgrind_annotate them).
 #
 # Usage: tests/perf/instructions.sh [VARIANT…]   (default: h2 h1 curl native)
-#   h2      https://localhost, the upstream offering HTTP/2 (curl)
-#   h1      https://localhost, the upstream offering HTTP/1.1 only (curl)
+#   h2      https://localhost, the upstream offering HTTP/2 (the native client asks for HTTP/1.1 over
+#           OpenSSL; RPCROUTE_NATIVE_TLS=0 in SIDECAR_ENV measures curl instead)
+#   h1      https://localhost, the upstream offering HTTP/1.1 only (the same native TLS path)
 #   curl    http://127.0.0.1 with RPCROUTE_HTTP_CLIENT=curl
 #   native  http://127.0.0.1, the native client (the reference)
 #   nocache the same with the answer cache off (cache: { max_mb: 0 }; issue 19)

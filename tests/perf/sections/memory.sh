@@ -3,7 +3,7 @@
 # idle right after start and after its first requests; during MEMORY_SECONDS of wrk at 256
 # connections (eth_blockNumber, then the 200 KB answers), sampled every 50 ms, with the nginx proxy
 # worker under the same load as the reference; the same for eth_blockNumber to the HTTPS upstreams
-# of the https section (a second sidecar, curl; HTTP/2 and HTTP/1.1); and while one 50 MiB response (an nginx static file)
+# of the https section (a second sidecar, native TLS; upstreams offering HTTP/2 and HTTP/1.1); and while one 50 MiB response (an nginx static file)
 # passes through a fresh sidecar, peak against the size, and whether the result arrives byte for
 # byte (the sidecar forwards provider bytes, it does not rebuild JSON). Sourced by tests/perf/run.
 
@@ -45,7 +45,7 @@ section_memory() {
   after_load_rss=$(kib "$memsc_pid" VmRSS)
   stop_pid "$memsc_pid"
 
-  # HTTPS: a fresh sidecar on the https section's profile (curl to https://localhost).
+  # HTTPS: a fresh sidecar on the https section's profile (native TLS to https://localhost).
   ensure_tls_proxy h2
   ensure_tls_proxy h1
   write_https_profile
