@@ -135,6 +135,12 @@ class RecvOp final : public ad::reactor_op {
   ad::handler_work<Handler, IoExecutor> work_;
 };
 
+/// The epoll reactor that serves this socket.
+inline ad::reactor& reactor_of(Socket& socket) {
+  return asio::use_service<ad::reactor>(
+      asio::query(socket.get_executor(), asio::execution::context));
+}
+
 // Two private members of Asio's per-descriptor state, reached through the rule that access is not
 // checked on the names in an explicit instantiation ([temp.spec.general]): the speculative flags,
 // and the mutex that guards them.
@@ -191,8 +197,7 @@ struct InitiateWait {
     using H = std::decay_t<Handler>;
     using Ex = Socket::executor_type;
     auto& impl = SocketAccess::implementation(*socket);
-    auto& reactor = asio::use_service<ad::reactor>(
-        asio::query(socket->get_executor(), asio::execution::context));
+    auto& reactor = reactor_of(*socket);
     H local(std::forward<Handler>(handler));
     auto* op = new WaitOp<H, Ex>(local, socket->get_executor());
     if (State* state = impl.reactor_data_; state != nullptr) {
@@ -214,8 +219,7 @@ struct Initiate {
     using H = std::decay_t<Handler>;
     using Ex = Socket::executor_type;
     auto& impl = SocketAccess::implementation(*socket);
-    auto& reactor = asio::use_service<ad::reactor>(
-        asio::query(socket->get_executor(), asio::execution::context));
+    auto& reactor = reactor_of(*socket);
     H local(std::forward<Handler>(handler));
     auto* op = new RecvOp<H, Ex>(impl.socket_, buffer, local, socket->get_executor());
     if (buffer.size() == 0) {  // like async_read_some: an empty read completes at once
