@@ -469,7 +469,7 @@ twenty_ok() { # BAD
   local logs='{"jsonrpc":"2.0","id":7,"method":"eth_getLogs","params":[{"fromBlock":"0x1","toBlock":"0x2"}]}'
   start_fake big --mode huge --huge-bytes "$size"
   start_tls_fake tbig --mode huge --huge-bytes "$size"
-  local via tls before hwm got
+  local via tls before hwm got limit
   for via in big tbig; do
     tls=""
     [[ $via == tbig ]] && tls=", tls: { ca_file: \"$TEST_PKI/ca.pem\" }"
@@ -485,7 +485,11 @@ twenty_ok() { # BAD
     assert_equal "${got%% *}" 200 "$via: status"
     ((${got##* } > size)) || { echo "$via: ${got##* } bytes" >&2; false; }
     assert_equal "$(head -c 30 "$BATS_TEST_TMPDIR/logs.out")" '{"jsonrpc":"2.0","id":7,"resul' "$via: the client's id"
-    ((hwm - before < size * 3 / 2 / 1024)) ||
+    # Seen: 1.0x the answer over http (1.2x under ASan), 1.3x over TLS (1.5x under ASan). The copy
+    # this guards against adds a whole 1x on either path.
+    limit=$((size * 3 / 2 / 1024))
+    [[ $via == big ]] || limit=$((size * 7 / 4 / 1024))
+    ((hwm - before < limit)) ||
       { echo "$via: sidecar peak RSS ${hwm} kB, ${before} kB before, for a $((size / 1024)) kB answer" >&2; false; }
     stop_sidecar
   done
