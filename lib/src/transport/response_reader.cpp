@@ -12,9 +12,6 @@ namespace bhttp = boost::beast::http;
 
 namespace {
 
-constexpr std::uint64_t kReserveUpFront = std::uint64_t{256}
-                                          << 20;  // reserved before any byte arrives
-
 std::string_view trimmed(boost::beast::string_view value) {
   std::string_view v(value.data(), value.size());
   while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);

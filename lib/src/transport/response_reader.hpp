@@ -44,6 +44,10 @@ class ResponseReader final : public boost::beast::http::basic_parser<false> {
   bool seen_retry_after_ = false;
 };
 
+/// The most of a claimed Content-Length reserved before its bytes arrive; a longer body grows as
+/// they do.
+inline constexpr std::uint64_t kReserveUpFront = std::uint64_t{256} << 20;
+
 /// The largest response head the native client reads (both parsers).
 inline constexpr std::size_t kHeaderLimit = 64 * 1024;
 
