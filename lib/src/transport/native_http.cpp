@@ -375,15 +375,7 @@ asio::awaitable<void> read_large_body(AnswerReading& a) {
   auto& body = a.parser->body;
   auto left = static_cast<std::size_t>(*a.parser->content_length_remaining());
   auto filled = body.size();
-  // Reserved once from the Content-Length, up to a bound (the parser may not have reached the body
-  // yet, so this can be the first reserve); a longer claim grows as the bytes arrive.
-  const auto want =
-      static_cast<std::size_t>(std::min<std::uint64_t>(filled + left, kReserveUpFront)) +
-      kBodySlack;
-  if (body.capacity() < want) {
-    check_body_capacity(want);
-    body.reserve(want);
-  }
+  a.parser->reserve_body(filled + left);  // over TLS the parser has often not reached the body
   boost::system::error_code ec;
   while (left > 0) {
     if (body.size() == filled) {

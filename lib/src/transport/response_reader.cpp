@@ -12,6 +12,9 @@ namespace bhttp = boost::beast::http;
 
 namespace {
 
+// The most of a claimed Content-Length reserved before its bytes arrive.
+constexpr std::uint64_t kReserveUpFront = std::uint64_t{256} << 20;
+
 std::string_view trimmed(boost::beast::string_view value) {
   std::string_view v(value.data(), value.size());
   while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
@@ -52,13 +55,15 @@ void ResponseReader::on_header_impl(error_code& ec) {
   if (encoded && status >= 200 && status <= 299) ec = bhttp::error::bad_transfer_encoding;
 }
 
+void ResponseReader::reserve_body(std::uint64_t length) {
+  const auto want = static_cast<std::size_t>(std::min(length, kReserveUpFront)) + kBodySlack;
+  if (body.capacity() >= want) return;
+  check_body_capacity(want);
+  body.reserve(want);
+}
+
 void ResponseReader::on_body_init_impl(const boost::optional<std::uint64_t>& length, error_code&) {
-  // Reserved once, up to a bound: a claimed length beyond it grows as the bytes arrive.
-  if (length) {
-    const auto want = static_cast<std::size_t>(std::min(*length, kReserveUpFront)) + kBodySlack;
-    check_body_capacity(want);
-    body.reserve(want);
-  }
+  if (length) reserve_body(*length);
 }
 
 std::size_t ResponseReader::append(string_view piece) {

@@ -21,6 +21,11 @@ class ResponseReader final : public boost::beast::http::basic_parser<false> {
   /// Ready for one answer: eager, with the native client's header limit and this body limit.
   explicit ResponseReader(std::uint64_t limit);
 
+  /// Reserves the body for an answer of `length` bytes, up to a bound (kReserveUpFront): a longer
+  /// claim grows as its bytes arrive. At the body's start, and before a large body is read past
+  /// the parser (which may not have reached the body yet).
+  void reserve_body(std::uint64_t length);
+
  private:
   using error_code = boost::beast::error_code;
   using string_view = boost::beast::string_view;
@@ -43,10 +48,6 @@ class ResponseReader final : public boost::beast::http::basic_parser<false> {
 
   bool seen_retry_after_ = false;
 };
-
-/// The most of a claimed Content-Length reserved before its bytes arrive; a longer body grows as
-/// they do.
-inline constexpr std::uint64_t kReserveUpFront = std::uint64_t{256} << 20;
 
 /// The largest response head the native client reads (both parsers).
 inline constexpr std::size_t kHeaderLimit = 64 * 1024;
