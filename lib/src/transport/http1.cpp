@@ -237,7 +237,11 @@ bool parse_fields(const char*& p, const char* end, Message& out, bool& has_lengt
         if (name_is(name, "x-rpcroute-cache")) keep_first(out.rpcroute_cache, value);
         break;
       case 17:
-        if (name_is(name, "transfer-encoding")) return false;
+        // Exactly `chunked`, once (a request's chunked body is Beast's; callers refuse it).
+        if (name_is(name, "transfer-encoding")) {
+          if (out.chunked || !name_is(value, "chunked")) return false;
+          out.chunked = true;
+        }
         break;
       case 20:
         if (name_is(name, "x-rpcroute-min-block")) keep_first(out.min_block, value);
@@ -248,6 +252,51 @@ bool parse_fields(const char*& p, const char* end, Message& out, bool& has_lengt
   }
   // Beast's keep_alive(): HTTP/1.1 unless "close"; HTTP/1.0 only with "keep-alive".
   out.keep_alive = out.version == 11 ? !close : keep;
+  return true;
+}
+
+/// A chunk line at `p`: 1–15 hex digits and CRLF, nothing else (an extension, or a size of 2^60
+/// and more, is Beast's). On success `n` is the chunk's size and `p` is past the line.
+inline bool chunk_line(const char*& p, const char* end, std::uint64_t& n) {
+  const char* q = p;
+  n = 0;
+  while (q < end && q - p < 15) {
+    const auto c = static_cast<unsigned char>(*q);
+    unsigned digit;
+    if (c >= '0' && c <= '9')
+      digit = c - '0';
+    else if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f')
+      digit = (c | 0x20) - 'a' + 10;
+    else
+      break;
+    n = n * 16 + digit;
+    ++q;
+  }
+  if (q == p || end - q < 2 || q[0] != '\r' || q[1] != '\n') return false;
+  p = q + 2;
+  return true;
+}
+
+/// A chunked body from `out.head_size`, whole: its chunks, the last chunk and the empty line (no
+/// trailer field). Sets the decoded and the sent sizes.
+bool chunks(std::string_view in, Message& out) {
+  const char* const start = in.data() + out.head_size;
+  const char* const end = in.data() + in.size();
+  const char* p = start;
+  std::uint64_t total = 0;
+  for (;;) {
+    std::uint64_t n = 0;
+    if (!chunk_line(p, end, n)) return false;
+    if (n == 0) break;
+    if (static_cast<std::uint64_t>(end - p) < n + 2) return false;
+    p += n;
+    if (p[0] != '\r' || p[1] != '\n') return false;
+    p += 2;
+    total += n;
+  }
+  if (end - p < 2 || p[0] != '\r' || p[1] != '\n') return false;
+  out.body_size = total;
+  out.chunked_size = static_cast<std::size_t>(p + 2 - start);
   return true;
 }
 
@@ -291,7 +340,7 @@ bool parse_request(std::string_view in, std::size_t max_head, std::uint64_t max_
   p += 10;
 
   bool has_length = false;
-  if (!parse_fields(p, end, out, has_length)) return false;
+  if (!parse_fields(p, end, out, has_length) || out.chunked) return false;
   out.head_size = static_cast<std::size_t>(p - begin);
   if (out.body_size > max_body) return false;
   return in.size() - out.head_size >= out.body_size;
@@ -318,10 +367,27 @@ bool parse_response(std::string_view in, std::size_t max_head, Message& out) {
   p += 2;
 
   bool has_length = false;
-  if (!parse_fields(p, end, out, has_length) || !has_length)
-    return false;  // no length: read to close, Beast's
+  if (!parse_fields(p, end, out, has_length) || has_length == out.chunked)
+    return false;  // no length: read to close, Beast's; both: Beast's error
   out.head_size = static_cast<std::size_t>(p - begin);
+  if (out.chunked) return chunks(in, out);
   return in.size() - out.head_size >= out.body_size;
+}
+
+void Message::assign_body(std::string_view in, std::string& out) const {
+  if (!chunked) {
+    out.assign(body(in));
+    return;
+  }
+  out.clear();
+  const char* p = in.data() + head_size;
+  for (;;) {
+    std::uint64_t n = 0;
+    chunk_line(p, in.data() + in.size(), n);  // parse_response checked every line
+    if (n == 0) return;
+    out.append(p, static_cast<std::size_t>(n));
+    p += n + 2;
+  }
 }
 
 bool chunked_only(std::string_view v) {

@@ -212,7 +212,8 @@ struct AnswerReading {
         may_retry(may_retry),
         parser(std::in_place, t.request.max_response_bytes) {}
 
-  /// The usual small answer, whole in the buffer, taken in one pass without the parser.
+  /// The usual small answer, whole in the buffer (Content-Length or chunked), taken in one pass
+  /// without the parser.
   bool take_whole() {
     if (parser_used || conn.buffer.size() == 0) return false;
     const std::string_view in(static_cast<const char*>(conn.buffer.data().data()),
@@ -226,10 +227,10 @@ struct AnswerReading {
     }
     t.r.status = m.status;
     t.r.retry_after.assign(m.retry_after);
-    const auto body = m.body(in);
-    check_body_capacity(body.size() + kBodySlack);
-    t.r.body.reserve(body.size() + kBodySlack);
-    t.r.body.assign(body);
+    const auto body_size = static_cast<std::size_t>(m.body_size);
+    check_body_capacity(body_size + kBodySlack);
+    t.r.body.reserve(body_size + kBodySlack);
+    m.assign_body(in, t.r.body);
     whole_reusable = m.keep_alive && in.size() == m.size();
     conn.buffer.consume(m.size());
     end = ReadEnd::whole;

@@ -25,6 +25,11 @@ const std::string kAnswer =
     "HTTP/1.1 200 OK\r\nServer: nginx\r\nDate: Mon, 30 Nov 2026 14:00:00 GMT\r\nContent-Type: application/json\r\n"
     "Content-Length: 39\r\nConnection: keep-alive\r\n\r\n{\"jsonrpc\":\"2.0\",\"id\":0,\"result\":\"0x1\"}";
 
+// nginx's echo module (the perf harness's upstream) and most dynamic servers frame an answer so.
+const std::string kChunkedAnswer =
+    "HTTP/1.1 200 OK\r\nServer: nginx\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+    "Connection: keep-alive\r\n\r\n1b\r\n{\"jsonrpc\":\"2.0\",\"id\":7,\"re\r\nc\r\nsult\":\"0x1\"}\r\n0\r\n\r\n";
+
 std::vector<std::string> request_seeds() {
   return {
       kPost,
@@ -45,6 +50,11 @@ std::vector<std::string> response_seeds() {
       "HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\n1",
       "HTTP/1.0 503 Service Unavailable\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n",
       "HTTP/1.1 500 \r\nContent-Length: 5\r\nConnection: close\r\n\r\nerrorHTTP/1.1",
+      kChunkedAnswer,
+      "HTTP/1.1 200 OK\r\ntransfer-encoding:  Chunked \r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+      "HTTP/1.1 503 x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n00a\r\n0123456789\r\n"
+      "A\r\nabcdefghij\r\n000\r\n\r\nHTTP/1.1",
   };
 }
 
@@ -120,7 +130,20 @@ TEST_CASE("http1: anything not whole or not plain is left to Beast") {
 
   const std::vector<std::string> declined_answers = {
       "HTTP/1.1 200 OK\r\n\r\n{}",                                            // read to close
-      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n",            // no last chunk yet
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n",       // nor its empty line
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\n{}",                  // a chunk cut short
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2;x=y\r\n{}\r\n0\r\n\r\n",  // extension
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2 \r\n{}\r\n0\r\n\r\n",
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}x\r\n0\r\n\r\n",   // data overruns
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-T: 1\r\n\r\n",     // a trailer
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-2\r\n{}\r\n0\r\n\r\n",
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1000000000000000\r\n",   // 2^60
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 2\r\n\r\n0\r\n\r\n",
+      "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: identity\r\nContent-Length: 0\r\n\r\n",
       "HTTP/1.1 100 Continue\r\n\r\n",
       "HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n",
       "HTTP/1.1 304 Not Modified\r\nContent-Length: 0\r\n\r\n",
@@ -162,6 +185,39 @@ TEST_CASE("http1: a plain answer is read whole, Retry-After trimmed") {
   CHECK(m.retry_after == "7");
   REQUIRE(http1::parse_response("HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\n1", kHead, m));
   CHECK_FALSE(m.keep_alive);
+}
+
+TEST_CASE("http1: a chunked answer is read whole and its chunks joined") {
+  http1::Message m;
+  const std::string next = "HTTP/1.1 200 OK\r\n";  // a pipelined answer's first bytes, left alone
+  const std::string in = kChunkedAnswer + next;
+  REQUIRE(http1::parse_response(in, kHead, m));
+  CHECK(m.chunked);
+  CHECK(m.status == 200);
+  CHECK(m.keep_alive);
+  CHECK(m.body_size == 39);
+  CHECK(m.size() == kChunkedAnswer.size());
+  std::string body = "left over";
+  m.assign_body(in, body);
+  CHECK(body == R"({"jsonrpc":"2.0","id":7,"result":"0x1"})");
+  // A Content-Length answer through the same call: the body replaces what the string held.
+  REQUIRE(http1::parse_response(kAnswer, kHead, m));
+  CHECK_FALSE(m.chunked);
+  m.assign_body(kAnswer, body);
+  CHECK(body == R"({"jsonrpc":"2.0","id":0,"result":"0x1"})");
+  // Upper-case hex and leading zeros; an empty chunked body.
+  const std::string hex = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0B\r\nhello world\r\n00\r\n\r\n";
+  REQUIRE(http1::parse_response(hex, kHead, m));
+  m.assign_body(hex, body);
+  CHECK(body == "hello world");
+  REQUIRE(http1::parse_response("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", kHead, m));
+  CHECK(m.body_size == 0);
+  // The head limit is the head's: a chunked body longer than it is still taken.
+  const std::string long_body = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n100\r\n" + std::string(256, 'x') + "\r\n0\r\n\r\n";
+  CHECK(http1::parse_response(long_body, 64, m));
+  CHECK(testing::response_disagreement(long_body, 64).empty());
+  // A chunked request stays Beast's (the sidecar refuses or reads it there).
+  CHECK_FALSE(http1::parse_request("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", kHead, kBody, m));
 }
 
 TEST_CASE("http1: Beast agrees with every message the fast path accepts") {
