@@ -10,6 +10,9 @@
 #     the sidecar keeps serving. (RPCROUTE_TEST_ALLOC_LIMIT makes one large allocation fail.)
 #   - Retry-After (issue 23): both clients keep the first field, whatever its name's case, and the
 #     router turns seconds or a date into the same deadline; junk or an absurd value is ignored.
+#   - a chunked answer (most dynamic servers frame so) is joined byte for byte by both clients over
+#     http and https, whole in one read (the native fast path) or a byte a chunk; an extra answer
+#     glued after it never answers the next request (issue 17).
 
 # jq programs are single-quoted on purpose; each test runs in its own subshell.
 # shellcheck disable=SC2016,SC2154,SC2030,SC2031,SC2153
@@ -20,6 +23,7 @@ CLIENTS=(native curl)
 
 setup_file() {
   require_bins RPCROUTE_BIN FAKE_BIN
+  make_test_pki "$BATS_FILE_TMPDIR/pki"
 }
 
 setup() {
@@ -98,6 +102,74 @@ desync_case() { # CLIENT EXTRA_MS
     stop_all
     start_fake f --height 100
     start_fake h --height 100
+  done
+}
+
+# ---------------------------------------------------------------------------------------------------
+# Chunked answers (issue 17: the native client's fast path takes a whole chunked answer too)
+
+# Runs the rest of the command with the client $1: native (the default; native_tls the same),
+# curl (every URL), or curl_tls (https through curl, http still native).
+with_any_client() { # native|curl|curl_tls CMD...
+  case $1 in
+    curl_tls) shift; RPCROUTE_NATIVE_TLS=0 with_client native "$@" ;;
+    native_tls) shift; with_client native "$@" ;;
+    *) with_client "$@" ;;
+  esac
+}
+
+@test "call and serve: a chunked answer is joined byte for byte over http and https; a glued extra never answers" {
+  start_tls_fake t --height 100
+  start_tls_fake u --height 100
+  local block='["0x5f",true]' want_block client pt=$BATS_TEST_TMPDIR/tls.yaml
+  # H sends every answer with a Content-Length: the reference bytes.
+  want_block=$(node_result h eth_getBlockByNumber "$block")
+  [[ $want_block == *'"hash"'* ]] || { echo "no block from h: $want_block" >&2; false; }
+  write_profile "$P" --strategy priority f h
+  cat >"$pt" <<EOF
+name: e2e
+chains:
+  local:
+    chain_id: 31337
+    block_time_ms: 1000
+    providers:
+      - { id: t, url: "$(node_url t)", priority: 1, tls: { ca_file: "$TEST_PKI/ca.pem" } }
+      - { id: u, url: "$(node_url u)", priority: 2, tls: { ca_file: "$TEST_PKI/ca.pem" } }
+routing:
+  default_strategy: priority
+EOF
+  # A byte a chunk, a few bytes a chunk, and the whole body in one chunk.
+  for chunk in 1 7 100000; do
+    fake_control f "{\"chunk_bytes\":$chunk}"
+    fake_control t "{\"chunk_bytes\":$chunk}"
+    for client in native curl; do
+      call_fh "$client" eth_getBlockByNumber "$block"
+      assert_status 0
+      assert_jq '.meta.provider == "f"'
+      assert_equal "$(jq -c .result <<<"$output")" "$want_block" "$client, chunks of $chunk: f's block"
+    done
+    for client in native curl_tls; do
+      run --separate-stderr with_any_client "$client" "$RPCROUTE_BIN" call --profile "$pt" --no-state --json eth_getBlockByNumber "$block"
+      assert_status 0
+      assert_jq '.meta.provider == "t"'
+      assert_equal "$(jq -c .result <<<"$output")" "$want_block" "https, $client, chunks of $chunk: t's block"
+    done
+  done
+  # Through the sidecar: a chunked answer with an extra one glued after it, then the next request
+  # on the pooled connection (http: native and curl; https: native TLS and curl).
+  for client in native curl native_tls curl_tls; do
+    local via=f profile=$P
+    [[ $client == *_tls ]] && via=t profile=$pt
+    with_any_client "$client" start_serve sc --profile "$profile" --no-probe --no-state
+    SC_PORT=$(node_port sc)
+    fake_control "$via" '{"queue":[{"mode":"extra","chunk_bytes":5}],"chunk_bytes":5}'
+    sc_call 1 eth_getBalance "[\"$DEV_ACCOUNT\",\"latest\"]"
+    assert_equal "$(jq -r .result <<<"$reply")" 0xde0b6b3a7640000 "$client: balance ($via's real answer)"
+    assert_equal "$provider" "$via" "$client: provider of the balance"
+    sc_call 2 eth_gasPrice '[]'
+    assert_equal "$(jq -r .result <<<"$reply")" 0x3b9aca00 "$client: gas price (not $via's 0xdeadbeef)"
+    assert_equal "$provider" "$via" "$client: $via answers again"
+    kill_node sc
   done
 }
 

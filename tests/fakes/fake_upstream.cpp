@@ -27,6 +27,10 @@
 //   --extra-ms N         extra mode: 0 glues the extra answer to the real one (default), else it
 //                        follows N ms later on the idle connection
 //   --gzip-bytes N       gzip_bomb mode: the decoded size of the answer (default 268435456)
+//   --chunk-bytes N      0: whole answers carry a Content-Length (default); N > 0: they are sent
+//                        chunked instead, N body bytes per chunk (the framing of nginx's echo
+//                        module, Cloudflare and most dynamic servers), in the modes that send a
+//                        whole answer and in extra mode (the real answer; the extra one is not)
 //   --tls-cert FILE      serve HTTPS (TLS 1.2/1.3, ALPN "http/1.1" only, HTTP/1.1) with this PEM
 //   --tls-key FILE       certificate chain and its key; every mode and /_control, /_stats work the
 //                        same over TLS (a clean close sends close_notify first; reset is an RST)
@@ -121,7 +125,7 @@
 //   POST /_control  JSON object, every field optional; answers 200 {"ok":true}, or 400
 //                   {"ok":false,"error":"…"} (nothing applied) on an unknown field or bad value.
 //     "mode", "delay_ms", "status", "retry_after" (string or number), "body", "code", "message",
-//     "data" (any JSON), "huge_bytes", "drip_ms", "extra_ms", "gzip_bytes",
+//     "data" (any JSON), "huge_bytes", "drip_ms", "extra_ms", "gzip_bytes", "chunk_bytes",
 //     "headers": [["Name", "value"], …]   more header fields on the answers of modes that send a
 //                                       whole answer (ok, delay, status, rpc_error, malformed,
 //                                       html, wrong_id, huge), after Retry-After, in order, names
@@ -240,6 +244,7 @@ constexpr std::string_view kUsage = R"(usage: fake_upstream [options]
          |extra|endless|endless_length|gzip_bomb
   --delay-ms N  --status N  --retry-after VALUE  --body TEXT
   --code N  --message TEXT  --data JSON  --huge-bytes N  --drip-ms N  --extra-ms N  --gzip-bytes N
+  --chunk-bytes N
   --tls-cert FILE --tls-key FILE   serve HTTPS   --tls-client-ca FILE   --tls-handshake ok|hang
   --ws-fault none|drop|stall|garbage|slow|refuse|huge   --ws-slow-ms N   --ws-huge-bytes N
   --ws-delay-ms N   --ws-require-header NAME:VALUE
@@ -326,6 +331,7 @@ struct Behaviour {
   std::uint64_t drip_ms = 100;
   std::uint64_t extra_ms = 0;
   std::uint64_t gzip_bytes = std::uint64_t{256} << 20;
+  std::uint64_t chunk_bytes = 0;  // > 0: whole answers are sent chunked, this many bytes a chunk
 };
 
 // Some fields of a Behaviour, from the command line or a control request.
@@ -343,6 +349,7 @@ struct BehaviourPatch {
   std::optional<std::uint64_t> drip_ms;
   std::optional<std::uint64_t> extra_ms;
   std::optional<std::uint64_t> gzip_bytes;
+  std::optional<std::uint64_t> chunk_bytes;
 
   void apply_to(Behaviour& behaviour) const {
     if (mode) {
@@ -361,6 +368,7 @@ struct BehaviourPatch {
     if (drip_ms) behaviour.drip_ms = *drip_ms;
     if (extra_ms) behaviour.extra_ms = *extra_ms;
     if (gzip_bytes) behaviour.gzip_bytes = *gzip_bytes;
+    if (chunk_bytes) behaviour.chunk_bytes = *chunk_bytes;
   }
 };
 
@@ -1100,6 +1108,7 @@ Expected<bool> read_behaviour_field(std::string_view key, ondemand::value& value
   if (key == "drip_ms") return store(patch.drip_ms, read_value<std::uint64_t>(value, key));
   if (key == "extra_ms") return store(patch.extra_ms, read_value<std::uint64_t>(value, key));
   if (key == "gzip_bytes") return store(patch.gzip_bytes, read_value<std::uint64_t>(value, key));
+  if (key == "chunk_bytes") return store(patch.chunk_bytes, read_value<std::uint64_t>(value, key));
   return false;
 }
 
@@ -1415,7 +1424,41 @@ class Connection {
     }
     if (behaviour.retry_after) response.set(http::field::retry_after, *behaviour.retry_after);
     for (const auto& [name, value] : behaviour.headers) response.insert(name, value);
+    if (behaviour.chunk_bytes > 0) {
+      const bool keep_alive = response.keep_alive();
+      const std::string out = chunked(response, behaviour.chunk_bytes);
+      beast::error_code error;
+      co_await asio::async_write(stream_, asio::buffer(out), on_error(error));
+      if (error) co_return false;
+      if (!keep_alive) {
+        co_await finish_sending();
+        co_return false;
+      }
+      co_return true;
+    }
     co_return co_await send(std::move(response));
+  }
+
+  static std::string_view text(beast::string_view s) { return {s.data(), s.size()}; }
+
+  /// The response as sent with Transfer-Encoding: chunked, `per_chunk` body bytes a chunk.
+  static std::string chunked(Response& response, std::uint64_t per_chunk) {
+    response.erase(http::field::content_length);
+    response.set(http::field::transfer_encoding, "chunked");
+    std::string out = fmt::format("HTTP/1.1 {} {}\r\n", response.result_int(),
+                                  text(response.reason()));
+    for (const auto& field : response)
+      out += fmt::format("{}: {}\r\n", text(field.name_string()), text(field.value()));
+    out += "\r\n";
+    const std::string_view body = response.body();
+    for (std::size_t at = 0; at < body.size(); at += per_chunk) {
+      const auto piece = body.substr(at, per_chunk);
+      out += fmt::format("{:x}\r\n", piece.size());
+      out += piece;
+      out += "\r\n";
+    }
+    out += "0\r\n\r\n";
+    return out;
   }
 
   static Response method_not_allowed(const Request& request) {
@@ -1496,7 +1539,8 @@ class Connection {
                                         const RpcRequest& rpc, const Behaviour& behaviour) {
     Response response = make_response(request, 200, "application/json", std::move(body));
     response.prepare_payload();
-    std::string out = serialized(response);
+    std::string out =
+        behaviour.chunk_bytes > 0 ? chunked(response, behaviour.chunk_bytes) : serialized(response);
     const std::string id = rpc.calls.empty() ? "null" : rpc.calls.front().id;
     const std::string extra_body = R"({"jsonrpc":"2.0","id":)" + id + R"(,"result":"0xdeadbeef"})";
     const std::string extra = fmt::format(
@@ -2131,6 +2175,8 @@ Expected<Options> parse_options(int argc, char** argv) {
       if (!set_number(b.extra_ms)) return bad();
     } else if (flag == "--gzip-bytes") {
       if (!set_number(b.gzip_bytes)) return bad();
+    } else if (flag == "--chunk-bytes") {
+      if (!set_number(b.chunk_bytes)) return bad();
     } else if (flag == "--retry-after") {
       b.retry_after = value;
     } else if (flag == "--body") {
