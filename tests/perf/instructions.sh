@@ -20,6 +20,12 @@
 #   nodash  native with --no-dashboard: no decision recorded (issue 22; compare with native)
 #   watched native with one dashboard stream open while counting (/dashboard/events: the latency
 #           series and traffic counts are kept, and the stream's own writes are counted too)
+#   nginx_h1, nginx_h2, nginx_plain   the reference proxy of tests/perf/run (nginx, keep-alive
+#           pool) to the h1 / h2 HTTPS upstream or the plain one: what the sidecar is measured
+#           against. nginx runs as one process (`master_process off`) under callgrind counting from
+#           its start, twice (a short and a long wrk run after the same warm-up); per request is
+#           the difference of the two counts over the difference of the requests, so start-up
+#           and warm-up cancel out.
 # Environment: RPCROUTE_BIN (default build-perf/cli/rpcroute, not rebuilt), DURATION=5,
 #   CONNECTIONS="1 64", SIDECAR_ENV="VAR=VALUE …" (added to every variant), KEEP_WORK=1.
 set -euo pipefail
@@ -72,9 +78,51 @@ declare -A profile=([h2]=$work/https.yaml [h1]=$work/https.yaml [curl]=$work/ser
 declare -A variant_env=([h2]="" [h1]="" [curl]="RPCROUTE_HTTP_CLIENT=curl" [native]="" [nocache]="" [nodash]=""
   [watched]="")
 
+# The reference proxy under callgrind (variants nginx_*): prints one table row.
+count_nginx() { # h1|h2|plain
+  local kind=$1 name port dir c d pid line ir requests warm runs=()
+  if [[ $kind == plain ]]; then
+    ensure_proxy
+    name=proxy port=$proxy_port pid=$proxy_pid
+  else
+    ensure_tls_proxy "$kind"
+    name=tls_proxy_$kind port=${tls_proxy_port[$kind]}
+    pid=$(eval echo "\${tls_proxy_${kind}_pid}")
+  fi
+  stop_pid "$pid"
+  dir=$work/$name
+  grep -q '^master_process off;' "$dir/nginx.conf" || sed -i 's/^daemon off;/daemon off;\nmaster_process off;/' "$dir/nginx.conf"
+  for c in "${connections[@]}"; do
+    runs=()
+    for d in 1 $((duration + 1)); do
+      "${server_cpu[@]}" valgrind --tool=callgrind --callgrind-out-file="$work/nginx.$kind.$c.$d.out" \
+        "$nginx_bin" -p "$dir" -e "$dir/logs/error.log" -c "$dir/nginx.conf" </dev/null >"$dir/logs/callgrind.log" 2>&1 &
+      pid=$!
+      pids+=("$pid")
+      wait_for "http://127.0.0.1:$port/" "$bn_req" "nginx ($kind) under callgrind"
+      run_wrk "http://127.0.0.1:$port/" "$work/bn.lua" 64 1 "$work/wrk.warm.nginx.txt" >/dev/null
+      warm=$(grep '^WRKJSON ' "$work/wrk.warm.nginx.txt" | sed 's/^WRKJSON //' | jq -r '.requests // 0')
+      say "nginx_$kind: counting, $c connection(s), ${d}s"
+      line=$(run_wrk "http://127.0.0.1:$port/" "$work/bn.lua" "$c" "$d" "$work/wrk.nginx.$kind.$c.$d.txt")
+      kill -QUIT "$pid"
+      wait "$pid" || true
+      ir=$(awk '/^totals:/ { print $2 }' "$work/nginx.$kind.$c.$d.out")
+      requests=$(jq -r '.requests // 0' <<<"$line")
+      runs+=("$((requests + warm)) $ir $requests")
+    done
+    read -r r1 i1 _ <<<"${runs[0]}"
+    read -r r2 i2 n2 <<<"${runs[1]}"
+    rows+=("| nginx_$kind | $c | $n2 | $((i2 - i1)) (difference) | $(awk -v i=$((i2 - i1)) -v r=$((r2 - r1)) 'BEGIN { if (r > 0) printf "%.0f", i / r; else print "n/a" }') | 0 |")
+  done
+}
+
 rows=()
 for v in "${variants[@]}"; do
-  [[ -n ${path[$v]:-} ]] || die "unknown variant '$v' (h2 h1 curl native nocache nodash watched)"
+  if [[ $v == nginx_* ]]; then
+    count_nginx "${v#nginx_}"
+    continue
+  fi
+  [[ -n ${path[$v]:-} ]] || die "unknown variant '$v' (h2 h1 curl native nocache nodash watched nginx_h1 nginx_h2 nginx_plain)"
   wrapper=$work/callgrind-rpcroute
   [[ $v != nodash ]] || wrapper=$work/callgrind-rpcroute-nodash
   # shellcheck disable=SC2086 # one VAR=VALUE word, or none
@@ -118,7 +166,7 @@ for v in "${variants[@]}"; do
   stop_pid "$pid"
 done
 
-echo "Instructions per request of rpcroute serve (callgrind, Ir), eth_blockNumber; $rpcroute_bin; ${duration} s of wrk per row${SIDECAR_ENV:+; $SIDECAR_ENV}"
+echo "Instructions per request of rpcroute serve (nginx_*: the reference proxy) (callgrind, Ir), eth_blockNumber; $rpcroute_bin; ${duration} s of wrk per row${SIDECAR_ENV:+; $SIDECAR_ENV}"
 echo
 echo "| variant | conns | requests | instructions | per request | wrk errors |"
 echo "|:---|---:|---:|---:|---:|---:|"
