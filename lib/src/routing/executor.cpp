@@ -259,10 +259,11 @@ void Executor::settle_round(const Run& run, Round& round, HttpResponse answer) {
 
 Exchange Executor::classify_round(const Run& run, const Round& round, HttpResponse answer) {
   const std::span<const UpstreamCall> calls(round.upstream.data(), round.upstream.size());
-  Exchange ex = classify_exchange(std::move(answer), round.ids, clock_.now_ms(), profile_, calls);
+  const auto now = clock_.now_ms();  // one clock read for both (each is a vDSO call)
+  Exchange ex = classify_exchange(std::move(answer), round.ids, now, profile_, calls);
   if (connection_suspect(ex)) transport_.close_connection(ex.http.connection);
   refuse_doubtful_heads(store_, profile_, run.chain, *round.cand.provider, round.cand.key, calls,
-                        ex, clock_.now_ms());
+                        ex, now);
   return ex;
 }
 

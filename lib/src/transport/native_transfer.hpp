@@ -70,7 +70,10 @@ struct Transfer {
   Transfer(asio::io_context& io, const HttpRequest& request, const NativeHttp::Target& target)
       : request(request),
         target(target),
-        started(steady_us()),
+        start_point(std::chrono::steady_clock::now()),
+        started(
+            std::chrono::duration_cast<std::chrono::microseconds>(start_point.time_since_epoch())
+                .count()),
         timeout_ms(std::max<std::int64_t>(1, request.timeout_ms)),
         connect_timeout_ms(std::clamp<std::int64_t>(request.timeout_ms, 1, 5'000)),
         head(request_head(target, request)),
@@ -82,7 +85,6 @@ struct Transfer {
         d->stop();
       });
     }
-    start_point = std::chrono::steady_clock::now();
     arm(deadline, start_point + std::chrono::milliseconds(timeout_ms));
   }
 
@@ -136,12 +138,12 @@ struct Transfer {
   const HttpRequest& request;
   const NativeHttp::Target& target;
   HttpResponse r;
-  const std::int64_t started;
+  const std::chrono::steady_clock::time_point start_point;  // read once: `started` is the same
+  const std::int64_t started;                               // instant in microseconds
   const std::int64_t timeout_ms;
   const std::int64_t connect_timeout_ms;
   const std::string head;
   const std::shared_ptr<Deadline> deadline;
-  std::chrono::steady_clock::time_point start_point;
 };
 
 /// Addresses of host names, kept for a minute like curl's DNS cache (getaddrinfo gives no TTL):
