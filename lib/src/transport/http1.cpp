@@ -383,8 +383,9 @@ void Message::assign_body(std::string_view in, std::string& out) const {
   const char* p = in.data() + head_size;
   for (;;) {
     std::uint64_t n = 0;
-    chunk_line(p, in.data() + in.size(), n);  // parse_response checked every line
-    if (n == 0) return;
+    // parse_response checked every line of this `in`; another (shorter) one stops here.
+    if (!chunk_line(p, in.data() + in.size(), n) || n == 0) return;
+    if (static_cast<std::uint64_t>(in.data() + in.size() - p) < n) return;
     out.append(p, static_cast<std::size_t>(n));
     p += n + 2;
   }
