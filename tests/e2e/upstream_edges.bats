@@ -126,18 +126,8 @@ with_any_client() { # native|curl|curl_tls CMD...
   want_block=$(node_result h eth_getBlockByNumber "$block")
   [[ $want_block == *'"hash"'* ]] || { echo "no block from h: $want_block" >&2; false; }
   write_profile "$P" --strategy priority f h
-  cat >"$pt" <<EOF
-name: e2e
-chains:
-  local:
-    chain_id: 31337
-    block_time_ms: 1000
-    providers:
-      - { id: t, url: "$(node_url t)", priority: 1, tls: { ca_file: "$TEST_PKI/ca.pem" } }
-      - { id: u, url: "$(node_url u)", priority: 2, tls: { ca_file: "$TEST_PKI/ca.pem" } }
-routing:
-  default_strategy: priority
-EOF
+  local ca="tls={ ca_file: \"$TEST_PKI/ca.pem\" }"
+  write_profile "$pt" --strategy priority "t,$ca" "u,$ca"
   # A byte a chunk, a few bytes a chunk, and the whole body in one chunk.
   for chunk in 1 7 100000; do
     fake_control f "{\"chunk_bytes\":$chunk}"
