@@ -12,6 +12,12 @@
 # jq programs are single-quoted on purpose; $output comes from bats.
 # shellcheck disable=SC2016,SC2154
 
+# Every subscribe runs under `timeout --foreground -k 30`, not bare `timeout`: a signal sent to bare
+# `timeout` reaches its whole process group and is followed by a SIGCONT, and a SIGCONT landing
+# while LeakSanitizer stops the world at exit (ASan builds) discards the SIGSTOP of its
+# PTRACE_ATTACH, so its tracer and the test wait for good (google/sanitizers#777 is the family).
+# --foreground forwards a signal alone, to the command alone; -k turns a hang into a failure.
+
 load helpers
 
 # PUSH1 1 PUSH1 0 PUSH1 0 LOG1 STOP: any call logs topic 0x…01, no data (as in ws_failover.bats).
@@ -104,7 +110,7 @@ check_heads() { # OUT
 @test "subscribe: newHeads --count 16 prints every head once and in order while the serving provider is killed twice" {
   start_chain 3
   local out=$BATS_TEST_TMPDIR/heads.out err=$BATS_TEST_TMPDIR/heads.err
-  timeout 90 "$RPCROUTE_BIN" subscribe newHeads --count 16 -p "$P" --no-state >"$out" 2>"$err" 3>&- &
+  timeout --foreground -k 30 90 "$RPCROUTE_BIN" subscribe newHeads --count 16 -p "$P" --no-state >"$out" 2>"$err" 3>&- &
   local pid=$!
   wait_lines "$out" 3 20 || { cat "$err" "$P" >&2; false; }
   kill -KILL "$(node_pid p1)" "$(cat "$(_proc_dir)/front-f1.pid")"
@@ -130,7 +136,7 @@ check_heads() { # OUT
   # and the heads missed meanwhile come over HTTP.
   start_chain 2
   local out=$BATS_TEST_TMPDIR/stall.out err=$BATS_TEST_TMPDIR/stall.err
-  timeout 90 "$RPCROUTE_BIN" subscribe newHeads --count 14 -p "$P" --no-state >"$out" 2>"$err" 3>&- &
+  timeout --foreground -k 30 90 "$RPCROUTE_BIN" subscribe newHeads --count 14 -p "$P" --no-state >"$out" 2>"$err" 3>&- &
   local pid=$!
   wait_lines "$out" 4 20 || { cat "$err" "$P" >&2; false; }
   kill -STOP "$(node_pid p1)"
@@ -151,9 +157,8 @@ check_heads() { # OUT
 @test "subscribe: logs with --address and --topic print exactly the logs eth_getLogs has, across a failover" {
   start_chain 2
   start_emitting
-  local out=$BATS_TEST_TMPDIR/logs.out err=$BATS_TEST_TMPDIR/logs.err heads=$BATS_TEST_TMPDIR/h.out
-  # Heads alongside, to know the range the logs subscription covered.
-  timeout 60 "$RPCROUTE_BIN" subscribe logs --address "$EMITTER" --topic "$TOPIC|$OTHER_TOPIC" -p "$P" --no-state >"$out" 2>"$err" 3>&- &
+  local out=$BATS_TEST_TMPDIR/logs.out err=$BATS_TEST_TMPDIR/logs.err
+  timeout --foreground -k 30 60 "$RPCROUTE_BIN" subscribe logs --address "$EMITTER" --topic "$TOPIC|$OTHER_TOPIC" -p "$P" --no-state >"$out" 2>"$err" 3>&- &
   local pid=$!
   wait_lines "$out" 3 20
   local from
@@ -175,7 +180,7 @@ check_heads() { # OUT
   assert_equal "$(jq -sc --argjson to "$to" '[.[] | select((.blockNumber | ltrimstr("0x") | explode | reduce .[] as $c (0; . * 16 + (if $c >= 97 then $c - 87 else $c - 48 end))) <= $to) | [.blockNumber, .logIndex, .transactionHash]]' "$out")" "$expected" "the logs"
   assert_equal "$(jq -s 'map(.removed) | any' "$out")" false "removed logs"
   # A filter that matches nothing prints nothing.
-  run --separate-stderr timeout 30 "$RPCROUTE_BIN" subscribe logs --address 0x00000000000000000000000000000000000000aa --topic null --topic "$TOPIC" -p "$P" --no-state --duration 3s
+  run --separate-stderr timeout --foreground -k 30 30 "$RPCROUTE_BIN" subscribe logs --address 0x00000000000000000000000000000000000000aa --topic null --topic "$TOPIC" -p "$P" --no-state --duration 3s
   assert_status 0
   assert_equal "$output" "" "the output of a filter that matches nothing"
 }
@@ -185,7 +190,7 @@ check_heads() { # OUT
   local sig
   for sig in INT TERM; do
     local out=$BATS_TEST_TMPDIR/$sig.out err=$BATS_TEST_TMPDIR/$sig.err
-    timeout 60 "$RPCROUTE_BIN" subscribe newHeads -p "$P" --no-state >"$out" 2>"$err" 3>&- &
+    timeout --foreground -k 30 60 "$RPCROUTE_BIN" subscribe newHeads -p "$P" --no-state >"$out" 2>"$err" 3>&- &
     local pid=$!
     wait_lines "$out" 2 20
     kill "-$sig" "$pid"
@@ -209,7 +214,7 @@ check_heads() { # OUT
   assert_equal "$status" 0 "exit status after a storm of SIGINT"
   assert_equal "$(wc -c <"$err")" 0 "stderr after a storm of SIGINT"
   # --duration ends it too, with exit 0.
-  run --separate-stderr timeout 30 "$RPCROUTE_BIN" subscribe newHeads -p "$P" --no-state --duration 2500ms
+  run --separate-stderr timeout --foreground -k 30 30 "$RPCROUTE_BIN" subscribe newHeads -p "$P" --no-state --duration 2500ms
   assert_status 0
   (($(wc -l <<<"$output") >= 1))
 }
@@ -222,7 +227,7 @@ check_heads() { # OUT
   local via=$BATS_TEST_TMPDIR/via.yaml out=$BATS_TEST_TMPDIR/via.out log
   log=$(_node_file sc log)
   write_profile "$via" "sc,url=http://127.0.0.1:$(node_port sc)/rpc/local,ws_url=ws://127.0.0.1:$(node_port sc)/rpc/local"
-  timeout 60 "$RPCROUTE_BIN" subscribe newHeads -p "$via" --no-state >"$out" 3>&- &
+  timeout --foreground -k 30 60 "$RPCROUTE_BIN" subscribe newHeads -p "$via" --no-state >"$out" 3>&- &
   local pid=$!
   wait_lines "$out" 2 20
   kill -INT "$pid"
@@ -237,7 +242,7 @@ check_heads() { # OUT
 @test "subscribe: every provider gone ends it with one error line and exit 3" {
   start_chain 2
   local out=$BATS_TEST_TMPDIR/dead.out err=$BATS_TEST_TMPDIR/dead.err
-  timeout 60 "$RPCROUTE_BIN" subscribe newHeads -p "$P" --no-state >"$out" 2>"$err" 3>&- &
+  timeout --foreground -k 30 60 "$RPCROUTE_BIN" subscribe newHeads -p "$P" --no-state >"$out" 2>"$err" 3>&- &
   local pid=$!
   wait_lines "$out" 2 20
   local killed_at=$SECONDS
@@ -253,7 +258,7 @@ check_heads() { # OUT
   # Nothing torn: every line printed is a header.
   assert_equal "$(jq -s 'map(has("hash")) | all' "$out")" true
   # With nothing to open at the start: exit 3 at once, the same kind of line.
-  run --separate-stderr timeout 30 "$RPCROUTE_BIN" subscribe newHeads -p "$P" --no-state
+  run --separate-stderr timeout --foreground -k 30 30 "$RPCROUTE_BIN" subscribe newHeads -p "$P" --no-state
   assert_status 3
   assert_equal "$(grep -c '^rpcroute: error: no provider can serve the newHeads subscription' <<<"$stderr")" 1
 }
