@@ -7,9 +7,6 @@
 #include <simdjson.h>
 
 #include <algorithm>
-#include <boost/beast/core/buffers_to_string.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/websocket.hpp>
 #include <cctype>
 #include <charconv>
 #include <chrono>
@@ -25,6 +22,7 @@
 #include "output.hpp"
 #include "rpcroute/probe.hpp"
 #include "setup.hpp"
+#include "ws_upstream.hpp"
 
 namespace rpcroute::cli {
 
@@ -36,7 +34,8 @@ void setup_init(CLI::App& app, int& exit_code) {
       "WebSocket), names the chain, and writes keys as ${ENV} references");
   sub->add_option("urls", opts->urls,
                   "Provider URLs (http:// or https://), each optionally followed by its WebSocket "
-                  "URL (ws://; default: the http:// URL as ws://, which anvil and geth serve)")
+                  "URL (ws:// or wss://; default: the URL as ws:// or wss://, which anvil and "
+                  "geth serve)")
       ->required();
   sub->add_option("--name,-n", opts->name, "Profile name (default: mine)");
   sub->add_option("--output,-o", opts->output,
@@ -131,8 +130,9 @@ std::string url_with_env(const std::string& url, const std::string& id, EnvVars&
   return out;
 }
 
-/// The WebSocket URL to probe for a provider: the one given, or its http:// URL as ws:// (same
-/// host, port and path: what anvil and geth serve on their http port). "" for https:// without one.
+/// The WebSocket URL to probe for a provider: the one given, or its URL as ws:// (http://) or
+/// wss:// (https://), same host, port and path: what anvil and geth serve on their http port, and
+/// many hosted providers on their https URL.
 std::string ws_candidate(const std::string& url, const std::string& given) {
   if (!given.empty()) return given;
   if (url.starts_with("http://")) return "ws://" + url.substr(7);
@@ -140,109 +140,46 @@ std::string ws_candidate(const std::string& url, const std::string& given) {
   return "";
 }
 
-struct WsAddress {
-  std::string host;
-  std::string port;
-  std::string target;
-};
+using WsAnswer = tl::expected<std::uint64_t, std::string>;
 
-/// ws://host[:port][/path] (user info dropped); nullopt for anything else.
-std::optional<WsAddress> split_ws_url(std::string_view url) {
-  if (!url.starts_with("ws://")) return std::nullopt;
-  url.remove_prefix(5);
-  const auto slash = url.find_first_of("/?");
-  std::string_view authority = url.substr(0, slash);
-  WsAddress a;
-  a.target = slash == std::string_view::npos ? "/" : std::string(url.substr(slash));
-  if (a.target.front() == '?') a.target.insert(0, "/");
-  if (const auto at = authority.rfind('@'); at != std::string_view::npos)
-    authority.remove_prefix(at + 1);
-  a.port = "80";
-  if (!authority.empty() && authority.front() == '[') {
-    const auto close = authority.find(']');
-    if (close == std::string_view::npos) return std::nullopt;
-    a.host = std::string(authority.substr(1, close - 1));
-    if (close + 2 < authority.size() && authority[close + 1] == ':')
-      a.port = std::string(authority.substr(close + 2));
-  } else if (const auto colon = authority.rfind(':'); colon != std::string_view::npos) {
-    a.host = std::string(authority.substr(0, colon));
-    a.port = std::string(authority.substr(colon + 1));
-  } else {
-    a.host = std::string(authority);
-  }
-  if (a.host.empty() || a.port.empty()) return std::nullopt;
-  return a;
+constexpr std::int64_t kWsProbeMs = 3'000;  // connect, TLS, upgrade and answer, in all
+
+/// Why a WebSocket gave no chain id, in the probe's words: the client's text without its lead
+/// ("WebSocket to provider ID failed (connect): Connection refused" reads "connect: Connection
+/// refused", "... failed (tls): TLS: host name mismatch" reads "TLS: host name mismatch"). No URL
+/// in it (the client never names one: it may hold a key).
+std::string ws_failure(const sidecar::WsUpstream::RawAnswer& answer) {
+  if (answer.status == sidecar::WsUpstream::RawAnswer::Status::timeout)
+    return fmt::format("no answer within {} ms", kWsProbeMs);
+  const std::string& error = answer.error;
+  const auto open = error.find(" failed (");
+  const auto close = error.find("): ", open);
+  if (open == std::string::npos || close == std::string::npos) return error;
+  const auto from = open + std::string_view(" failed (").size();
+  const std::string step = error.substr(from, close - from);
+  std::string why = error.substr(close + 3);
+  // "tls: TLS: host name mismatch (...)" says the step twice.
+  const bool named = why.size() > step.size() && why[step.size()] == ':' &&
+                     std::equal(step.begin(), step.end(), why.begin(), [](char a, char b) {
+                       return std::tolower(static_cast<unsigned char>(a)) ==
+                              std::tolower(static_cast<unsigned char>(b));
+                     });
+  return named ? why : step + ": " + why;
 }
 
-constexpr std::int64_t kWsProbeMs = 3'000;  // connect, handshake and answer, in all
-
-/// The chain id a WebSocket endpoint answers to eth_chainId, within kWsProbeMs; or why not (no
-/// URL in the text: it may hold a key).
-asio::awaitable<tl::expected<std::uint64_t, std::string>> ws_chain_id(std::string url) {
-  namespace beast = boost::beast;
-  using tcp = asio::ip::tcp;
-  if (url.starts_with("wss://"))
-    co_return tl::unexpected(std::string("not probed: wss:// is not served by this version"));
-  const auto addr = split_ws_url(url);
-  if (!addr) co_return tl::unexpected(std::string("not a ws:// URL"));
-  auto ex = co_await asio::this_coro::executor;
-  beast::websocket::stream<tcp::socket> ws(ex);
-  // One deadline for everything: the socket is closed under whatever step still waits.
-  asio::steady_timer limit(ex, std::chrono::milliseconds(kWsProbeMs));
-  bool expired = false;
-  limit.async_wait([&ws, &expired](const boost::system::error_code& e) {
-    if (e) return;
-    expired = true;
-    boost::system::error_code ignored;
-    ws.next_layer().close(ignored);
-  });
-  boost::system::error_code ec;
-  std::vector<tcp::endpoint> found;
-  std::uint16_t port = 0;
-  std::from_chars(addr->port.data(), addr->port.data() + addr->port.size(), port);
-  if (auto ip = asio::ip::make_address(addr->host, ec); !ec) {
-    found.emplace_back(ip, port);
-  } else {  // the loop has no resolver thread: a blocking lookup, once
-    tcp::resolver resolver(ex);
-    ec = {};
-    for (const auto& entry : resolver.resolve(addr->host, addr->port, ec))
-      found.push_back(entry.endpoint());
-  }
-  const char* step = "resolve";
-  std::string answer;
-  if (!ec) {
-    step = "connect";
-    co_await asio::async_connect(ws.next_layer(), found,
-                                 asio::redirect_error(asio::use_awaitable, ec));
-  }
-  if (!ec) {
-    step = "handshake";
-    ws.read_message_max(64 * 1024);
-    co_await ws.async_handshake(addr->host + ":" + addr->port, addr->target,
-                                asio::redirect_error(asio::use_awaitable, ec));
-  }
-  if (!ec) {
-    step = "eth_chainId";
-    ws.text(true);
-    const std::string call = R"({"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]})";
-    co_await ws.async_write(asio::buffer(call), asio::redirect_error(asio::use_awaitable, ec));
-  }
-  if (!ec) {
-    beast::flat_buffer buffer;
-    co_await ws.async_read(buffer, asio::redirect_error(asio::use_awaitable, ec));
-    answer = beast::buffers_to_string(buffer.data());
-  }
-  limit.cancel();
-  if (!ec) {
-    ws.async_close(beast::websocket::close_code::normal, asio::detached);
-  }
-  if (ec) {
-    co_return tl::unexpected(expired ? fmt::format("no answer within {} ms", kWsProbeMs)
-                                     : fmt::format("{}: {}", step, ec.message()));
-  }
+/// The chain id a provider's WebSocket answers to eth_chainId within kWsProbeMs, or why not. The
+/// sidecar's own client: ws:// and wss://, a certificate checked as the sidecar checks it (the
+/// system store; SSL_CERT_FILE or SSL_CERT_DIR name another).
+asio::awaitable<WsAnswer> ws_chain_id(sidecar::WsUpstream& ws) {
+  auto answer = co_await ws.request(
+      1, R"({"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]})", kWsProbeMs, nullptr);
+  ws.close();
+  if (answer.status != sidecar::WsUpstream::RawAnswer::Status::ok)
+    co_return tl::unexpected(ws_failure(answer));
   simdjson::dom::parser parser;
   std::string_view hex;
-  if (parser.parse(answer)["result"].get(hex) != simdjson::SUCCESS || !hex.starts_with("0x"))
+  if (parser.parse(answer.message)["result"].get(hex) != simdjson::SUCCESS ||
+      !hex.starts_with("0x"))
     co_return tl::unexpected(std::string("eth_chainId gave no id over the WebSocket"));
   std::uint64_t id = 0;
   const auto [end, err] = std::from_chars(hex.data() + 2, hex.data() + hex.size(), id, 16);
@@ -257,8 +194,6 @@ struct Probed {
   std::string ws_url;  // with ${VAR} references; "" when no WebSocket answered the chain's id
   ProbeReport report;
 };
-
-using WsAnswer = tl::expected<std::uint64_t, std::string>;
 
 std::vector<ProbeReport> probe_urls(const std::vector<std::string>& urls,
                                     const std::vector<std::string>& ids,
@@ -283,23 +218,43 @@ std::vector<ProbeReport> probe_urls(const std::vector<std::string>& urls,
   SystemClock clock;
   Random rng;
   EventLoop loop;
+  // The WebSockets, each a provider of its own; destroyed before the loop (their sockets close
+  // while it is there).
+  std::vector<Provider> ws_providers(urls.size());
+  std::vector<std::unique_ptr<sidecar::WsUpstream>> sockets;
+  // The loop stops when every probe has ended: a WebSocket connect that outlived its probe's
+  // 3 s is not waited for.
+  std::size_t running = urls.size();
+  const auto ended = [&running, &loop] {
+    if (--running == 0) loop.io().stop();
+  };
   for (std::size_t i = 0; i < urls.size(); ++i) {
     asio::co_spawn(loop.io(),
                    probe_provider(loop.engine(), profile, chain, chain.providers[i], nullptr, clock,
                                   rng, 5'000),
-                   [&reports, i](const std::exception_ptr& e, ProbeReport r) {
+                   [&reports, &ended, i](const std::exception_ptr& e, ProbeReport r) {
                      if (!e) reports[i] = std::move(r);
+                     ended();
                    });
   }
   ws_answers.assign(urls.size(), tl::unexpected(std::string("no WebSocket URL to try")));
   for (std::size_t i = 0; i < urls.size(); ++i) {
     if (ws_urls[i].empty()) continue;
-    asio::co_spawn(loop.io(), ws_chain_id(ws_urls[i]),
-                   [&ws_answers, i](const std::exception_ptr& e, WsAnswer r) {
+    ws_providers[i].id = ids[i];
+    ws_providers[i].ws_url = ws_urls[i];
+    ws_providers[i].timeout_ms = kWsProbeMs;
+    sockets.push_back(std::make_unique<sidecar::WsUpstream>(
+        loop.io().get_executor(), ws_providers[i], 64 * 1024,
+        [](std::string_view, std::string_view) {}, [] {}));
+    ++running;
+    asio::co_spawn(loop.io(), ws_chain_id(*sockets.back()),
+                   [&ws_answers, &ended, i](const std::exception_ptr& e, WsAnswer r) {
                      if (!e) ws_answers[i] = std::move(r);
+                     ended();
                    });
   }
   loop.io().run();
+  sockets.clear();
   return reports;
 }
 

@@ -390,6 +390,43 @@ command_paths() { # [PATH...]
   assert_status 2
 }
 
+@test "init: an https:// provider's wss:// twin is probed over TLS and written; a WebSocket whose certificate names another host is not" {
+  make_test_pki "$BATS_TEST_TMPDIR/pki"
+  start_tls_fake s1 --height 100 --mine-per-sec 4
+  start_tls_fake w1 wrong_host --height 100
+  start_tls_fake h1 --tls-handshake hang
+  local key=abcdef0123456789XYZkey out=$BATS_TEST_TMPDIR/tls.yaml s1 w1 h1 started
+  s1=$(node_port s1)
+  w1=$(node_port w1)
+  h1=$(node_port h1)
+  # The test CA through SSL_CERT_FILE, the system store's override (init writes no tls: itself).
+  export SSL_CERT_FILE=$TEST_PKI/ca.pem
+  # s1 three times: its own WebSocket (the wss:// twin of its URL); w1's, whose certificate is for
+  # other.invalid; h1's, whose TLS handshake never ends (given up at 3 s, and not waited for).
+  started=$SECONDS
+  run --separate-stderr rpcroute init "https://localhost:$s1/v2/$key" \
+    "https://localhost:$s1/v3/$key" "wss://localhost:$w1/ws/$key" \
+    "https://localhost:$s1/v4/$key" "wss://localhost:$h1/ws/$key" --name tls --output "$out"
+  assert_status 0
+  ((SECONDS - started <= 8)) || { echo "init took $((SECONDS - started)) s" >&2; false; }
+  cat "$out" >&3
+  sed 's/^/# /' <<<"$stderr" >&3
+  grep -q "^        ws_url: \"wss://localhost:$s1/v2/\${RPCROUTE_NODE${s1}_KEY}\"" "$out" || { echo "no wss:// ws_url for s1" >&2; false; }
+  assert_equal "$(grep -c 'ws_url:' "$out")" 1 "ws_url lines"
+  grep -Eq "^rpcroute: node$s1: chain 31337 .*WebSocket wss://localhost:$s1/[^ ]*: yes\$" <<<"$stderr" || { _dump_run; false; }
+  grep -Eq "^rpcroute: node${s1}2: chain 31337 .*WebSocket wss://localhost:$w1/[^ ]*: none \(TLS: host name mismatch" <<<"$stderr" || { _dump_run; false; }
+  grep -Eq "^rpcroute: node${s1}3: chain 31337 .*WebSocket wss://localhost:$h1/[^ ]*: none \(no answer within 3000 ms\)\$" <<<"$stderr" || { _dump_run; false; }
+  ! grep -q "$key" "$out" || { echo "the key was written as a literal" >&2; false; }
+  [[ $stderr != *"$key"* ]] || { echo "the key was printed" >&2; false; }
+  # The profile serves: a subscription over the wss:// written gets the fake's heads.
+  export "RPCROUTE_NODE${s1}_KEY=$key"
+  run --separate-stderr rpcroute profiles validate "$out"
+  assert_status 0
+  run --separate-stderr timeout 30 "$RPCROUTE_BIN" subscribe newHeads -p "$out" --no-state --count 1
+  assert_status 0
+  assert_jq 'has("hash")'
+}
+
 @test "call: a provider on another chain (HTTPS), no probe before: the right one answers, the state keeps the mismatch, the next call skips it" {
   make_test_pki "$BATS_TEST_TMPDIR/pki"
   start_tls_fake wrong --chain-id 5 --height 100
