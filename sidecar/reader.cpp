@@ -77,7 +77,10 @@ void RequestReader::on_field_impl(field name, string_view name_string, string_vi
     keep(32, r_.min_block);
 }
 
-void RequestReader::on_header_impl(error_code&) { r_.keep_alive = keep_alive(); }
+void RequestReader::on_header_impl(error_code&) {
+  // HTTP/1.0 with Transfer-Encoding: faulty framing, closed after this request (RFC 9112 6.1).
+  r_.keep_alive = keep_alive() && !(r_.version < 11 && chunked());
+}
 
 void RequestReader::on_body_init_impl(const boost::optional<std::uint64_t>& length,
                                       error_code& ec) {

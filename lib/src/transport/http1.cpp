@@ -250,8 +250,9 @@ bool parse_fields(const char*& p, const char* end, Message& out, bool& has_lengt
         break;
     }
   }
-  // Beast's keep_alive(): HTTP/1.1 unless "close"; HTTP/1.0 only with "keep-alive".
-  out.keep_alive = out.version == 11 ? !close : keep;
+  // Beast's keep_alive(): HTTP/1.1 unless "close"; HTTP/1.0 only with "keep-alive", and never with
+  // Transfer-Encoding (RFC 9112 6.1: faulty framing, closed after this message).
+  out.keep_alive = out.version == 11 ? !close : keep && !out.chunked;
   return true;
 }
 

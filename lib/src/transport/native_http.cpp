@@ -348,7 +348,7 @@ struct AnswerReading {
       case ReadEnd::direct: {
         t.r.status = static_cast<long>(parser->status);
         t.r.retry_after = std::move(parser->retry_after);
-        const bool reusable = parser->keep_alive() && conn.buffer.size() == 0;
+        const bool reusable = parser->reusable() && conn.buffer.size() == 0;
         t.r.body = std::move(parser->body);
         if (parser->encoded) t.r.body.clear();  // an error status's coded body: not ours to read
         return reusable;

@@ -26,13 +26,21 @@ class ResponseReader final : public boost::beast::http::basic_parser<false> {
   /// the parser (which may not have reached the body yet).
   void reserve_body(std::uint64_t length);
 
+  /// Whether the connection may carry another request: Beast's keep_alive(), but never after an
+  /// HTTP/1.0 answer with Transfer-Encoding (RFC 9112 6.1: its framing is faulty, and the
+  /// connection closes after it).
+  [[nodiscard]] bool reusable() const { return keep_alive() && !(version_ < 11 && chunked()); }
+
  private:
   using error_code = boost::beast::error_code;
   using string_view = boost::beast::string_view;
 
   void on_request_impl(boost::beast::http::verb, string_view, string_view, int,
                        error_code&) override {}
-  void on_response_impl(int code, string_view, int, error_code&) override { status = code; }
+  void on_response_impl(int code, string_view, int version, error_code&) override {
+    status = code;
+    version_ = version;
+  }
   void on_field_impl(boost::beast::http::field name, string_view, string_view value,
                      error_code&) override;
   void on_header_impl(error_code& ec) override;
@@ -47,6 +55,7 @@ class ResponseReader final : public boost::beast::http::basic_parser<false> {
   std::size_t append(string_view piece);
 
   bool seen_retry_after_ = false;
+  int version_ = 11;
 };
 
 /// The largest response head the native client reads (both parsers).

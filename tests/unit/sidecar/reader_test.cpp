@@ -116,4 +116,29 @@ TEST_CASE("reader: without an Upgrade field, Beast's reader keeps no field list"
   CHECK(budget.used == 0);
 }
 
+TEST_CASE("reader: an HTTP/1.0 request with Transfer-Encoding is read and its connection not kept",
+          "[sidecar][reader]") {
+  // RFC 9112 6.1: its framing is faulty; the connection closes after the answer even with
+  // keep-alive (Beast would keep it: a smuggling risk behind a proxy that frames it otherwise).
+  Request req;
+  BodyBudget budget;
+  std::size_t held = 0;
+  const auto r = read(
+      "POST /rpc/local HTTP/1.0\r\nHost: localhost\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "2\r\n[]\r\n0\r\n\r\n",
+      req, budget, held);
+  CHECK_FALSE(r.fast);
+  REQUIRE(r.complete);
+  REQUIRE_FALSE(r.ec);
+  CHECK(req.body == "[]");
+  CHECK_FALSE(req.keep_alive);
+  budget.give_back(held);
+  // HTTP/1.0 with keep-alive and a Content-Length is kept.
+  const auto kept =
+      read("POST /rpc/local HTTP/1.0\r\nHost: localhost\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\n[]", req,
+           budget, held);
+  REQUIRE(kept.complete);
+  CHECK(req.keep_alive);
+}
+
 }  // namespace unit_reader_test

@@ -187,6 +187,24 @@ TEST_CASE("http1: a plain answer is read whole, Retry-After trimmed") {
   CHECK_FALSE(m.keep_alive);
 }
 
+TEST_CASE("http1: an HTTP/1.0 answer with Transfer-Encoding is read, and its connection not kept") {
+  // RFC 9112 6.1: its framing is faulty; the connection closes after it, keep-alive or not (Beast
+  // would keep it).
+  http1::Message m;
+  const std::string in =
+      "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
+  REQUIRE(http1::parse_response(in, kHead, m));
+  CHECK(m.chunked);
+  CHECK_FALSE(m.keep_alive);
+  std::string body;
+  m.assign_body(in, body);
+  CHECK(body == "hello");
+  CHECK(testing::response_disagreement(in, kHead).empty());
+  // The same with a Content-Length instead is kept.
+  REQUIRE(http1::parse_response("HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 1\r\n\r\n1", kHead, m));
+  CHECK(m.keep_alive);
+}
+
 TEST_CASE("http1: a chunked answer is read whole and its chunks joined") {
   http1::Message m;
   const std::string next = "HTTP/1.1 200 OK\r\n";  // a pipelined answer's first bytes, left alone

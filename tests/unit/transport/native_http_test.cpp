@@ -16,7 +16,7 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
-enum class Mode { plain, chunked, close_after, hang };
+enum class Mode { plain, chunked, close_after, hang, http10_kept, http10_chunked, http10_chunked_ext };
 
 struct FakeServer {
   explicit FakeServer(asio::io_context& io) : acceptor(io, {asio::ip::make_address("127.0.0.1"), 0}) {}
@@ -53,6 +53,15 @@ struct FakeServer {
         }
         case Mode::chunked:
           out = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nRetry-After:  7 \r\n\r\n5\r\nhello\r\n0\r\n\r\n";
+          break;
+        case Mode::http10_kept:
+          out = "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 5\r\n\r\nhello";
+          break;
+        case Mode::http10_chunked:  // the client's fast path reads it
+          out = "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
+          break;
+        case Mode::http10_chunked_ext:  // a chunk extension: Beast's reader reads it
+          out = "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n5;x=1\r\nhello\r\n0\r\n\r\n";
           break;
         default:
           out = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
@@ -164,6 +173,45 @@ TEST_CASE("parse_response: strings are still validated without being unescaped",
   REQUIRE(r.has_value());
   CHECK(r->replies[0].result->size() == (3u << 20) + 4);
   CHECK(jsonrpc::parse_response(R"({"jsonrpc":"2.0","id":1,"result":"0x1"})").has_value());
+}
+
+TEST_CASE("native http client: an HTTP/1.0 answer with Transfer-Encoding closes its connection",
+          "[transport]") {
+  // RFC 9112 6.1: its framing is faulty, so the connection is not reused whatever it says, on the
+  // fast path and on Beast's; an HTTP/1.0 answer with keep-alive and a Content-Length is reused.
+  asio::io_context io;
+  FakeServer server(io);
+  const std::string url = "http://127.0.0.1:" + std::to_string(server.acceptor.local_endpoint().port()) + "/";
+  std::vector<HttpResponse> got;
+  std::vector<int> connections;
+  Engine engine(io);
+  asio::co_spawn(io, server.run(), asio::detached);
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        const std::string body = R"({"jsonrpc":"2.0","id":0,"method":"eth_blockNumber","params":[]})";
+        for (Mode mode : {Mode::http10_kept, Mode::http10_chunked, Mode::http10_chunked_ext}) {
+          server.mode = mode;
+          for (int i = 0; i < 2; ++i) {
+            HttpRequest r{url, body, nullptr, 2000};
+            got.push_back(co_await engine.perform(r));
+            connections.push_back(server.connections);
+          }
+        }
+        server.acceptor.close();
+      },
+      asio::detached);
+  io.run_for(std::chrono::seconds(20));
+  REQUIRE(got.size() == 6);
+  for (const auto& r : got) {
+    INFO(r.error_message);
+    CHECK(r.error == TransportError::none);
+    CHECK(r.status == 200);
+    CHECK(r.body == "hello");
+  }
+  // Kept: one connection for both. Then each chunked HTTP/1.0 answer's connection is closed, so
+  // the next request opens another (the first chunked answer came on the kept one).
+  CHECK(connections == std::vector<int>{1, 1, 1, 2, 3, 4});
 }
 
 }  // namespace unit_native_http_test
