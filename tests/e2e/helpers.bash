@@ -62,16 +62,18 @@ e2e_setup() {
   P=$BATS_TEST_TMPDIR/profile.yaml
 }
 
-# The binary under test, bounded in time (exit 124 means it hung).
+# The binary under test, bounded in time (exit 124 means it hung). -k: a SIGTERM that does not end
+# it is followed by SIGKILL (under ASan, the SIGCONT `timeout` sends after the SIGTERM can wedge
+# LeakSanitizer's check at exit for good: see subscribe.bats).
 rpcroute() {
-  timeout "$RPCROUTE_E2E_CALL_LIMIT" "$RPCROUTE_BIN" "$@"
+  timeout -k 10 "$RPCROUTE_E2E_CALL_LIMIT" "$RPCROUTE_BIN" "$@"
 }
 
 # rpcroute with INPUT on stdin, for --raw.
 rpcroute_stdin() { # INPUT ARGS...
   local input=$1
   shift
-  printf '%s' "$input" | timeout "$RPCROUTE_E2E_CALL_LIMIT" "$RPCROUTE_BIN" "$@"
+  printf '%s' "$input" | timeout -k 10 "$RPCROUTE_E2E_CALL_LIMIT" "$RPCROUTE_BIN" "$@"
 }
 
 now_ms() { date +%s%3N; }

@@ -135,7 +135,7 @@ drive() { # STATUSES CMD...
 }
 
 # rpcroute, bounded in time, with the test's profile.
-rr() { timeout "$RPCROUTE_E2E_CALL_LIMIT" "$RPCROUTE_BIN" "$@"; }
+rr() { timeout -k 10 "$RPCROUTE_E2E_CALL_LIMIT" "$RPCROUTE_BIN" "$@"; }
 
 # Neither the key (in any encoding: its hex digits) nor its Basic credentials in any FILE.
 assert_no_secret() { # FILE...
