@@ -195,14 +195,33 @@ std::string activity_line(simdjson::dom::element c) {
   return line + "\n";
 }
 
+/// How a provider's single requests go now ("http" or "ws"), and its WebSocket's breaker when that
+/// is not closed ("http, ws open"): the TRANSPORT column, as rank has it.
+std::string transport_text(simdjson::dom::element p) {
+  std::string text = text_of(p["transport"]);
+  std::string_view breaker;
+  if (p["ws_breaker"].get_string().get(breaker) == simdjson::SUCCESS && breaker != "closed")
+    text += fmt::format(", ws {}", breaker);
+  return text;
+}
+
 /// One chain's table. Share: of first attempts when the sidecar counted them, else of samples.
+/// TRANSPORT only when a provider may use its WebSocket (`transport: ws` or `auto`).
 std::string render_chain(simdjson::dom::element c) {
   std::string out = fmt::format("{} / {} (chain {}), strategy {}, head {}\n", text_of(c["profile"]),
                                 text_of(c["chain"]), text_of(c["chain_id"]), text_of(c["strategy"]),
                                 text_of(c["head"]));
   double samples = 0;
   for (auto p : c["providers"].get_array()) samples += number_of(p["samples"], 0);
-  Table t({"PROVIDER", "TIER", "BREAKER", "LAG", "P50", "SHARE", "SUCCESS", "EXCLUDED"});
+  bool transports = false;
+  for (auto p : c["providers"].get_array()) {
+    simdjson::dom::element ws;
+    transports |= p["ws_breaker"].get(ws) == simdjson::SUCCESS && !ws.is_null();
+  }
+  std::vector<std::string> head{"PROVIDER", "TIER",  "BREAKER", "LAG",
+                                "P50",      "SHARE", "SUCCESS", "EXCLUDED"};
+  if (transports) head.insert(head.begin() + 3, "TRANSPORT");
+  Table t(head);
   for (auto p : c["providers"].get_array()) {
     const std::string tier = text_of(p["tier"]);
     const double share = number_of(c["first_attempts"], 0) == 0
@@ -212,10 +231,16 @@ std::string render_chain(simdjson::dom::element c) {
     const double success = number_of(p["success_rate"], -1);
     std::string excluded = text_of(p["excluded"]);
     if (excluded.size() > 50) excluded = excluded.substr(0, 47) + "...";
-    t.add({text_of(p["provider"]), tier == "-" ? tier : tier + " " + text_of(p["tier_name"]),
-           breaker_text(p), text_of(p["lag"]), p50 < 0 ? "-" : format_ms(p50),
-           share < 0 ? "-" : fmt::format("{:.0f}%", share * 100),
-           success < 0 ? "-" : fmt::format("{:.0f}%", success * 100), excluded});
+    std::vector<std::string> row{text_of(p["provider"]),
+                                 tier == "-" ? tier : tier + " " + text_of(p["tier_name"]),
+                                 breaker_text(p),
+                                 text_of(p["lag"]),
+                                 p50 < 0 ? "-" : format_ms(p50),
+                                 share < 0 ? "-" : fmt::format("{:.0f}%", share * 100),
+                                 success < 0 ? "-" : fmt::format("{:.0f}%", success * 100),
+                                 excluded};
+    if (transports) row.insert(row.begin() + 3, transport_text(p));
+    t.add(row);
   }
   return out + t.render() + activity_line(c);
 }

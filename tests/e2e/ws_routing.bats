@@ -338,6 +338,13 @@ silent_row() { # SCHEME
   if curl -sS --max-time 5 "$(node_url sc)/metrics" | grep '^rpcroute_breaker_state{.*provider="b",transport="ws"}' >&2; then
     return 1
   fi
+  # rpcroute top says so too: SILENT's requests go over HTTP now, its WebSocket's breaker open.
+  run --separate-stderr rpcroute top --url "$(node_url sc)" --once
+  assert_status 0
+  sed 's/^/# /' <<<"$output" >&3
+  grep -Eq '^PROVIDER +TIER +BREAKER +TRANSPORT +LAG ' <<<"$output" || { _dump_run; false; }
+  grep -Eq '^silent +[^ ]+ [^ ]+ +closed +http, ws open +' <<<"$output" || { _dump_run; false; }
+  grep -Eq '^b +[^ ]+ [^ ]+ +closed +http +' <<<"$output" || { _dump_run; false; }
   # A full attempt's timeout trips SILENT's WebSocket breaker: the next call is SILENT's over HTTP.
   post /rpc/local 32
   assert_equal "$PROVIDER/$TRANSPORT" silent/http "the call after the WebSocket breaker opened"
