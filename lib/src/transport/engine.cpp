@@ -95,7 +95,11 @@ struct Engine::Core : std::enable_shared_from_this<Engine::Core> {
                                [weak, w](const boost::system::error_code& ec) {
                                  w->reading = false;
                                  auto core = weak.lock();
-                                 if (ec || w->closed || !core) return;
+                                 if (w->closed || !core) return;
+                                 if (ec) {
+                                   on_wait_cancelled(*core, w, ec);
+                                   return;
+                                 }
                                  if ((w->wanted & CURL_POLL_IN) == 0) return;  // idle
                                  core->socket_action(w->fd, CURL_CSELECT_IN);
                                  if (!w->closed) core->arm(w);
@@ -107,12 +111,26 @@ struct Engine::Core : std::enable_shared_from_this<Engine::Core> {
                                [weak, w](const boost::system::error_code& ec) {
                                  w->writing = false;
                                  auto core = weak.lock();
-                                 if (ec || w->closed || !core) return;
+                                 if (w->closed || !core) return;
+                                 if (ec) {
+                                   on_wait_cancelled(*core, w, ec);
+                                   return;
+                                 }
                                  if ((w->wanted & CURL_POLL_OUT) == 0) return;  // idle
                                  core->socket_action(w->fd, CURL_CSELECT_OUT);
                                  if (!w->closed) core->arm(w);
                                });
     }
+  }
+
+  /// A wait cancelled as its transfer ended (watch_socket), when a transfer took the connection
+  /// meanwhile: curl first looks at the socket itself (an event that came while no wait was
+  /// queued is gone: Asio's epoll is edge-triggered), then the wait is queued again.
+  static void on_wait_cancelled(Core& core, const std::shared_ptr<SocketWatch>& w,
+                                const boost::system::error_code& ec) {
+    if (ec != asio::error::operation_aborted || w->wanted == 0) return;
+    core.socket_action(w->fd, 0);
+    if (!w->closed) core.arm(w);
   }
 
   // Every callback curl calls catches everything: an exception must never unwind through libcurl's
@@ -129,10 +147,17 @@ struct Engine::Core : std::enable_shared_from_this<Engine::Core> {
   static int watch_socket(Core* core, curl_socket_t fd, int what) {
     if (what == CURL_POLL_REMOVE) {
       if (auto it = core->sockets.find(fd); it != core->sockets.end()) {
-        // A kept connection's wait stays queued: its event, if one comes while the connection
-        // idles, is ignored; the next transfer on it finds the wait already armed.
-        if (it->second->kept) {
-          it->second->wanted = 0;
+        // A kept connection stays registered; a wait still queued is cancelled. Usually none is:
+        // the transfer ended in the handler of the wait that fired. One ended elsewhere (curl read
+        // the answer while a timeout's action ran, the data's event then dropped as its bytes
+        // were gone) would leave its wait queued on an idle connection: a one-shot command's
+        // loop, run until idle, then waited for the server to close it.
+        if (auto& w = *it->second; w.kept) {
+          w.wanted = 0;
+          if (w.reading || w.writing) {
+            boost::system::error_code ignored;
+            w.descriptor.cancel(ignored);
+          }
         } else {
           it->second->release();
           core->sockets.erase(it);
