@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 
 #include "../transport/native_tls.hpp"
 
@@ -158,6 +159,8 @@ struct RedisLink::Relay : std::enable_shared_from_this<Relay> {
   std::string reason;             // why it ended, as the relay saw it (empty: not ended by it)
   bool timed_out = false;
   bool stopped = false;
+  bool heard = false;            // Redis sent something after the handshake
+  bool has_client_cert = false;  // tls.cert_file given
 
   void stop() {
     if (stopped) return;
@@ -234,11 +237,28 @@ struct RedisLink::Relay : std::enable_shared_from_this<Relay> {
       co_await asio::async_write(tls, asio::buffer(buf.data(), n),
                                  asio::redirect_error(asio::use_awaitable, ec));
       if (ec) {
-        fail(write_error(ec));
+        fail(early_close(ec).value_or(write_error(ec)));
         co_return;
       }
     }
     stop();
+  }
+
+  /// A TLS 1.3 Redis that requires a client certificate refuses a connection without one after
+  /// the handshake. Its alert comes with the first read (read_error), unless the reset that
+  /// follows it got there first and dropped it: then the connection is closed or reset before
+  /// Redis said anything, and the error names that likely cause.
+  [[nodiscard]] std::optional<std::string> early_close(const boost::system::error_code& ec) {
+    if (heard || has_client_cert || SSL_version(tls.native_handle()) != TLS1_3_VERSION)
+      return std::nullopt;
+    if (!detail::tls_alert_message(ec).empty()) return std::nullopt;  // the alert says it
+    if (ec != asio::error::connection_reset && ec != asio::error::eof &&
+        ec != asio::error::broken_pipe && ec != asio::ssl::error::stream_truncated)
+      return std::nullopt;
+    return fmt::format(
+        "TLS: Redis closed the connection right after the handshake, before any reply ({}); a "
+        "server that requires a client certificate does so: set tls.cert_file",
+        ec.message());
   }
 
   /// Redis's replies in to hiredis.
@@ -250,9 +270,10 @@ struct RedisLink::Relay : std::enable_shared_from_this<Relay> {
       const auto n = co_await tls.async_read_some(asio::buffer(buf),
                                                   asio::redirect_error(asio::use_awaitable, ec));
       if (ec) {
-        fail(read_error(ec));
+        fail(early_close(ec).value_or(read_error(ec)));
         co_return;
       }
+      heard = true;
       co_await asio::async_write(local, asio::buffer(buf.data(), n),
                                  asio::redirect_error(asio::use_awaitable, ec));
       if (ec) break;
@@ -289,6 +310,7 @@ bool RedisLink::open_relay(std::string& why) {
     shared = std::make_shared<asio::ssl::context>(context.ctx);
   }
   auto relay = std::make_shared<Relay>(io_, *shared);
+  relay->has_client_cert = !tls_.cert_file.empty();
   detail::set_peer_host(relay->tls.native_handle(), url_.host, tls_.insecure);
 
   // A private folder (0700) for hiredis's socket: no other user can reach it, and it is gone
