@@ -36,13 +36,10 @@ struct SocketWatch {
   curl_socket_t fd;
   asio::posix::stream_descriptor descriptor;
   int wanted = 0;  // CURL_POLL_IN / OUT / INOUT; 0 while the connection idles in curl's cache
-  // A connection socket (opened through on_sockopt, closed through on_close_socket): its watch
-  // lives as long as the socket, not as long as one transfer — no epoll_ctl ADD and DEL, no
-  // allocation, no cancelled wait per request on a kept connection.
+  // A connection socket (on_sockopt to on_close_socket): its watch lives as long as the socket,
+  // not one transfer: no epoll_ctl ADD and DEL, no allocation per request on a kept connection.
   bool kept = false;
-  // A kept plain http:// (HTTP/1, no TLS) connection: checked for unread bytes before each transfer
-  // (Engine::Core::retire_unclean_idle).
-  bool plain = false;
+  bool plain = false;  // plain http:// (HTTP/1): checked for unread bytes (retire_unclean_idle)
   bool reading = false;
   bool writing = false;
   bool closed = false;
@@ -88,44 +85,33 @@ struct Engine::Core : std::enable_shared_from_this<Engine::Core> {
   }
 
   void arm(const std::shared_ptr<SocketWatch>& w) {
-    std::weak_ptr<Core> weak = weak_from_this();
-    if ((w->wanted & CURL_POLL_IN) && !w->reading) {
-      w->reading = true;
-      w->descriptor.async_wait(asio::posix::stream_descriptor::wait_read,
-                               [weak, w](const boost::system::error_code& ec) {
-                                 w->reading = false;
-                                 auto core = weak.lock();
-                                 if (w->closed || !core) return;
-                                 if (ec) {
-                                   on_wait_cancelled(*core, w, ec);
-                                   return;
-                                 }
-                                 if ((w->wanted & CURL_POLL_IN) == 0) return;  // idle
-                                 core->socket_action(w->fd, CURL_CSELECT_IN);
-                                 if (!w->closed) core->arm(w);
-                               });
-    }
-    if ((w->wanted & CURL_POLL_OUT) && !w->writing) {
-      w->writing = true;
-      w->descriptor.async_wait(asio::posix::stream_descriptor::wait_write,
-                               [weak, w](const boost::system::error_code& ec) {
-                                 w->writing = false;
-                                 auto core = weak.lock();
-                                 if (w->closed || !core) return;
-                                 if (ec) {
-                                   on_wait_cancelled(*core, w, ec);
-                                   return;
-                                 }
-                                 if ((w->wanted & CURL_POLL_OUT) == 0) return;  // idle
-                                 core->socket_action(w->fd, CURL_CSELECT_OUT);
-                                 if (!w->closed) core->arm(w);
-                               });
-    }
+    if ((w->wanted & CURL_POLL_IN) && !w->reading) wait(w, CURL_POLL_IN);
+    if ((w->wanted & CURL_POLL_OUT) && !w->writing) wait(w, CURL_POLL_OUT);
+  }
+
+  /// A wait for `poll` (CURL_POLL_IN or OUT): its event goes to curl while a transfer wants it.
+  void wait(const std::shared_ptr<SocketWatch>& w, int poll) {
+    const bool in = poll == CURL_POLL_IN;
+    (in ? w->reading : w->writing) = true;
+    w->descriptor.async_wait(
+        in ? asio::posix::stream_descriptor::wait_read : asio::posix::stream_descriptor::wait_write,
+        [weak = weak_from_this(), w, in, poll](const boost::system::error_code& ec) {
+          (in ? w->reading : w->writing) = false;
+          auto core = weak.lock();
+          if (w->closed || !core) return;
+          if (ec) {
+            on_wait_cancelled(*core, w, ec);
+            return;
+          }
+          if ((w->wanted & poll) == 0) return;  // idle
+          core->socket_action(w->fd, in ? CURL_CSELECT_IN : CURL_CSELECT_OUT);
+          if (!w->closed) core->arm(w);
+        });
   }
 
   /// A wait cancelled as its transfer ended (watch_socket), when a transfer took the connection
-  /// meanwhile: curl first looks at the socket itself (an event that came while no wait was
-  /// queued is gone: Asio's epoll is edge-triggered), then the wait is queued again.
+  /// meanwhile: curl looks at the socket first (an event with no wait queued is gone: Asio's
+  /// epoll is edge-triggered), then the wait is queued again.
   static void on_wait_cancelled(Core& core, const std::shared_ptr<SocketWatch>& w,
                                 const boost::system::error_code& ec) {
     if (ec != asio::error::operation_aborted || w->wanted == 0) return;
@@ -147,11 +133,9 @@ struct Engine::Core : std::enable_shared_from_this<Engine::Core> {
   static int watch_socket(Core* core, curl_socket_t fd, int what) {
     if (what == CURL_POLL_REMOVE) {
       if (auto it = core->sockets.find(fd); it != core->sockets.end()) {
-        // A kept connection stays registered; a wait still queued is cancelled. Usually none is:
-        // the transfer ended in the handler of the wait that fired. One ended elsewhere (curl read
-        // the answer while a timeout's action ran, the data's event then dropped as its bytes
-        // were gone) would leave its wait queued on an idle connection: a one-shot command's
-        // loop, run until idle, then waited for the server to close it.
+        // A kept connection stays registered; a wait left queued (curl read the answer in a
+        // timer's action: its event was dropped) would hold a one-shot command's loop, run until
+        // idle, until the server closed the connection. Usually none is (DECISIONS.md).
         if (auto& w = *it->second; w.kept) {
           w.wanted = 0;
           if (w.reading || w.writing) {
